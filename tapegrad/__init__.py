@@ -1,0 +1,36 @@
+"""tapegrad: write compute kernels once in Python, run them on the CPU or an NVIDIA GPU, and
+differentiate whole programs built from them.
+
+>>> import numpy as np, tapegrad as tg
+>>> @tg.kernel
+... def axpy(Y, a, X):
+...     i = tg.index()
+...     Y[i] += a * X[i]
+>>> Y = np.ones(3); axpy(tg.get_backend(Y))(Y, 2.0, np.arange(3.0), ndrange=3); Y.tolist()
+[1.0, 3.0, 5.0]
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from tapegrad.backends import (CPU, Backend, allocate, asarray, get_backend, ones, to_numpy,
+                               zeros)
+from tapegrad.errors import (BackendError, KernelCompileError, KernelError, KernelSyntaxError,
+                             KernelTypeError, LaunchError, OutsideKernelError, TapegradError)
+from tapegrad.lang.intrinsics import (MATH, Global, Group, Linear, Local, NTuple, atomic_add,
+                                      atomic_max, atomic_min, atomic_sub, groupsize, index,
+                                      localmem, ndrange, private, synchronize, where)
+from tapegrad.lang.kernel import ConfiguredKernel, Func, Kernel, func, kernel
+
+globals().update(MATH)   # tg.sin, tg.exp, ... (math names, usable in kernels and on the host)
+
+__all__ = [
+    "__version__", "kernel", "func", "Kernel", "Func", "ConfiguredKernel",
+    "index", "groupsize", "ndrange", "localmem", "private", "synchronize",
+    "atomic_add", "atomic_sub", "atomic_min", "atomic_max", "where",
+    "Global", "Local", "Group", "Linear", "NTuple",
+    "Backend", "CPU", "get_backend", "allocate", "zeros", "ones", "asarray", "to_numpy",
+    "TapegradError", "KernelError", "KernelSyntaxError", "KernelTypeError", "KernelCompileError",
+    "LaunchError", "BackendError", "OutsideKernelError",
+] + sorted(MATH)

@@ -1,0 +1,57 @@
+"""The backend interface: the few things that differ between devices.
+
+Everything else (parsing, types, differentiation, launching, the tape) is shared.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tapegrad.frontend.types import TypedKernel
+
+
+class Backend:
+    """A device that runs kernels.  Subclasses implement the methods below."""
+
+    name = "backend"
+
+    # arrays
+    def owns(self, x: Any) -> bool:
+        """True if ``x`` is an array living on this backend."""
+        raise NotImplementedError
+
+    def allocate(self, dtype: Any, shape: tuple[int, ...]) -> Any:
+        raise NotImplementedError
+
+    def zeros(self, dtype: Any, shape: tuple[int, ...]) -> Any:
+        raise NotImplementedError
+
+    def ones(self, dtype: Any, shape: tuple[int, ...]) -> Any:
+        raise NotImplementedError
+
+    def asarray(self, x: Any) -> Any:
+        """Copy host data (anything ``numpy.asarray`` accepts) to this backend."""
+        raise NotImplementedError
+
+    def to_numpy(self, x: Any) -> Any:
+        raise NotImplementedError
+
+    def synchronize(self) -> None:
+        """Wait for everything launched on this backend."""
+
+    # kernels
+    def default_groupsize(self, rank: int) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def compile(self, tk: TypedKernel) -> Any:
+        """Lower and compile a specialised kernel; return ``launch(args, ndrange)``."""
+        raise NotImplementedError
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and self.key() == other.key()
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.key()))
+
+    def key(self) -> tuple:
+        return ()

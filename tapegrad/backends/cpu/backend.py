@@ -1,0 +1,101 @@
+"""``tg.CPU()``: kernels compiled by Numba, one parallel task per workgroup."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import numpy as np
+
+from tapegrad.backends.base import Backend
+from tapegrad.backends.cache import load_source
+from tapegrad.backends.cpu.lower import Lowered, lower_kernel
+from tapegrad.errors import KernelCompileError
+from tapegrad.frontend.types import TypedKernel
+
+_DEFAULT_GROUPSIZE = {1: (1024,), 2: (16, 64), 3: (4, 8, 32)}
+
+
+class CPU(Backend):
+    """The default backend: NumPy arrays, kernels compiled for all CPU cores by Numba.
+
+    >>> import tapegrad as tg
+    >>> tg.CPU()
+    CPU()
+    """
+
+    name = "cpu"
+
+    def __repr__(self) -> str:
+        return "CPU()"
+
+    def owns(self, x: Any) -> bool:
+        return isinstance(x, np.ndarray)
+
+    def allocate(self, dtype: Any, shape: Any) -> np.ndarray:
+        return np.empty(shape, dtype)
+
+    def zeros(self, dtype: Any, shape: Any) -> np.ndarray:
+        return np.zeros(shape, dtype)
+
+    def ones(self, dtype: Any, shape: Any) -> np.ndarray:
+        return np.ones(shape, dtype)
+
+    def asarray(self, x: Any) -> np.ndarray:
+        if hasattr(x, "__cuda_array_interface__") and hasattr(x, "get"):
+            x = x.get()
+        return np.array(x, copy=True)
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        return np.asarray(x)
+
+    def default_groupsize(self, rank: int) -> tuple[int, ...]:
+        return _DEFAULT_GROUPSIZE[rank]
+
+    def compile(self, tk: TypedKernel) -> Callable[..., None]:
+        lowered = lower_kernel(tk)
+        module, path = load_source(lowered.source, tk.name)
+        return _Launcher(getattr(module, lowered.symbol), lowered, str(path), tk.groupsize)
+
+
+class _Launcher:
+    """Calls a compiled kernel; the first call compiles it (and reports failures at the
+    user's line)."""
+
+    def __init__(self, dispatcher: Any, lowered: Lowered, path: str, groupsize: tuple[int, ...]):
+        self.dispatcher = dispatcher
+        self.lowered = lowered
+        self.path = path
+        self.groupsize = groupsize
+        self.compiled = False
+
+    @property
+    def source(self) -> str:
+        return self.lowered.source
+
+    def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
+        groups = tuple(-(-n // w) for n, w in zip(ndrange, self.groupsize))
+        if self.compiled:
+            self.dispatcher(*args, *ndrange, *groups)
+            return
+        try:
+            self.dispatcher(*args, *ndrange, *groups)
+        except Exception as exc:  # translate Numba's failures to the user's line
+            from numba.core.errors import NumbaError
+            if not isinstance(exc, NumbaError):
+                raise
+            raise self.translate(exc) from None
+        self.compiled = True
+
+    def translate(self, exc: Exception) -> KernelCompileError:
+        text = str(exc)
+        user_line = None
+        for m in re.finditer(r'File "([^"]+)", line (\d+)', text):
+            if m.group(1).endswith(self.path.rsplit("/", 1)[-1]):
+                user_line = self.lowered.user_line.get(int(m.group(2)))
+        first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "compilation failed")
+        first = re.sub(r"\x1b\[[0-9;]*m", "", first)
+        return KernelCompileError(
+            f"Numba could not compile the generated code for this line: {first}. The generated "
+            f"kernel is {self.path}; if your kernel is valid, this is a tapegrad bug.",
+            self.lowered.filename, user_line)

@@ -1,0 +1,307 @@
+"""What the CPU and CUDA backends share: turning typed kernel-language code into Numba Python.
+
+``ExprLowering`` rewrites expressions (intrinsics to Numba calls, explicit casts so that Numba
+computes exactly the types tapegrad inferred); ``Printer`` writes statements out as source text,
+with a comment tying each block to the user's line and a map from generated to user lines.
+Backends subclass ``ExprLowering`` for what differs: work-item indices and memory.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+import os
+from typing import Callable
+
+from tapegrad.frontend.ir import tg_name
+from tapegrad.frontend.types import Scalar, TupleT, Type, TypedKernel
+from tapegrad.lang import intrinsics as L
+
+_NUMPY_CAST = {"float32": "np.float32", "float64": "np.float64", "int32": "np.int32",
+               "int64": "np.int64", "bool": "bool"}
+
+
+def name_call(func: str, args: list[ast.expr]) -> ast.Call:
+    """``func(*args)`` where ``func`` may be dotted (``math.sin``)."""
+    parts = func.split(".")
+    f: ast.expr = ast.Name(id=parts[0], ctx=ast.Load())
+    for p in parts[1:]:
+        f = ast.Attribute(value=f, attr=p, ctx=ast.Load())
+    return ast.Call(func=f, args=args, keywords=[])
+
+
+def cast(node: ast.expr, to: str) -> ast.expr:
+    """Convert ``node`` to dtype ``to`` (folding literal constants)."""
+    if isinstance(node, ast.Constant) and to in ("float64", "int64") and not isinstance(node.value, bool):
+        return ast.Constant(value=float(node.value) if to == "float64" else int(node.value))
+    return name_call(_NUMPY_CAST[to], [node])
+
+
+def func_symbol(callee: TypedKernel) -> str:
+    """A deterministic, readable name for one specialisation of a device function."""
+    sig = "_".join(_short(t) for t in callee.argtypes) or "void"
+    return f"{callee.name}__{sig}"
+
+
+def _short(t: Type) -> str:
+    if isinstance(t, Scalar):
+        return {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64",
+                "bool": "b"}[t.dtype] + ("w" if t.weak else "")
+    if isinstance(t, TupleT):
+        return "t" + "".join(_short(i) for i in t.items)
+    return f"{_short(Scalar(t.dtype))}a{t.ndim}"
+
+
+class ExprLowering:
+    """Lower the expressions of one typed kernel or device function to Numba Python."""
+
+    def __init__(self, tk: TypedKernel):
+        self.tk = tk
+
+    # hooks for backends
+    def index_expr(self, name: str, node: ast.Call) -> ast.expr:
+        raise NotImplementedError
+
+    def load_name(self, node: ast.Name) -> ast.expr:
+        return ast.Name(id=node.id, ctx=ast.Load())
+
+    def atomic_symbol(self, name: str) -> str:
+        return f"tg_{name}"
+
+    def store_target(self, node: ast.expr) -> ast.expr:
+        return self.expr(node)
+
+    # the rewriting
+    def T(self, node: ast.AST) -> Type:
+        return self.tk.types[id(node)]
+
+    def coerce(self, node: ast.expr, to: Type | None) -> ast.expr:
+        """Lower ``node`` and convert it to ``to`` when Numba would pick another type."""
+        out = self.expr(node)
+        src = self.tk.types.get(id(node))
+        if isinstance(to, Scalar) and isinstance(src, Scalar) and src.dtype != to.dtype:
+            if to.dtype == "float32" or src.dtype == "bool" or to.dtype in ("bool", "int32"):
+                return cast(out, to.dtype)
+            if to.dtype == "float64" and not src.is_float:
+                return cast(out, "float64")
+        return out
+
+    def expr(self, node: ast.expr) -> ast.expr:
+        method = getattr(self, "expr_" + type(node).__name__)
+        return method(node)
+
+    def expr_Constant(self, node: ast.Constant) -> ast.expr:
+        return ast.Constant(value=node.value)
+
+    def expr_Name(self, node: ast.Name) -> ast.expr:
+        return self.load_name(node)
+
+    def expr_Tuple(self, node: ast.Tuple) -> ast.expr:
+        return ast.Tuple(elts=[self.expr(e) for e in node.elts], ctx=ast.Load())
+
+    def expr_BinOp(self, node: ast.BinOp) -> ast.expr:
+        t = self.T(node)
+        if isinstance(node.op, ast.Pow) and isinstance(node.right, ast.Constant) \
+                and node.right.value in (2, 3) and not isinstance(node.right.value, bool):
+            base = self.coerce(node.left, t)   # x**2 -> x * x: exact, fast and type-preserving
+            out = base
+            for _ in range(int(node.right.value) - 1):
+                out = ast.BinOp(left=out, op=ast.Mult(), right=base)
+            return out
+        if isinstance(node.op, ast.Div) and not self.T(node.left).is_float \
+                and not self.T(node.right).is_float:
+            return ast.BinOp(left=self.expr(node.left), op=ast.Div(), right=self.expr(node.right))
+        if isinstance(node.op, ast.Pow) and t.dtype == "float32":
+            left, right = self.coerce(node.left, t), self.expr(node.right)
+            if not self.T(node.right).is_float:   # keep Numba's integer-power path, round once
+                return cast(ast.BinOp(left=left, op=ast.Pow(), right=right), "float32")
+            return ast.BinOp(left=left, op=ast.Pow(), right=self.coerce(node.right, t))
+        if isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift, ast.RShift)):
+            return ast.BinOp(left=self.expr(node.left), op=node.op, right=self.expr(node.right))
+        return ast.BinOp(left=self.coerce(node.left, t), op=node.op,
+                         right=self.coerce(node.right, t))
+
+    def expr_UnaryOp(self, node: ast.UnaryOp) -> ast.expr:
+        return ast.UnaryOp(op=node.op, operand=self.expr(node.operand))
+
+    def expr_BoolOp(self, node: ast.BoolOp) -> ast.expr:
+        return ast.BoolOp(op=node.op, values=[self.truth(v) for v in node.values])
+
+    def truth(self, node: ast.expr) -> ast.expr:
+        out = self.expr(node)
+        if self.T(node) == Scalar("bool"):
+            return out
+        return ast.Compare(left=out, ops=[ast.NotEq()], comparators=[ast.Constant(value=0)])
+
+    def expr_Compare(self, node: ast.Compare) -> ast.expr:
+        return ast.Compare(left=self.expr(node.left), ops=node.ops,
+                           comparators=[self.expr(c) for c in node.comparators])
+
+    def expr_IfExp(self, node: ast.IfExp) -> ast.expr:
+        t = self.T(node)
+        return ast.IfExp(test=self.expr(node.test), body=self.coerce(node.body, t),
+                         orelse=self.coerce(node.orelse, t))
+
+    def expr_Attribute(self, node: ast.Attribute) -> ast.expr:
+        return ast.Attribute(value=self.expr(node.value), attr=node.attr, ctx=ast.Load())
+
+    def expr_Subscript(self, node: ast.Subscript) -> ast.expr:
+        return ast.Subscript(value=self.expr(node.value), slice=self.index(node.slice),
+                             ctx=ast.Load())
+
+    def index(self, node: ast.expr) -> ast.expr:
+        """An array index, with tuple-valued parts (``A[I, k]``) flattened for Numba."""
+        parts = node.elts if isinstance(node, ast.Tuple) else [node]
+        if not any(isinstance(self.T(p), TupleT) for p in parts):
+            return self.expr(node)
+        flat: list[ast.expr] = []
+        for p in parts:
+            t = self.T(p)
+            low = self.expr(p)
+            if isinstance(t, TupleT):
+                flat.extend(ast.Subscript(value=low, slice=ast.Constant(value=k), ctx=ast.Load())
+                            for k in range(len(t.items)))
+            else:
+                flat.append(low)
+        return flat[0] if len(flat) == 1 else ast.Tuple(elts=flat, ctx=ast.Load())
+
+    def expr_Call(self, node: ast.Call) -> ast.expr:
+        name = tg_name(node)
+        if name is None:   # a device function
+            callee = self.tk.callees[id(node)]
+            return name_call(func_symbol(callee), [self.expr(a) for a in node.args])
+        t = self.T(node)
+        args = node.args
+        if name.endswith(("_index", "_indices")) or name in ("ndrange", "groupsize"):
+            return self.index_expr(name, node)
+        if name in L.UNARY_MATH:
+            fn = "abs" if name == "fabs" and isinstance(t, Scalar) and t.dtype == "float32" else f"math.{name}"
+            return name_call(fn, [self.expr(args[0])])
+        if name in L.BINARY_MATH:
+            return name_call(f"math.{name}", [self.coerce(a, t) for a in args])
+        if name == "abs":
+            return name_call("abs", [self.expr(args[0])])
+        if name in ("min", "max"):
+            return name_call(name, [self.coerce(a, t) for a in args])
+        if name == "where":
+            return ast.IfExp(test=self.truth(args[0]), body=self.coerce(args[1], t),
+                             orelse=self.coerce(args[2], t))
+        if name in _NUMPY_CAST:
+            return cast(self.expr(args[0]), name)
+        if name.startswith("atomic_"):
+            arr_t = self.T(args[0])
+            value = self.coerce(args[2], Scalar(arr_t.dtype))
+            return name_call(self.atomic_symbol(name),
+                             [self.expr(args[0]), self.index(args[1]), value])
+        raise NotImplementedError(f"tg.{name} in an expression")
+
+
+class Printer:
+    """Accumulates generated source lines and remembers which user line each came from."""
+
+    def __init__(self, filename: str):
+        self.lines: list[str] = []
+        self.user_line: dict[int, int] = {}   # generated line number (1-based) -> user line
+        self.filename = filename
+        self.current_user_line: int | None = None
+        self._last_comment: int | None = None
+
+    def emit(self, text: str, depth: int) -> None:
+        self.lines.append("    " * depth + text)
+        if self.current_user_line is not None:
+            self.user_line[len(self.lines)] = self.current_user_line
+
+    def at(self, node: ast.AST, depth: int) -> None:
+        """Mark that what follows comes from ``node``'s user line; comment it once."""
+        line = getattr(node, "lineno", None)
+        if line is None:
+            return
+        self.current_user_line = line
+        if line != self._last_comment:
+            text = linecache.getline(self.filename, line).strip()
+            self.lines.append("    " * depth + f"# {os.path.basename(self.filename)}:{line}  {text}")
+            self._last_comment = line
+
+    def blank(self) -> None:
+        self.lines.append("")
+        self.current_user_line = None
+        self._last_comment = None
+
+    def source(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def emit_statements(body: list[ast.stmt], low: ExprLowering, out: Printer, depth: int,
+                    special: Callable[[ast.stmt, int], bool] | None = None) -> None:
+    """Print ``body`` as Numba Python at indentation ``depth``.
+
+    ``special(stmt, depth)`` lets a backend print some statements itself (returning True).
+    """
+    if not body:
+        out.emit("pass", depth)
+    for s in body:
+        out.at(s, depth)
+        if special is not None and special(s, depth):
+            continue
+        if isinstance(s, ast.Assign):
+            target = s.targets[0]
+            if isinstance(target, ast.Tuple):
+                value = low.expr(s.value)
+                names = [ast.unparse(low.store_target(e)) for e in target.elts]
+                if any("[" in n for n in names):   # promoted names: unpack via temporaries
+                    tmps = [f"_t{k}" for k in range(len(names))]
+                    out.emit(f"{', '.join(tmps)} = {ast.unparse(value)}", depth)
+                    for n, tmp in zip(names, tmps):
+                        out.emit(f"{n} = {tmp}", depth)
+                else:
+                    out.emit(f"{', '.join(names)} = {ast.unparse(value)}", depth)
+            else:
+                t = low.tk.types.get(id(target))
+                out.emit(f"{ast.unparse(low.store_target(target))} = "
+                         f"{ast.unparse(low.coerce(s.value, t))}", depth)
+        elif isinstance(s, ast.AugAssign):
+            t = low.T(s.target)
+            if isinstance(s.target, ast.Name):
+                combined = ast.BinOp(left=s.target, op=s.op, right=s.value)
+                low.tk.types[id(combined)] = _arith_type(low, s)
+                value = low.coerce(combined, t)
+                out.emit(f"{ast.unparse(low.store_target(s.target))} = {ast.unparse(value)}", depth)
+            else:
+                value = low.coerce(s.value, t) if t.dtype == "float32" else low.expr(s.value)
+                op = _AUG[type(s.op)]
+                out.emit(f"{ast.unparse(low.store_target(s.target))} {op}= {ast.unparse(value)}", depth)
+        elif isinstance(s, ast.Expr):
+            out.emit(ast.unparse(low.expr(s.value)), depth)
+        elif isinstance(s, ast.If):
+            out.emit(f"if {ast.unparse(low.expr(s.test))}:", depth)
+            emit_statements(s.body, low, out, depth + 1, special)
+            if s.orelse:
+                out.emit("else:", depth)
+                emit_statements(s.orelse, low, out, depth + 1, special)
+        elif isinstance(s, ast.While):
+            out.emit(f"while {ast.unparse(low.expr(s.test))}:", depth)
+            emit_statements(s.body, low, out, depth + 1, special)
+        elif isinstance(s, ast.For):
+            args = ", ".join(ast.unparse(low.expr(a)) for a in s.iter.args)
+            out.emit(f"for {ast.unparse(low.store_target(s.target))} in range({args}):", depth)
+            emit_statements(s.body, low, out, depth + 1, special)
+        elif isinstance(s, ast.Return):
+            if s.value is None:
+                out.emit("return", depth)
+            else:
+                value = low.coerce(s.value, low.tk.return_type)
+                out.emit(f"return {ast.unparse(value)}", depth)
+        elif isinstance(s, (ast.Break, ast.Continue, ast.Pass)):
+            out.emit(type(s).__name__.lower(), depth)
+        else:
+            raise NotImplementedError(type(s).__name__)
+
+
+_AUG = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
+        ast.Mod: "%", ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
+        ast.LShift: "<<", ast.RShift: ">>"}
+
+
+def _arith_type(low: ExprLowering, s: ast.AugAssign) -> Type:
+    from tapegrad.frontend.types import arith
+    return arith(s.op, low.T(s.target), low.T(s.value))

@@ -1,0 +1,64 @@
+"""Every exception tapegrad raises, in one place.
+
+All derive from :class:`TapegradError`.  A message says what is wrong, where (the user's file
+and line when a kernel is involved) and what to write instead.  Errors about kernel source also
+derive from :class:`SyntaxError`, so Python's traceback shows the offending line with a caret.
+"""
+
+from __future__ import annotations
+
+import ast
+import linecache
+
+
+class TapegradError(Exception):
+    """Base class of every tapegrad error."""
+
+
+class KernelError(TapegradError, SyntaxError):
+    """A problem located in the source of a kernel or device function.
+
+    Carries ``filename`` and ``lineno`` like a ``SyntaxError``, so tracebacks point at the
+    user's own line.
+    """
+
+    def __init__(self, message: str, filename: str | None = None, lineno: int | None = None,
+                 col: int | None = None):
+        where = f"{filename}:{lineno}: " if filename and lineno else ""
+        text = linecache.getline(filename, lineno) if filename and lineno else None
+        offset = (col + 1) if col is not None else None
+        super().__init__(where + message, (filename, lineno, offset, text or None))
+        self.message = message
+
+    def __str__(self) -> str:  # SyntaxError.__str__ appends "(file, line N)"; we already say it
+        return self.msg
+
+
+class KernelSyntaxError(KernelError):
+    """The kernel uses Python that tapegrad kernels do not support."""
+
+
+class KernelTypeError(KernelError):
+    """Values in a kernel have types that do not fit (e.g. a float used as an index)."""
+
+
+class KernelCompileError(KernelError):
+    """The backend compiler rejected a generated kernel; reported at the user's line."""
+
+
+class LaunchError(TapegradError, ValueError):
+    """A kernel launch was configured wrongly (ndrange, workgroup size, arguments)."""
+
+
+class BackendError(TapegradError):
+    """A backend is unavailable or an array lives on the wrong device."""
+
+
+class OutsideKernelError(TapegradError, RuntimeError):
+    """A kernel-language function (``tg.index``, ``tg.synchronize``, ...) was called from host code."""
+
+
+def located(node: ast.AST, filename: str, message: str, cls: type[KernelError] = KernelSyntaxError
+            ) -> KernelError:
+    """Build a kernel error pointing at ``node``'s line in ``filename``."""
+    return cls(message, filename, getattr(node, "lineno", None), getattr(node, "col_offset", None))

@@ -1,0 +1,26 @@
+"""Frontend: parse a kernel, check it is inside the supported subset, resolve its names.
+
+``kernel_ir(fn_or_kernel)`` is the one entry point; results are cached on the kernel object.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tapegrad.frontend.checks import check_syntax
+from tapegrad.frontend.ir import KernelIR
+from tapegrad.frontend.parse import parse_function
+from tapegrad.frontend.resolve import resolve
+
+__all__ = ["kernel_ir", "KernelIR"]
+
+
+def kernel_ir(obj: Any) -> KernelIR:
+    """The canonical IR of a ``tg.Kernel`` or ``tg.Func`` (built once, then cached)."""
+    ir = obj.cache.get("ir")
+    if ir is None:
+        is_kernel = type(obj).__name__ == "Kernel"
+        check_syntax(obj.pyfunc, is_kernel=is_kernel)
+        ir = resolve(parse_function(obj.pyfunc), is_kernel=is_kernel)
+        obj.cache["ir"] = ir
+    return ir

@@ -1,0 +1,137 @@
+"""Launching kernels: validate a launch, find or build its compiled code, run it.
+
+``compile_kernel`` is the whole pipeline in one place: frontend, (differentiation), types,
+backend.  ``launch`` is the hot path: one dictionary look-up when the kernel was already
+compiled for these argument types, launch shape and workgroup size.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+import numpy as np
+
+from tapegrad.errors import LaunchError
+from tapegrad.frontend import kernel_ir
+from tapegrad.frontend.types import (BOOL, FLOAT32, FLOAT64, INT64, WEAK_FLOAT, Array, Scalar,
+                                     Type, specialize)
+
+SUPPORTED_DTYPES = ("float32", "float64", "int32", "int64", "bool")
+
+
+def compile_kernel(kernel: Any, mode: str, backend: Any, argtypes: tuple[Type, ...],
+                   rank: int, groupsize: tuple[int, ...]) -> Any:
+    """The pipeline: source -> kernel IR -> typed kernel -> compiled launcher."""
+    ir = kernel_ir(kernel)                                          # parse, check, resolve
+    typed = specialize(ir, argtypes, rank, groupsize, kernel_ir)    # infer types
+    return backend.compile(typed)                                   # lower, cache, compile
+
+
+def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
+    """Run a configured kernel ``cfg`` on ``args`` over ``ndrange``."""
+    kernel, backend = cfg.kernel, cfg.backend
+    nd = _ndrange(kernel, ndrange)
+    wgs = _groupsize(cfg, len(nd))
+    key = ("primal", backend, _arg_key(args), len(nd), wgs)
+    launcher = kernel.cache.get(key)
+    if launcher is None:
+        argtypes = check_args(kernel, backend, args)
+        launcher = compile_kernel(kernel, "primal", backend, argtypes, len(nd), wgs)
+        kernel.cache[key] = launcher
+        kernel.cache[("last", "primal", backend)] = launcher
+    if 0 in nd:
+        return
+    launcher(args, nd)
+
+
+def source_of(kernel: Any, mode: str, backend: Any) -> str:
+    """``kern.source(mode, backend)``: see ``Kernel.source``."""
+    if mode != "primal":
+        raise LaunchError(f"source(mode={mode!r}): this version of tapegrad generates only the "
+                          "'primal' kernel")
+    if backend is None:
+        ir = kernel_ir(kernel)
+        fn = ast.FunctionDef(name=ir.name, args=ast.arguments(
+            posonlyargs=[], args=[ast.arg(arg=p) for p in ir.params], kwonlyargs=[],
+            kw_defaults=[], defaults=[]), body=ir.body, decorator_list=[], returns=None,
+            type_params=[])
+        return ast.unparse(ast.fix_missing_locations(fn)) + "\n"
+    launcher = kernel.cache.get(("last", mode, backend))
+    if launcher is None:
+        raise LaunchError(f"{kernel.name} has not been launched on {backend!r} yet; launch it "
+                          "once, then ask for its source")
+    return launcher.source
+
+
+def _arg_key(args: tuple) -> tuple:
+    return tuple((type(a), a.dtype.num, a.ndim) if isinstance(a, np.ndarray) else type(a)
+                 for a in args)
+
+
+def _ndrange(kernel: Any, ndrange: Any) -> tuple[int, ...]:
+    if ndrange is None:
+        raise LaunchError(f"{kernel.name}(backend)(...) needs ndrange=: the number of "
+                          "work-items, e.g. ndrange=B.size or ndrange=B.shape")
+    nd = (ndrange,) if isinstance(ndrange, (int, np.integer)) else tuple(ndrange)
+    if not 1 <= len(nd) <= 3 or not all(isinstance(n, (int, np.integer)) and n >= 0 for n in nd):
+        raise LaunchError(f"ndrange must be a non-negative int or a tuple of 1 to 3 of them, "
+                          f"got {ndrange!r}")
+    return tuple(int(n) for n in nd)
+
+
+def _groupsize(cfg: Any, rank: int) -> tuple[int, ...]:
+    wgs = cfg.workgroupsize
+    if wgs is None:
+        return cfg.backend.default_groupsize(rank)
+    w = (wgs,) if isinstance(wgs, (int, np.integer)) else tuple(wgs)
+    if len(w) != rank:
+        raise LaunchError(f"{cfg.kernel.name}: workgroupsize {wgs!r} has {len(w)} dimension(s) "
+                          f"but ndrange has {rank}; give them the same rank, e.g. "
+                          f"workgroupsize={(16,) * rank}")
+    if not all(isinstance(x, (int, np.integer)) and x > 0 for x in w):
+        raise LaunchError(f"workgroupsize must hold positive ints, got {wgs!r}")
+    return tuple(int(x) for x in w)
+
+
+def check_args(kernel: Any, backend: Any, args: tuple) -> tuple[Type, ...]:
+    """Check a launch's arguments and return their kernel types (no array is touched)."""
+    params = kernel_ir(kernel).params
+    if len(args) != len(params):
+        raise LaunchError(f"{kernel.name} takes {len(params)} argument(s) ({', '.join(params)}), "
+                          f"got {len(args)}")
+    return tuple(argtype(kernel, backend, name, a) for name, a in zip(params, args))
+
+
+def argtype(kernel: Any, backend: Any, name: str, a: Any) -> Type:
+    """The kernel type of one launch argument."""
+    if isinstance(a, (bool, np.bool_)):
+        return BOOL
+    if isinstance(a, (int, np.integer)) and not isinstance(a, np.ndarray):
+        if isinstance(a, np.integer) and a.dtype.name in ("int32", "int64"):
+            return Scalar(a.dtype.name)
+        return INT64
+    if isinstance(a, float) and not isinstance(a, np.floating):
+        return WEAK_FLOAT   # a Python float takes the precision of the data it meets
+    if isinstance(a, np.floating):
+        if a.dtype == np.float32:
+            return FLOAT32
+        if a.dtype == np.float64:
+            return FLOAT64
+    if hasattr(a, "shape") and hasattr(a, "dtype"):
+        if not backend.owns(a):
+            raise LaunchError(f"{kernel.name}: argument {name} is a {type(a).__name__}, which "
+                              f"does not live on {backend!r}; move it with "
+                              f"tg.asarray({backend!r}, {name}) or launch on "
+                              f"tg.get_backend({name})")
+        dt = np.dtype(a.dtype).name
+        if dt not in SUPPORTED_DTYPES:
+            raise LaunchError(f"{kernel.name}: argument {name} has dtype {dt}; kernels take "
+                              f"arrays of {', '.join(SUPPORTED_DTYPES)} (convert with "
+                              f"{name}.astype(np.float64))")
+        if not 1 <= a.ndim <= 3:
+            raise LaunchError(f"{kernel.name}: argument {name} has {a.ndim} dimensions; kernels "
+                              "take arrays of 1 to 3 dimensions (reshape a scalar to (1,))")
+        return Array(dt, a.ndim)
+    raise LaunchError(f"{kernel.name}: argument {name} is a {type(a).__name__}; kernels take "
+                      "arrays and int, float or bool scalars")
