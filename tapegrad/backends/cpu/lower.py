@@ -345,8 +345,8 @@ class _KernelWriter:
 
         def visit(stmts: list[ast.stmt]) -> None:
             for s in stmts:
-                if isinstance(s, ast.Assign) and isinstance(s.targets[0], ast.Name):
-                    group_assigns.setdefault(s.targets[0].id, []).append(s)
+                if _single_target(s):
+                    group_assigns.setdefault(_single_target(s), []).append(s)
                 elif contains_barrier(s) and isinstance(s, (ast.If, ast.While)):
                     visit(s.body)
                     visit(s.orelse)
@@ -363,7 +363,7 @@ class _KernelWriter:
             changed = False
             for n in sorted(candidates & uniform):
                 for a in group_assigns[n]:
-                    value = a.value if isinstance(a, ast.Assign) else a.iter
+                    value = a.iter if isinstance(a, ast.For) else a.value
                     if not is_uniform(value, uniform):
                         uniform.discard(n)
                         changed = True
@@ -378,10 +378,15 @@ class _KernelWriter:
                 counts[node.id] = counts.get(node.id, 0) + 1
         cheap: dict[str, ast.Assign] = {}
         for s in body:
-            if (isinstance(s, ast.Assign) and isinstance(s.targets[0], ast.Name)
-                    and counts.get(s.targets[0].id) == 1 and s.targets[0].id not in uniform
+            if not isinstance(s, ast.Assign):
+                continue
+            target = s.targets[0]
+            names = [e.id for e in target.elts] if isinstance(target, ast.Tuple) else \
+                [getattr(target, "id", None)]
+            if (None not in names and all(counts.get(n) == 1 and n not in uniform for n in names)
                     and is_index_only(s.value, uniform | set(cheap))):
-                cheap[s.targets[0].id] = s
+                for n in names:
+                    cheap[n] = s
         return cheap
 
     def structure(self, stmts: list[ast.stmt], uniform: set[str]) -> list:
@@ -402,8 +407,7 @@ class _KernelWriter:
             elif contains_barrier(s):
                 flush()
                 blocks.append(self.group_control(s, uniform))
-            elif (isinstance(s, ast.Assign) and isinstance(s.targets[0], ast.Name)
-                  and s.targets[0].id in uniform):
+            elif _single_target(s) in uniform:
                 flush()
                 blocks.append(GroupStmt(s))
             else:
@@ -438,13 +442,16 @@ class _KernelWriter:
         for b in blocks:
             if isinstance(b, Segment):
                 rebind = {n for n in self.private if n in b.uses}
-                recompute = [self.cheap[n] for n in self.cheap
-                             if n in b.uses and self.cheap[n] not in b.stmts]
+                recompute = []
+                for n in self.cheap:
+                    s = self.cheap[n]
+                    if n in b.uses and s not in b.stmts and s not in recompute:
+                        recompute.append(s)
                 self.item_loop(b.stmts, low, depth, rebind, recompute)
                 continue
             s = b.stmt
             out.at(s, depth)
-            if isinstance(s, ast.Assign):
+            if isinstance(s, (ast.Assign, ast.AugAssign)):
                 emit_statements([s], low, out, depth)
             elif isinstance(s, ast.For):
                 args = ", ".join(ast.unparse(low.expr(a)) for a in s.iter.args)
@@ -463,6 +470,15 @@ class _KernelWriter:
 
 def ExprLowering_for_func(callee: TypedKernel) -> ExprLowering:
     return CPULowering(callee)
+
+
+def _single_target(s: ast.stmt) -> str | None:
+    """The name assigned by ``x = ...`` or ``x op= ...``, else None."""
+    if isinstance(s, ast.Assign) and isinstance(s.targets[0], ast.Name):
+        return s.targets[0].id
+    if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
+        return s.target.id
+    return None
 
 
 def _segments(blocks: list):
