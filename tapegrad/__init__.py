@@ -14,13 +14,37 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from tapegrad.backends import (CPU, Backend, allocate, asarray, get_backend, ones, to_numpy,
-                               zeros)
-from tapegrad.errors import (BackendError, KernelCompileError, KernelError, KernelSyntaxError,
-                             KernelTypeError, LaunchError, OutsideKernelError, TapegradError)
-from tapegrad.lang.intrinsics import (MATH, Global, Group, Linear, Local, NTuple, atomic_add,
-                                      atomic_max, atomic_min, atomic_sub, groupsize, index,
-                                      localmem, ndrange, private, synchronize, where)
+from tapegrad.backends import CPU, Backend, allocate, asarray, get_backend, ones, to_numpy, zeros
+from tapegrad.errors import (
+                               BackendError,
+                               KernelCompileError,
+                               KernelError,
+                               KernelIndexError,
+                               KernelSyntaxError,
+                               KernelTypeError,
+                               LaunchError,
+                               OutsideKernelError,
+                               TapegradError,
+)
+from tapegrad.lang.intrinsics import (
+                               MATH,
+                               Global,
+                               Group,
+                               Linear,
+                               Local,
+                               NTuple,
+                               atomic_add,
+                               atomic_max,
+                               atomic_min,
+                               atomic_sub,
+                               groupsize,
+                               index,
+                               localmem,
+                               ndrange,
+                               private,
+                               synchronize,
+                               where,
+)
 from tapegrad.lang.kernel import ConfiguredKernel, Func, Kernel, func, kernel
 
 globals().update(MATH)   # tg.sin, tg.exp, ... (math names, usable in kernels and on the host)
@@ -32,5 +56,5 @@ __all__ = [
     "Global", "Local", "Group", "Linear", "NTuple",
     "Backend", "CPU", "get_backend", "allocate", "zeros", "ones", "asarray", "to_numpy",
     "TapegradError", "KernelError", "KernelSyntaxError", "KernelTypeError", "KernelCompileError",
-    "LaunchError", "BackendError", "OutsideKernelError",
+    "KernelIndexError", "LaunchError", "BackendError", "OutsideKernelError",
 ] + sorted(MATH)

@@ -46,6 +46,10 @@ class KernelCompileError(KernelError):
     """The backend compiler rejected a generated kernel; reported at the user's line."""
 
 
+class KernelIndexError(TapegradError, IndexError):
+    """A kernel indexed outside an array (found with ``TAPEGRAD_BOUNDSCHECK=1``)."""
+
+
 class LaunchError(TapegradError, ValueError):
     """A kernel launch was configured wrongly (ndrange, workgroup size, arguments)."""
 

@@ -14,8 +14,17 @@ import numpy as np
 
 from tapegrad.errors import LaunchError
 from tapegrad.frontend import kernel_ir
-from tapegrad.frontend.types import (BOOL, FLOAT32, FLOAT64, INT64, WEAK_FLOAT, Array, Scalar,
-                                     Type, specialize)
+from tapegrad.frontend.types import (
+    BOOL,
+    FLOAT32,
+    FLOAT64,
+    INT64,
+    WEAK_FLOAT,
+    Array,
+    Scalar,
+    Type,
+    specialize,
+)
 
 SUPPORTED_DTYPES = ("float32", "float64", "int32", "int64", "bool")
 

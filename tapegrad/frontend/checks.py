@@ -7,7 +7,8 @@ unsupported syntax at the line they wrote it, before any launch.
 from __future__ import annotations
 
 import ast
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tapegrad.errors import located
 from tapegrad.frontend.parse import parse_function

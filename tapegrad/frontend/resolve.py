@@ -180,8 +180,6 @@ class _Resolver(ast.NodeTransformer):
             sub = ast.Subscript(value=shape, slice=ast.Constant(value=0), ctx=ast.Load())
             return ast.copy_location(sub, node)
         if name is not None:
-            if name in ("localmem", "private") and len(args) == 2:
-                args[1] = self.static_shape(args[1])
             return tg_call(name, args, node)
         if isinstance(obj, type) or isinstance(obj, np.dtype) or obj in _CASTS:
             cast = _CASTS.get(obj)
@@ -233,9 +231,6 @@ class _Resolver(ast.NodeTransformer):
             raise self.fail(node, "tg.index takes at most two arguments: tg.index(space, kind)")
         suffix = "index" if kind == "Linear" else "indices"
         return tg_call(f"{space.lower()}_{suffix}", [], node)
-
-    def static_shape(self, node: ast.expr) -> ast.expr:
-        return node  # checked and evaluated when the kernel is specialised (types.py)
 
     # -- statements -----------------------------------------------------------------------
     def visit_For(self, node: ast.For) -> ast.stmt:

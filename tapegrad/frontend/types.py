@@ -243,7 +243,7 @@ class _Inference:
                 try:
                     self.returns = join(self.returns, t)
                 except TypeError as exc:
-                    raise self.fail(s, f"{self.ir.name} returns values of different types ({exc})")
+                    raise self.fail(s, f"{self.ir.name} returns values of different types ({exc})") from None
         elif isinstance(s, (ast.Break, ast.Continue, ast.Pass)):
             pass
         else:  # the syntax check keeps everything else out

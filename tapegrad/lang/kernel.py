@@ -8,7 +8,8 @@ differentiation and compilation live in later stages (``frontend``, ``ad``, ``ba
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tapegrad.errors import LaunchError
 

@@ -2,7 +2,7 @@
 
 Numba has no CPU atomics, so each operation is an ``@intrinsic`` that emits one LLVM
 ``atomicrmw`` on the element's address.  Every function returns the element's old value.
-Indices are ints (1-D) or tuples of ints; negative indices wrap as in NumPy.
+Indices are ints (1-D) or tuples of ints; as everywhere in kernels, they never wrap around.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _make(name: str, float_op: str, int_op: str):
             else:
                 idx_vals, idx_tys = [idx_v], [idx_t]
             idx_vals = [context.cast(builder, v, t, types.intp) for v, t in zip(idx_vals, idx_tys)]
-            ptr = cgutils.get_item_pointer(context, builder, arr_t, ary, idx_vals, wraparound=True)
+            ptr = cgutils.get_item_pointer(context, builder, arr_t, ary, idx_vals, wraparound=False)
             op = float_op if isinstance(dtype, types.Float) else int_op
             return builder.atomic_rmw(op, ptr, value_v, "monotonic")
 

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from tapegrad.backends.base import Backend
 from tapegrad.backends.cache import load_source
 from tapegrad.backends.cpu.lower import Lowered, lower_kernel
-from tapegrad.errors import KernelCompileError
+from tapegrad.errors import KernelCompileError, KernelIndexError
 from tapegrad.frontend.types import TypedKernel
 
 _DEFAULT_GROUPSIZE = {1: (1024,), 2: (16, 64), 3: (4, 8, 32)}
@@ -68,6 +69,7 @@ class _Launcher:
         self.path = path
         self.groupsize = groupsize
         self.compiled = False
+        self.checked = "boundscheck=True" in lowered.source
 
     @property
     def source(self) -> str:
@@ -75,11 +77,16 @@ class _Launcher:
 
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
         groups = tuple(-(-n // w) for n, w in zip(ndrange, self.groupsize))
-        if self.compiled:
+        if self.compiled and not self.checked:
             self.dispatcher(*args, *ndrange, *groups)
             return
         try:
             self.dispatcher(*args, *ndrange, *groups)
+        except IndexError:
+            raise KernelIndexError(
+                f"kernel {self.lowered.symbol} indexed outside an array (bounds checks are on: "
+                "TAPEGRAD_BOUNDSCHECK=1); check its indices against the array shapes and the "
+                "ndrange") from None
         except Exception as exc:  # translate Numba's failures to the user's line
             from numba.core.errors import NumbaError
             if not isinstance(exc, NumbaError):

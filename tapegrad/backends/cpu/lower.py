@@ -23,12 +23,13 @@ Generated layout (1-D, groupsize 256):
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import dataclass, field
 
 from tapegrad.backends.numba_lower import ExprLowering, Printer, emit_statements, func_symbol
 from tapegrad.errors import KernelSyntaxError, located
 from tapegrad.frontend.ir import tg_name
-from tapegrad.frontend.types import Array, TypedKernel
+from tapegrad.frontend.types import TypedKernel
 
 ATOMICS = ("atomic_add", "atomic_sub", "atomic_min", "atomic_max")
 
@@ -202,17 +203,18 @@ class _KernelWriter:
 
     def write_function(self, callee: TypedKernel) -> None:
         out = self.out
-        out.emit("@numba.njit(cache=True, nogil=True, inline='never')", 0)
+        out.emit(f"@numba.njit(cache=True, nogil=True{_checks()})", 0)
         out.emit(f"def {func_symbol(callee)}({', '.join(callee.ir.params)}):", 0)
-        emit_statements(callee.ir.body, ExprLowering_for_func(callee), out, 1)
+        emit_statements(callee.ir.body, CPULowering(callee), out, 1)
 
     def write_kernel(self) -> None:
         out, ir, r, W = self.out, self.ir, self.rank, self.W
         params = ir.params + [f"_n{d}" for d in range(r)] + [f"_groups{d}" for d in range(r)]
-        out.emit("@numba.njit(parallel=True, cache=True, nogil=True)", 0)
+        debug = bool(_checks())   # bounds checks run serially: Numba cannot raise from threads
+        out.emit(f"@numba.njit(parallel={not debug}, cache=True, nogil=True{_checks()})", 0)
         out.emit(f"def {ir.name}({', '.join(params)}):", 0)
         total = " * ".join(f"_groups{d}" for d in range(r))
-        out.emit(f"for _g in numba.prange({total}):", 1)
+        out.emit(f"for _g in {'range' if debug else 'numba.prange'}({total}):", 1)
         # the group's position in the group grid (row-major) and its number of valid items
         rest = "_g"
         for d in range(r - 1, -1, -1):
@@ -468,10 +470,6 @@ class _KernelWriter:
                     self.write_blocks(b.blocks[1], low, depth + 1)
 
 
-def ExprLowering_for_func(callee: TypedKernel) -> ExprLowering:
-    return CPULowering(callee)
-
-
 def _single_target(s: ast.stmt) -> str | None:
     """The name assigned by ``x = ...`` or ``x op= ...``, else None."""
     if isinstance(s, ast.Assign) and isinstance(s.targets[0], ast.Name):
@@ -479,6 +477,11 @@ def _single_target(s: ast.stmt) -> str | None:
     if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
         return s.target.id
     return None
+
+
+def _checks() -> str:
+    """``TAPEGRAD_BOUNDSCHECK=1`` compiles kernels with index checks (slower; for debugging)."""
+    return ", boundscheck=True" if os.environ.get("TAPEGRAD_BOUNDSCHECK") == "1" else ""
 
 
 def _segments(blocks: list):
