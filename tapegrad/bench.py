@@ -1,0 +1,182 @@
+"""``python -m tapegrad bench``: tapegrad kernels side by side with the same loops written by
+hand with ``numba.njit(parallel=True)`` and with NumPy, on the same data.
+
+Times are medians of several runs, after one warm-up launch (so compilation is excluded; the
+first-launch time is reported separately).  Benchmarks never run as part of the test suite.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import time
+from typing import Any, Callable
+
+import numba
+import numpy as np
+
+import tapegrad as tg
+
+TILE = 16
+
+
+@tg.kernel
+def saxpy(Y, a, X):
+    i = tg.index()
+    Y[i] = a * X[i] + Y[i]
+
+
+@tg.kernel
+def sin_kernel(B, A):
+    i = tg.index()
+    B[i] = math.sin(A[i])
+
+
+@tg.kernel
+def stencil(T_new, T, alpha):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    n, m = T.shape
+    if i > 0 and j > 0 and i < n - 1 and j < m - 1:
+        T_new[i, j] = T[i, j] + alpha * (T[i - 1, j] + T[i + 1, j] + T[i, j - 1]
+                                         + T[i, j + 1] - 4.0 * T[i, j])
+
+
+@tg.kernel
+def matmul(C, A, B):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    li, lj = tg.index(tg.Local, tg.NTuple)
+    tile_a = tg.localmem(A.dtype, (TILE, TILE))
+    tile_b = tg.localmem(A.dtype, (TILE, TILE))
+    acc = 0.0
+    for t in range(A.shape[1] // TILE):
+        tile_a[li, lj] = A[i, t * TILE + lj]
+        tile_b[li, lj] = B[t * TILE + li, j]
+        tg.synchronize()
+        for k in range(TILE):
+            acc += tile_a[li, k] * tile_b[k, lj]
+        tg.synchronize()
+    C[i, j] = acc
+
+
+@numba.njit(parallel=True, cache=True)
+def _numba_saxpy(Y, a, X):
+    for i in numba.prange(X.size):
+        Y[i] = a * X[i] + Y[i]
+
+
+@numba.njit(parallel=True, cache=True)
+def _numba_sin(B, A):
+    for i in numba.prange(A.size):
+        B[i] = math.sin(A[i])
+
+
+@numba.njit(parallel=True, cache=True)
+def _numba_stencil(T_new, T, alpha):
+    n, m = T.shape
+    for i in numba.prange(1, n - 1):
+        for j in range(1, m - 1):
+            T_new[i, j] = T[i, j] + alpha * (T[i - 1, j] + T[i + 1, j] + T[i, j - 1]
+                                             + T[i, j + 1] - 4.0 * T[i, j])
+
+
+@numba.njit(parallel=True, cache=True)
+def _numba_matmul(C, A, B):
+    n, k = A.shape
+    m = B.shape[1]
+    for i in numba.prange(n):
+        for j in range(m):
+            C[i, j] = 0.0
+        for p in range(k):
+            a = A[i, p]
+            for j in range(m):
+                C[i, j] += a * B[p, j]
+
+
+def _numpy_stencil(T_new, T, alpha):
+    T_new[1:-1, 1:-1] = T[1:-1, 1:-1] + alpha * (T[:-2, 1:-1] + T[2:, 1:-1] + T[1:-1, :-2]
+                                                 + T[1:-1, 2:] - 4.0 * T[1:-1, 1:-1])
+
+
+def _median_ms(fn: Callable[[], Any], repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times) * 1e3)
+
+
+def _cases(quick: bool) -> list[dict]:
+    rng = np.random.default_rng(0)
+    cpu = tg.CPU()
+    n = 1 << (18 if quick else 22)            # 4M float64 elements in the full run
+    side = 512 if quick else 2048
+    mm = 128 if quick else 512
+    X, Y, B = rng.random(n), rng.random(n), np.empty(n)
+    T, T_new = rng.random((side, side)), np.zeros((side, side))
+    A1, B1, C1 = rng.random((mm, mm)), rng.random((mm, mm)), np.zeros((mm, mm))
+    return [
+        dict(name=f"saxpy, {n} float64", bytes=3 * n * 8,
+             tapegrad=lambda: saxpy(cpu)(Y, 2.0, X, ndrange=n),
+             numba=lambda: _numba_saxpy(Y, 2.0, X),
+             numpy=lambda: np.add(2.0 * X, Y, out=Y)),
+        dict(name=f"sin, {n} float64", bytes=2 * n * 8,
+             tapegrad=lambda: sin_kernel(cpu)(B, X, ndrange=n),
+             numba=lambda: _numba_sin(B, X),
+             numpy=lambda: np.sin(X, out=B)),
+        dict(name=f"5-point stencil, {side}x{side} float64", bytes=2 * side * side * 8,
+             tapegrad=lambda: stencil(cpu, (4, 256))(T_new, T, 0.1, ndrange=T.shape),
+             numba=lambda: _numba_stencil(T_new, T, 0.1),
+             numpy=lambda: _numpy_stencil(T_new, T, 0.1)),
+        dict(name=f"tiled matmul, {mm}x{mm} float64", bytes=3 * mm * mm * 8,
+             tapegrad=lambda: matmul(cpu, (TILE, TILE))(C1, A1, B1, ndrange=C1.shape),
+             numba=lambda: _numba_matmul(C1, A1, B1),
+             numpy=lambda: np.matmul(A1, B1, out=C1)),
+    ]
+
+
+def _bandwidth_gbs(quick: bool) -> float:
+    """Copy bandwidth measured now: the floor a memory-bound kernel could reach."""
+    src = np.ones(1 << (22 if quick else 24))
+    dst = np.empty_like(src)
+    ms = _median_ms(lambda: np.copyto(dst, src), 5)
+    return 2 * src.nbytes / (ms * 1e-3) / 1e9
+
+
+def main(quick: bool = False, json_path: str | None = None) -> int:
+    repeats = 5 if quick else 20
+    print(f"tapegrad {tg.__version__} bench ({'quick' if quick else 'full'}): "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+          f"numba {numba.__version__}, numpy {np.__version__}")
+    gbs = _bandwidth_gbs(quick)
+    print(f"memory bandwidth (numpy copy, measured now): {gbs:.1f} GB/s")
+    header = (f"{'kernel':<34} {'first launch':>12} {'tapegrad':>10} {'numba':>10} "
+              f"{'numpy':>10} {'tg/numba':>9} {'tg/numpy':>9} {'floor':>8}")
+    print(header)
+    print("-" * len(header))
+    results = []
+    for case in _cases(quick):
+        t0 = time.perf_counter()
+        case["tapegrad"]()
+        first = time.perf_counter() - t0
+        case["numba"]()
+        row = {"kernel": case["name"], "first_launch_s": first}
+        for impl in ("tapegrad", "numba", "numpy"):
+            row[f"{impl}_ms"] = _median_ms(case[impl], repeats)
+        row["floor_ms"] = case["bytes"] / (gbs * 1e9) * 1e3
+        row["tg_over_numba"] = row["tapegrad_ms"] / row["numba_ms"]
+        row["tg_over_numpy"] = row["tapegrad_ms"] / row["numpy_ms"]
+        results.append(row)
+        print(f"{row['kernel']:<34} {first:>10.3f} s {row['tapegrad_ms']:>7.3f} ms "
+              f"{row['numba_ms']:>7.3f} ms {row['numpy_ms']:>7.3f} ms "
+              f"{row['tg_over_numba']:>8.2f}x {row['tg_over_numpy']:>8.2f}x "
+              f"{row['floor_ms']:>5.2f} ms")
+    print("numba = the same loop written by hand with numba.njit(parallel=True); "
+          "floor = bytes moved / bandwidth")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"bandwidth_gbs": gbs, "quick": quick, "results": results}, f, indent=2)
+        print(f"wrote {json_path}")
+    return 0

@@ -1,0 +1,25 @@
+"""The ``tapegrad`` command: ``tapegrad demo`` and ``tapegrad bench``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tapegrad", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("demo", help="run kernels on the CPU backend and check them against NumPy")
+    bench = sub.add_parser("bench", help="time tapegrad kernels against hand-written Numba and NumPy")
+    bench.add_argument("--quick", action="store_true", help="small sizes, few repeats (< 60 s)")
+    bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        from tapegrad.demo import main as demo
+        return demo()
+    from tapegrad.bench import main as run_bench  # noqa: I001
+    return run_bench(quick=args.quick, json_path=args.json)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
