@@ -1,0 +1,27 @@
+"""The code base stays ruff-clean (the standard every commit is held to)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_ruff_clean():
+    if shutil.which("ruff") is None:
+        pytest.skip("ruff is not installed (it comes with the [test] extra)")
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "tapegrad", "tests", "examples"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_examples_run():
+    for example in sorted((ROOT / "examples").glob("*.py")):
+        proc = subprocess.run([sys.executable, str(example)], capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, f"{example.name}:\n{proc.stdout}\n{proc.stderr}"
