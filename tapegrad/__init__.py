@@ -58,3 +58,22 @@ __all__ = [
     "TapegradError", "KernelError", "KernelSyntaxError", "KernelTypeError", "KernelCompileError",
     "KernelIndexError", "LaunchError", "BackendError", "OutsideKernelError",
 ] + sorted(MATH)
+
+from tapegrad.api import AdjointStackOverflow, autodiff  # noqa: E402
+from tapegrad.tape.activity import (  # noqa: E402
+                               Active,
+                               BatchDuplicated,
+                               Const,
+                               Duplicated,
+                               DuplicatedNoNeed,
+                               Forward,
+                               ForwardWithPrimal,
+                               Reverse,
+                               ReverseWithPrimal,
+                               make_zero,
+                               make_zero_,
+)
+
+__all__ += ["autodiff", "AdjointStackOverflow", "Const", "Active", "Duplicated",
+            "DuplicatedNoNeed", "BatchDuplicated", "Forward", "ForwardWithPrimal", "Reverse",
+            "ReverseWithPrimal", "make_zero", "make_zero_"]

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.ad import normalize, reverse_kernel
 from tapegrad.errors import LaunchError
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import (
@@ -37,6 +38,21 @@ def compile_kernel(kernel: Any, mode: str, backend: Any, argtypes: tuple[Type, .
     return backend.compile(typed)                                   # lower, cache, compile
 
 
+def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
+                    activity: tuple[str, ...], rank: int, groupsize: tuple[int, ...],
+                    stack_depth: int | None) -> tuple[Any, Any]:
+    """The reverse-mode pipeline: kernel IR -> normalized, typed -> adjoint IR -> compiled."""
+    ir = kernel_ir(kernel)                                          # parse, check, resolve
+    flat = normalize(ir, kernel_ir)                                 # inline, remove exits
+    typed = specialize(flat, argtypes, rank, groupsize, kernel_ir)  # infer types
+    adjoint = reverse_kernel(typed, activity, stack_depth)          # generate the adjoint
+    extra = [argtypes[ir.params.index(p)] for p in adjoint.shadow_of.values()]
+    extra += [Array("float64", 1)] * len(adjoint.active_scalars)
+    extra += [Array("int64", 1)] if adjoint.uses_status else []
+    typed_adjoint = specialize(adjoint.ir, argtypes + tuple(extra), rank, groupsize, kernel_ir)
+    return adjoint, backend.compile(typed_adjoint)                  # lower, cache, compile
+
+
 def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
     """Run a configured kernel ``cfg`` on ``args`` over ``ndrange``."""
     kernel, backend = cfg.kernel, cfg.backend
@@ -56,21 +72,32 @@ def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
 
 def source_of(kernel: Any, mode: str, backend: Any) -> str:
     """``kern.source(mode, backend)``: see ``Kernel.source``."""
-    if mode != "primal":
-        raise LaunchError(f"source(mode={mode!r}): this version of tapegrad generates only the "
-                          "'primal' kernel")
+    if mode not in ("primal", "reverse"):
+        raise LaunchError(f"source(mode={mode!r}): mode is 'primal' or 'reverse'")
+    if mode == "reverse":
+        last = kernel.cache.get(("last", "reverse", backend) if backend else ("last adjoint",))
+        if last is None:
+            raise LaunchError(f"{kernel.name} has not been differentiated yet (on {backend!r}); "
+                              "the adjoint depends on the argument types, so differentiate it "
+                              "once with tg.autodiff, then ask for its source")
+        if backend is not None:
+            return last.source
+        return _unparse(last)
     if backend is None:
-        ir = kernel_ir(kernel)
-        fn = ast.FunctionDef(name=ir.name, args=ast.arguments(
-            posonlyargs=[], args=[ast.arg(arg=p) for p in ir.params], kwonlyargs=[],
-            kw_defaults=[], defaults=[]), body=ir.body, decorator_list=[], returns=None,
-            type_params=[])
-        return ast.unparse(ast.fix_missing_locations(fn)) + "\n"
+        return _unparse(kernel_ir(kernel))
     launcher = kernel.cache.get(("last", mode, backend))
     if launcher is None:
         raise LaunchError(f"{kernel.name} has not been launched on {backend!r} yet; launch it "
                           "once, then ask for its source")
     return launcher.source
+
+
+def _unparse(ir: Any) -> str:
+    """Kernel IR as kernel-language source (what the frontend or a transform produced)."""
+    fn = ast.FunctionDef(name=ir.name, args=ast.arguments(
+        posonlyargs=[], args=[ast.arg(arg=p) for p in ir.params], kwonlyargs=[],
+        kw_defaults=[], defaults=[]), body=ir.body, decorator_list=[], returns=None)
+    return ast.unparse(ast.fix_missing_locations(fn)) + "\n"
 
 
 def _arg_key(args: tuple) -> tuple:

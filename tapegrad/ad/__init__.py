@@ -1,0 +1,6 @@
+"""Differentiation of kernels by source transformation (kernel IR -> kernel IR)."""
+
+from tapegrad.ad.normalize import normalize
+from tapegrad.ad.reverse import Adjoint, reverse_kernel
+
+__all__ = ["normalize", "reverse_kernel", "Adjoint"]

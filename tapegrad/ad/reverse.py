@@ -1,0 +1,746 @@
+"""The reverse transform: a typed, normalized kernel -> its adjoint kernel (kernel language).
+
+The adjoint kernel runs, per work-item, the kernel's body again (the *forward sweep*, which
+saves what it overwrites on a per-work-item stack), then the *reverse sweep*, which walks the
+statements backwards, restores what was overwritten and propagates adjoints with the rules of
+``rules.py``.  Stores to arrays the kernel never reads are skipped in the forward sweep (the
+primal launch already made them); arrays the kernel both reads and writes are given to the
+adjoint as scratch copies of their values before the primal launch (``Adjoint.scratch``).
+
+Semantics (Enzyme's): shadows accumulate; ``A[idx] = e`` consumes ``A_bar[idx]`` (reads it,
+then zeroes it); ``A[idx] += e`` and atomic adds do not.  A read ``A[idx]`` adds into
+``A_bar[idx]`` with a plain add when every read of ``A`` uses the work-item's own global index,
+and with ``tg.atomic_add`` otherwise.  Active scalar arguments get the sum over all work-items,
+reduced per workgroup in local memory, then one atomic add per group.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass, field
+
+from tapegrad.ad.rules import partials
+from tapegrad.errors import KernelSyntaxError, located
+from tapegrad.frontend.ir import KernelIR, tg_call, tg_name
+from tapegrad.frontend.types import Array, Scalar, TupleT, TypedKernel
+
+DEFAULT_STACK = 256
+
+
+@dataclass
+class Adjoint:
+    """The adjoint kernel and how to call it."""
+
+    ir: KernelIR
+    shadow_of: dict[str, str]          # shadow parameter -> primal parameter
+    active_scalars: list[str]          # primal scalar parameters whose derivative is returned
+    scratch: list[str]                 # array parameters to pass as copies of their old values
+    stack_depth: int                   # 0 when no stack is needed
+    uses_status: bool
+    notes: list[str] = field(default_factory=list)
+
+
+def _n(id_: str, store: bool = False) -> ast.Name:
+    return ast.Name(id=id_, ctx=ast.Store() if store else ast.Load())
+
+
+def _c(v) -> ast.Constant:
+    return ast.Constant(value=v)
+
+
+def _assign(target: ast.expr | str, value: ast.expr) -> ast.Assign:
+    if isinstance(target, str):
+        target = _n(target, True)
+    return ast.Assign(targets=[target], value=value)
+
+
+def _add(a: ast.expr, b: ast.expr) -> ast.expr:
+    return ast.BinOp(left=a, op=ast.Add(), right=b)
+
+
+def _mul(a: ast.expr, b: ast.expr) -> ast.expr:
+    return ast.BinOp(left=a, op=ast.Mult(), right=b)
+
+
+def _neg(a: ast.expr) -> ast.expr:
+    return ast.UnaryOp(op=ast.USub(), operand=a)
+
+
+def _clone(e: ast.expr) -> ast.expr:
+    return copy.deepcopy(e)
+
+
+def _at(nodes: list[ast.stmt], like: ast.AST) -> list[ast.stmt]:
+    """Give generated nodes the line of the user's statement they come from."""
+    for node in nodes:
+        for n in ast.walk(node):
+            if "lineno" in n._attributes and getattr(n, "lineno", None) is None:
+                n.lineno = getattr(like, "lineno", 1)
+                n.col_offset = getattr(like, "col_offset", 0)
+                n.end_lineno = n.lineno
+                n.end_col_offset = n.col_offset
+    return nodes
+
+
+def reverse_kernel(tk: TypedKernel, activity: tuple[str, ...], stack_depth: int | None = None
+                   ) -> Adjoint:
+    """Build the adjoint of ``tk`` (a typed, normalized kernel).
+
+    ``activity[k]`` is ``"const"``, ``"dup"`` (an array with a shadow) or ``"active"`` (a float
+    scalar whose derivative is wanted) for parameter ``k``.
+    """
+    return _Reverse(tk, activity, stack_depth).build()
+
+
+class _Reverse:
+    def __init__(self, tk: TypedKernel, activity: tuple[str, ...], stack_depth: int | None):
+        self.tk = tk
+        self.ir = tk.ir
+        self.activity = dict(zip(self.ir.params, activity))
+        self.requested_depth = stack_depth
+        self.count = 0
+        self.loop_depth = 0
+        self.uses_stack = {"f": False, "i": False}
+        self.static_pushes = 0
+        self.body = self.ir.body
+
+    def fail(self, node: ast.AST, message: str) -> KernelSyntaxError:
+        return located(node, self.ir.filename, message)
+
+    def T(self, node: ast.AST):
+        return self.tk.types.get(id(node))
+
+    def fresh(self, stem: str) -> str:
+        self.count += 1
+        return f"_{stem}{self.count}"
+
+    # -- analyses ---------------------------------------------------------------------------
+    def analyse(self) -> None:
+        tk, body = self.tk, self.body
+        self.decls = [s for s in body if isinstance(s, ast.Assign) and tg_name(s.value) in
+                      ("localmem", "private")]
+        self.memory_kind = {s.targets[0].id: tg_name(s.value) for s in self.decls}
+        arrays = {p for p, t in zip(self.ir.params, tk.argtypes) if isinstance(t, Array)}
+        self.global_arrays = arrays
+        self.loaded: set[str] = set()
+        self.written: set[str] = set()
+        self.atomic_targets: set[str] = set()
+        mod = ast.Module(body=body, type_ignores=[])
+        for n in ast.walk(mod):
+            if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) \
+                    and isinstance(n.ctx, ast.Load):
+                self.loaded.add(n.value.id)
+            if isinstance(n, (ast.Assign, ast.AugAssign)):
+                target = n.targets[0] if isinstance(n, ast.Assign) else n.target
+                if isinstance(target, ast.Subscript):
+                    self.written.add(target.value.id)
+            if isinstance(n, ast.Call) and (tg_name(n) or "").startswith("atomic_"):
+                self.atomic_targets.add(n.args[0].id)
+        # stores to arrays never read are not redone by the forward sweep
+        self.replayed = {a for a in self.written | self.atomic_targets
+                         if a in self.loaded or a not in arrays}
+        self.scratch = sorted(a for a in arrays if a in self.replayed)
+        self.activity_analysis()
+        self.saved = self.saved_locals()
+        self.own = self.own_indices()
+
+    def is_float(self, node: ast.AST) -> bool:
+        t = self.T(node)
+        return isinstance(t, Scalar) and t.is_float
+
+    def activity_analysis(self) -> None:
+        ir = self.ir
+        self.active_arrays = {p for p, a in self.activity.items() if a == "dup"}
+        self.active_names = {p for p, a in self.activity.items() if a == "active"}
+        for p in self.active_names:
+            t = self.tk.argtypes[ir.params.index(p)]
+            if not (isinstance(t, Scalar) and t.is_float):
+                raise self.fail(ir.body[0] if ir.body else None,
+                                f"argument {p} is Active but has type {t}; only float scalars "
+                                "can be Active (pass integers as Const)")
+        changed = True
+        while changed:
+            changed = False
+            for n in ast.walk(ast.Module(body=self.body, type_ignores=[])):
+                if isinstance(n, ast.Assign):
+                    target = n.targets[0]
+                    if isinstance(target, ast.Name) and target.id not in self.active_names \
+                            and self.is_float(target) and self.active(n.value):
+                        self.active_names.add(target.id)
+                        changed = True
+                    elif isinstance(target, ast.Tuple) and self.active(n.value):
+                        raise self.fail(n, "tuples of float values cannot be differentiated; "
+                                           "assign their elements one by one")
+                    elif isinstance(target, ast.Subscript):
+                        changed |= self.store_activity(n, target.value.id, n.value)
+                elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Subscript):
+                    changed |= self.store_activity(n, n.target.value.id, n.value)
+                elif isinstance(n, ast.Call) and (tg_name(n) or "").startswith("atomic_"):
+                    changed |= self.store_activity(n, n.args[0].id, n.args[2])
+
+    def store_activity(self, at: ast.AST, array: str, value: ast.expr) -> bool:
+        if not self.active(value) or array in self.active_arrays:
+            return False
+        if array in self.memory_kind:
+            self.active_arrays.add(array)
+            return True
+        raise self.fail(at, f"this stores a value that depends on the differentiated inputs into "
+                            f"{array}, which is Const, so its derivative would be lost; pass "
+                            f"Duplicated({array}, d{array}) (or DuplicatedNoNeed)")
+
+    def active(self, e: ast.expr) -> bool:
+        """Does ``e`` carry a derivative (a float depending on an active input)?"""
+        if not self.is_float(e):
+            return False
+        for n in ast.walk(e):
+            if isinstance(n, ast.Name) and n.id in self.active_names:
+                return True
+            if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) \
+                    and n.value.id in self.active_arrays:
+                return True
+        return False
+
+    def saved_locals(self) -> set[str]:
+        """Locals whose old value must be saved when they are reassigned."""
+        counts: dict[str, int] = {}
+        in_loop: set[str] = set()
+
+        def visit(stmts: list[ast.stmt], looped: bool) -> None:
+            for s in stmts:
+                targets: list[ast.expr] = []
+                if isinstance(s, ast.Assign):
+                    t = s.targets[0]
+                    targets = t.elts if isinstance(t, ast.Tuple) else [t]
+                elif isinstance(s, ast.For):
+                    targets = [s.target]
+                for t in targets:
+                    if isinstance(t, ast.Name):
+                        counts[t.id] = counts.get(t.id, 0) + 1
+                        if looped:
+                            in_loop.add(t.id)
+                if isinstance(s, (ast.For, ast.While)):
+                    visit(s.body, True)
+                elif isinstance(s, ast.If):
+                    visit(s.body, looped)
+                    visit(s.orelse, looped)
+        visit(self.body, False)
+        saved = {n for n, c in counts.items() if c > 1 or n in in_loop}
+        saved -= set(self.memory_kind)
+        for n in saved:
+            if isinstance(self.tk.locals.get(n), TupleT):
+                node = next(x for x in ast.walk(ast.Module(body=self.body, type_ignores=[]))
+                            if isinstance(x, ast.Name) and x.id == n)
+                raise self.fail(node, f"{n} holds a tuple and is reassigned; differentiated "
+                                      "kernels need it unpacked into scalars")
+        return saved
+
+    def own_indices(self) -> dict[str, str]:
+        """For each array, 'plain' if every read uses this work-item's own index."""
+        counts: dict[str, int] = {}
+        for n in ast.walk(ast.Module(body=self.body, type_ignores=[])):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                counts[n.id] = counts.get(n.id, 0) + 1
+        linear: set[str] = set()
+        components: dict[str, int] = {}
+        tuples: set[str] = set()
+        local_linear: set[str] = set()
+        local_components: dict[str, int] = {}
+        for s in self.body:   # top-level, assigned once: fixed for the whole work-item
+            if not isinstance(s, ast.Assign):
+                continue
+            t, name = s.targets[0], tg_name(s.value)
+            if isinstance(t, ast.Name) and counts.get(t.id) == 1:
+                if name == "global_index":
+                    linear.add(t.id)
+                elif name == "global_indices":
+                    tuples.add(t.id)
+                elif name == "local_index":
+                    local_linear.add(t.id)
+            if isinstance(t, ast.Tuple) and name in ("global_indices", "local_indices") and all(
+                    isinstance(e, ast.Name) and counts.get(e.id) == 1 for e in t.elts):
+                target = components if name == "global_indices" else local_components
+                for k, e in enumerate(t.elts):
+                    target[e.id] = k
+        rank = self.tk.rank
+
+        def own(array: str, idx: ast.expr) -> bool:
+            is_local = self.memory_kind.get(array) == "localmem"
+            if self.memory_kind.get(array) == "private":
+                return True
+            lin = local_linear if is_local else linear
+            comp = local_components if is_local else components
+            call = "local_index" if is_local else "global_index"
+            if isinstance(idx, ast.Name) and (idx.id in lin or (rank == 1 and comp.get(idx.id) == 0)):
+                return True
+            if tg_name(idx) == call:
+                return True
+            if not is_local and isinstance(idx, ast.Name) and idx.id in tuples:
+                return True
+            if isinstance(idx, ast.Tuple) and len(idx.elts) == rank and all(
+                    isinstance(e, ast.Name) and comp.get(e.id) == k for k, e in enumerate(idx.elts)):
+                return True
+            return False
+
+        result: dict[str, str] = {}
+        for n in ast.walk(ast.Module(body=self.body, type_ignores=[])):
+            if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) \
+                    and isinstance(n.ctx, ast.Load):
+                a = n.value.id
+                ok = own(a, n.slice)
+                result[a] = "plain" if ok and result.get(a, "plain") == "plain" else "atomic"
+        return result
+
+    # -- stacks -----------------------------------------------------------------------------
+    def push(self, value: ast.expr, is_float: bool) -> list[ast.stmt]:
+        kind = "f" if is_float else "i"
+        self.uses_stack[kind] = True
+        if self.loop_depth == 0:
+            self.static_pushes += 1
+        stack, sp = f"_{kind}stack", f"_{kind}sp"
+        store = ast.Subscript(value=_n(stack), slice=_n(sp), ctx=ast.Store())
+        guard = ast.Compare(left=_n(sp), ops=[ast.Lt()], comparators=[_n("_stack_depth")])
+        return [ast.If(test=guard, body=[_assign(store, value)], orelse=[]),
+                _assign(sp, _add(_n(sp), _c(1)))]
+
+    def pop(self, target: ast.expr, is_float: bool) -> list[ast.stmt]:
+        kind = "f" if is_float else "i"
+        stack, sp = f"_{kind}stack", f"_{kind}sp"
+        load = ast.Subscript(value=_n(stack), slice=_n(sp), ctx=ast.Load())
+        guard = ast.Compare(left=_n(sp), ops=[ast.Lt()], comparators=[_n("_stack_depth")])
+        return [_assign(sp, ast.BinOp(left=_n(sp), op=ast.Sub(), right=_c(1))),
+                ast.If(test=guard, body=[_assign(target, load)], orelse=[])]
+
+    def local_is_float(self, name: str) -> bool:
+        t = self.tk.locals.get(name) or self.tk.argtypes[self.ir.params.index(name)]
+        return isinstance(t, Scalar) and t.is_float
+
+    def element_is_float(self, array: str) -> bool:
+        if array in self.memory_kind:
+            decl = next(s for s in self.decls if s.targets[0].id == array)
+            return self.tk.static_shapes[id(decl.value)][0].startswith("float")
+        t = self.tk.argtypes[self.ir.params.index(array)]
+        return t.dtype.startswith("float")
+
+    # -- the sweeps -------------------------------------------------------------------------
+    def build(self) -> Adjoint:
+        self.analyse()
+        body = [s for s in self.body if s not in self.decls]
+        fwd, rev = self.block(body)
+        ir, tk = self.ir, self.tk
+        shadow_params, shadow_of = [], {}
+        for p in ir.params:
+            if self.activity[p] == "dup":
+                shadow_params.append(f"{p}_bar")
+                shadow_of[f"{p}_bar"] = p
+        scalar_params = [p for p in ir.params if self.activity[p] == "active"]
+        out_params = [f"{p}_bar_out" for p in scalar_params]
+        depth = 0
+        uses_status = any(self.uses_stack.values())
+        if uses_status:
+            has_loop = any(isinstance(n, (ast.For, ast.While))
+                           for n in ast.walk(ast.Module(body=body, type_ignores=[])))
+            depth = self.requested_depth or (DEFAULT_STACK if has_loop
+                                             else max(1, self.static_pushes))
+        head: list[ast.stmt] = [copy.deepcopy(d) for d in self.decls]
+        head += self.shadow_declarations()
+        if uses_status:
+            head.append(_assign("_stack_depth", _c(depth)))
+            for kind, dtype in (("f", "float64"), ("i", "int64")):
+                if self.uses_stack[kind]:
+                    head.append(_assign(f"_{kind}stack", tg_call("private", [
+                        _c(f"dtype:{dtype}"), ast.Tuple(elts=[_c(depth)], ctx=ast.Load())])))
+                    head.append(_assign(f"_{kind}sp", _c(0)))
+        inits: list[ast.stmt] = []
+        for name in sorted(self.active_names):
+            inits.append(_assign(f"{name}_bar", _c(0.0)))
+        for name in sorted(self.saved - set(ir.params)):
+            t = tk.locals.get(name)
+            zero = 0.0 if (isinstance(t, Scalar) and t.is_float) else (
+                False if t == Scalar("bool") else 0)
+            inits.append(_assign(name, _c(zero)))
+        inits += self.zero_shadow_locals()
+        check: list[ast.stmt] = []
+        if uses_status:
+            sps = [_n(f"_{k}sp") for k in "fi" if self.uses_stack[k]]
+            worst = sps[0] if len(sps) == 1 else tg_call("max", sps)
+            check.append(ast.If(
+                test=ast.Compare(left=_clone(worst), ops=[ast.Gt()], comparators=[_n("_stack_depth")]),
+                body=[ast.Expr(value=tg_call("atomic_max", [_n("_status"), _c(0), _clone(worst)]))],
+                orelse=[]))
+        tail = self.scalar_reductions(scalar_params)
+        first = self.body[0] if self.body else None
+        new_body = _at(head + inits, first) + fwd + _at(check, first) + rev + _at(tail, first)
+        params = list(ir.params) + shadow_params + out_params + (["_status"] if uses_status else [])
+        adj = KernelIR(name=f"{ir.name}_adjoint", params=params, body=new_body,
+                       filename=ir.filename, lineno=ir.lineno, is_kernel=True)
+        return Adjoint(adj, shadow_of, scalar_params, self.scratch, depth, uses_status)
+
+    def shadow_declarations(self) -> list[ast.stmt]:
+        out = []
+        for s in self.decls:
+            name = s.targets[0].id
+            if name in self.active_arrays:
+                decl = copy.deepcopy(s)
+                decl.targets = [_n(f"{name}_bar", True)]
+                out.append(decl)
+        return out
+
+    def zero_shadow_locals(self) -> list[ast.stmt]:
+        """Shadows of local/private arrays start at zero (they accumulate)."""
+        out = []
+        needs_barrier = False
+        for s in self.decls:
+            name = s.targets[0].id
+            if name not in self.active_arrays:
+                continue
+            shape = self.tk.static_shapes[id(s.value)][1]
+            idx = [f"_z{k}" for k in range(len(shape))]
+            store = ast.Subscript(value=_n(f"{name}_bar"),
+                                  slice=ast.Tuple(elts=[_n(i) for i in idx], ctx=ast.Load())
+                                  if len(idx) > 1 else _n(idx[0]), ctx=ast.Store())
+            loop: ast.stmt = _assign(store, _c(0.0))
+            for k in reversed(range(len(shape))):
+                loop = ast.For(target=_n(idx[k], True), iter=ast.Call(
+                    func=_n("range"), args=[_c(shape[k])], keywords=[]), body=[loop], orelse=[])
+            if self.memory_kind[name] == "localmem":
+                first = ast.Compare(left=tg_call("local_index", []), ops=[ast.Eq()],
+                                    comparators=[_c(0)])
+                out.append(ast.If(test=first, body=[loop], orelse=[]))
+                needs_barrier = True
+            else:
+                out.append(loop)
+        if needs_barrier:
+            out.append(ast.Expr(value=tg_call("synchronize", [])))
+        return out
+
+    def scalar_reductions(self, scalars: list[str]) -> list[ast.stmt]:
+        """Sum each Active scalar's adjoint over the workgroup, then one atomic add per group."""
+        if not scalars:
+            return []
+        size = 1
+        for w in self.tk.groupsize:
+            size *= w
+        out: list[ast.stmt] = []
+        for p in scalars:
+            red = f"{p}_bar_group"
+            out.append(_assign(red, tg_call("localmem", [_c("dtype:float64"),
+                                                          ast.Tuple(elts=[_c(size)], ctx=ast.Load())])))
+        # zero first: work-items past the ndrange never run, so their slots must hold 0
+        zero_loop = ast.For(target=_n("_k", True), iter=ast.Call(func=_n("range"), args=[_c(size)],
+                                                                 keywords=[]),
+                            body=[_assign(ast.Subscript(value=_n(f"{p}_bar_group"), slice=_n("_k"),
+                                                        ctx=ast.Store()), _c(0.0)) for p in scalars],
+                            orelse=[])
+        is_first = ast.Compare(left=tg_call("local_index", []), ops=[ast.Eq()], comparators=[_c(0)])
+        out.append(ast.If(test=is_first, body=[zero_loop], orelse=[]))
+        out.append(ast.Expr(value=tg_call("synchronize", [])))
+        for p in scalars:
+            out.append(_assign(ast.Subscript(value=_n(f"{p}_bar_group"),
+                                             slice=tg_call("local_index", []), ctx=ast.Store()),
+                               _n(f"{p}_bar")))
+        out.append(ast.Expr(value=tg_call("synchronize", [])))
+        body: list[ast.stmt] = []
+        for p in scalars:
+            body.append(_assign(f"{p}_bar_sum", _c(0.0)))
+        body.append(ast.For(target=_n("_k", True), iter=ast.Call(func=_n("range"), args=[_c(size)],
+                                                                keywords=[]),
+                            body=[_assign(f"{p}_bar_sum", _add(_n(f"{p}_bar_sum"), ast.Subscript(
+                                value=_n(f"{p}_bar_group"), slice=_n("_k"), ctx=ast.Load())))
+                                for p in scalars], orelse=[]))
+        for p in scalars:
+            body.append(ast.Expr(value=tg_call("atomic_add", [_n(f"{p}_bar_out"), _c(0),
+                                                              _n(f"{p}_bar_sum")])))
+        out.append(ast.If(test=copy.deepcopy(is_first), body=body, orelse=[]))
+        return out
+
+    def block(self, stmts: list[ast.stmt]) -> tuple[list[ast.stmt], list[ast.stmt]]:
+        """Forward and reverse code of a statement list (reverse already reversed)."""
+        fwd: list[ast.stmt] = []
+        rev_parts: list[list[ast.stmt]] = []
+        for s in stmts:
+            f, r = self.stmt(s)
+            fwd.extend(_at(f, s))
+            rev_parts.append(_at(r, s))
+        rev = [x for part in reversed(rev_parts) for x in part]
+        return fwd, rev
+
+    def stmt(self, s: ast.stmt) -> tuple[list[ast.stmt], list[ast.stmt]]:
+        if isinstance(s, ast.Assign):
+            return self.assign(s)
+        if isinstance(s, ast.AugAssign):
+            return self.accumulate(s)
+        if isinstance(s, ast.Expr):
+            name = tg_name(s.value)
+            if name == "synchronize":
+                return [s], [copy.deepcopy(s)]
+            if name and name.startswith("atomic_"):
+                return self.atomic(s)
+            return [s], []
+        if isinstance(s, ast.If):
+            return self.branch(s)
+        if isinstance(s, ast.For):
+            return self.for_loop(s)
+        if isinstance(s, ast.While):
+            return self.while_loop(s)
+        if isinstance(s, ast.Pass):
+            return [], []
+        raise self.fail(s, f"{type(s).__name__} cannot be differentiated here")
+
+    def check_no_atomic_results(self, e: ast.expr) -> None:
+        for n in ast.walk(e):
+            if isinstance(n, ast.Call) and (tg_name(n) or "").startswith("atomic_"):
+                raise self.fail(n, "the value returned by an atomic depends on the order in which "
+                                   "work-items run, so a differentiated kernel cannot use it; call "
+                                   "the atomic as a statement")
+
+    def assign(self, s: ast.Assign) -> tuple[list[ast.stmt], list[ast.stmt]]:
+        target = s.targets[0]
+        self.check_no_atomic_results(s.value)
+        fwd: list[ast.stmt] = []
+        rev: list[ast.stmt] = []
+        if isinstance(target, ast.Name):
+            name = target.id
+            if name in self.saved:
+                fwd += self.push(_n(name), self.local_is_float(name))
+            fwd.append(s)
+            if name in self.active_names:
+                adj = self.fresh("a")
+                rev += [_assign(adj, _n(f"{name}_bar")), _assign(f"{name}_bar", _c(0.0))]
+            if name in self.saved:
+                rev += self.pop(_n(name, True), self.local_is_float(name))
+            if name in self.active_names:
+                rev += self.backprop(s.value, _n(adj))
+            return fwd, rev
+        if isinstance(target, ast.Tuple):
+            names = [e.id for e in target.elts]
+            for name in names:
+                if name in self.saved:
+                    fwd += self.push(_n(name), self.local_is_float(name))
+            fwd.append(s)
+            for name in reversed(names):
+                if name in self.saved:
+                    rev += self.pop(_n(name, True), self.local_is_float(name))
+            return fwd, rev
+        # a store A[idx] = e
+        array = target.value.id
+        replay = array in self.replayed
+        if replay:
+            old = ast.Subscript(value=_n(array), slice=_clone(target.slice), ctx=ast.Load())
+            fwd += self.push(old, self.element_is_float(array))
+            fwd.append(s)
+        if array in self.active_arrays:
+            adj = self.fresh("a")
+            shadow = ast.Subscript(value=_n(f"{array}_bar"), slice=_clone(target.slice),
+                                   ctx=ast.Load())
+            rev += [_assign(adj, shadow), _assign(ast.Subscript(
+                value=_n(f"{array}_bar"), slice=_clone(target.slice), ctx=ast.Store()), _c(0.0))]
+        if replay:
+            restore = ast.Subscript(value=_n(array), slice=_clone(target.slice), ctx=ast.Store())
+            rev += self.pop(restore, self.element_is_float(array))
+        if array in self.active_arrays:
+            rev += self.backprop(s.value, _n(adj))
+        return fwd, rev
+
+    def accumulate(self, s: ast.AugAssign) -> tuple[list[ast.stmt], list[ast.stmt]]:
+        """``A[idx] += e`` / ``-= e``: the adjoint reads the shadow without consuming it."""
+        target = s.target
+        array = target.value.id
+        self.check_no_atomic_results(s.value)
+        fwd: list[ast.stmt] = []
+        rev: list[ast.stmt] = []
+        if array in self.replayed:
+            old = ast.Subscript(value=_n(array), slice=_clone(target.slice), ctx=ast.Load())
+            fwd += self.push(old, self.element_is_float(array))
+            fwd.append(s)
+            restore = ast.Subscript(value=_n(array), slice=_clone(target.slice), ctx=ast.Store())
+            rev += self.pop(restore, self.element_is_float(array))
+        if array in self.active_arrays and self.active(s.value):
+            adj = self.fresh("a")
+            shadow = ast.Subscript(value=_n(f"{array}_bar"), slice=_clone(target.slice),
+                                   ctx=ast.Load())
+            g: ast.expr = _n(adj)
+            rev += [_assign(adj, shadow)]
+            if isinstance(s.op, ast.Sub):
+                g = _neg(g)
+            rev += self.backprop(s.value, g)
+        return fwd, rev
+
+    def atomic(self, s: ast.Expr) -> tuple[list[ast.stmt], list[ast.stmt]]:
+        call = s.value
+        name = tg_name(call)
+        array = call.args[0].id
+        if array in self.memory_kind:
+            raise self.fail(s, f"tg.{name} on local or private memory cannot be differentiated "
+                               "yet; accumulate into an argument array instead")
+        if array in self.loaded:
+            raise self.fail(s, f"the kernel both reads {array} and updates it with tg.{name}; "
+                               "the reads would depend on the order of the atomics, so this "
+                               "cannot be differentiated")
+        if array not in self.active_arrays or not self.active(call.args[2]):
+            return [], []
+        if name in ("atomic_min", "atomic_max"):
+            raise self.fail(s, f"the derivative of tg.{name} is not supported: it would go to "
+                               "whichever work-item won; compute the extremum, then recompute "
+                               "which element attains it in a second kernel")
+        adj = self.fresh("a")
+        shadow = ast.Subscript(value=_n(f"{array}_bar"), slice=_clone(call.args[1]), ctx=ast.Load())
+        g: ast.expr = _n(adj)
+        if name == "atomic_sub":
+            g = _neg(g)
+        return [], [_assign(adj, shadow)] + self.backprop(call.args[2], g)
+
+    def branch(self, s: ast.If) -> tuple[list[ast.stmt], list[ast.stmt]]:
+        flag = self.fresh("branch")
+        test = copy.deepcopy(s.test)
+        self.check_no_atomic_results(test)
+        f_body, r_body = self.block(s.body)
+        f_else, r_else = self.block(s.orelse)
+        fwd: list[ast.stmt] = [_assign(flag, tg_call("bool", [test])),
+                               ast.If(test=_n(flag), body=f_body or [ast.Pass()], orelse=f_else)]
+        rev: list[ast.stmt] = []
+        if self.loop_depth:
+            fwd += self.push(_n(flag), False)
+            rev += self.pop(_n(flag, True), False)
+        if r_body or r_else:
+            rev.append(ast.If(test=_n(flag), body=r_body or [ast.Pass()], orelse=r_else))
+        return fwd, rev
+
+    def for_loop(self, s: ast.For) -> tuple[list[ast.stmt], list[ast.stmt]]:
+        args = s.iter.args
+        start = args[0] if len(args) > 1 else _c(0)
+        stop = args[1] if len(args) > 1 else args[0]
+        step = args[2] if len(args) > 2 else _c(1)
+        count, first, stride = self.fresh("trips"), self.fresh("start"), self.fresh("step")
+        k = s.target.id
+        self.loop_depth += 1
+        f_body, r_body = self.block(s.body)
+        self.loop_depth -= 1
+        fwd: list[ast.stmt] = []
+        rev: list[ast.stmt] = []
+        if k in self.saved:
+            fwd += self.push(_n(k), False)
+        fwd += [_assign(first, copy.deepcopy(start)), _assign(stride, copy.deepcopy(step)),
+                _assign(count, _c(0))]
+        loop = ast.For(target=_n(k, True), iter=ast.Call(
+            func=_n("range"), args=[_n(first), copy.deepcopy(stop), _n(stride)], keywords=[]),
+            body=[_assign(count, _add(_n(count), _c(1)))] + f_body, orelse=[])
+        fwd.append(loop)
+        if self.loop_depth:
+            for v in (count, first, stride):
+                fwd += self.push(_n(v), False)
+            for v in (stride, first, count):
+                rev += self.pop(_n(v, True), False)
+        back = self.fresh("r")
+        # k runs backwards: the r-th reverse iteration is forward iteration count - 1 - r
+        k_value = _add(_n(first), _mul(ast.BinOp(left=ast.BinOp(left=_n(count), op=ast.Sub(),
+                                                                right=_c(1)),
+                                                 op=ast.Sub(), right=_n(back)), _n(stride)))
+        rev.append(ast.For(target=_n(back, True), iter=ast.Call(func=_n("range"), args=[_n(count)],
+                                                                keywords=[]),
+                           body=[_assign(k, k_value)] + (r_body or []), orelse=[]))
+        if k in self.saved:
+            rev += self.pop(_n(k, True), False)
+        return fwd, rev
+
+    def while_loop(self, s: ast.While) -> tuple[list[ast.stmt], list[ast.stmt]]:
+        count = self.fresh("trips")
+        self.check_no_atomic_results(s.test)
+        self.loop_depth += 1
+        f_body, r_body = self.block(s.body)
+        self.loop_depth -= 1
+        fwd: list[ast.stmt] = [_assign(count, _c(0)), ast.While(
+            test=copy.deepcopy(s.test), body=[_assign(count, _add(_n(count), _c(1)))] + f_body,
+            orelse=[])]
+        rev: list[ast.stmt] = []
+        if self.loop_depth:
+            fwd += self.push(_n(count), False)
+            rev += self.pop(_n(count, True), False)
+        back = self.fresh("r")
+        rev.append(ast.For(target=_n(back, True), iter=ast.Call(func=_n("range"), args=[_n(count)],
+                                                                keywords=[]),
+                           body=r_body or [ast.Pass()], orelse=[]))
+        return fwd, rev
+
+    # -- adjoint propagation through an expression ------------------------------------------
+    def backprop(self, e: ast.expr, g: ast.expr) -> list[ast.stmt]:
+        """Statements adding ``g * d e / d (each active leaf)`` into the leaves' adjoints."""
+        if not self.active(e):
+            return []
+        if isinstance(e, ast.Name):
+            return [_assign(f"{e.id}_bar", _add(_n(f"{e.id}_bar"), g))]
+        if isinstance(e, ast.Subscript):
+            array = e.value.id
+            shadow = f"{array}_bar"
+            if self.own.get(array) == "plain":
+                target = ast.Subscript(value=_n(shadow), slice=_clone(e.slice), ctx=ast.Store())
+                return [ast.AugAssign(target=target, op=ast.Add(), value=g)]
+            return [ast.Expr(value=tg_call("atomic_add", [_n(shadow), _clone(e.slice), g]))]
+        out: list[ast.stmt] = []
+        if not isinstance(g, (ast.Name, ast.Constant, ast.UnaryOp)):
+            tmp = self.fresh("g")
+            out.append(_assign(tmp, g))
+            g = _n(tmp)
+        if isinstance(e, ast.BinOp):
+            a, b, op = e.left, e.right, e.op
+            if isinstance(op, ast.Add):
+                return out + self.backprop(a, g) + self.backprop(b, _clone(g))
+            if isinstance(op, ast.Sub):
+                return out + self.backprop(a, g) + self.backprop(b, _neg(_clone(g)))
+            if isinstance(op, ast.Mult):
+                return out + self.backprop(a, _mul(g, _clone(b))) + \
+                    self.backprop(b, _mul(_clone(g), _clone(a)))
+            if isinstance(op, ast.Div):
+                da = ast.BinOp(left=g, op=ast.Div(), right=_clone(b))
+                db = _neg(ast.BinOp(left=_mul(_clone(g), _clone(e)), op=ast.Div(), right=_clone(b)))
+                return out + self.backprop(a, da) + self.backprop(b, db)
+            if isinstance(op, ast.Pow):
+                if isinstance(b, ast.Constant):
+                    p = b.value
+                    da = _mul(g, _mul(_c(float(p)), ast.BinOp(left=_clone(a), op=ast.Pow(),
+                                                             right=_c(p - 1))))
+                    return out + self.backprop(a, da)
+                da = _mul(g, _mul(_clone(b), ast.BinOp(left=_clone(a), op=ast.Pow(),
+                                                     right=ast.BinOp(left=_clone(b), op=ast.Sub(),
+                                                                     right=_c(1.0)))))
+                db = _mul(_clone(g), _mul(_clone(e), tg_call("log", [_clone(a)])))
+                return out + self.backprop(a, da) + self.backprop(b, db)
+            if isinstance(op, ast.Mod):
+                quotient = tg_call("floor", [ast.BinOp(left=_clone(a), op=ast.Div(), right=_clone(b))])
+                return out + self.backprop(a, g) + self.backprop(b, _neg(_mul(_clone(g), quotient)))
+            return out   # // and bit operations have zero derivative
+        if isinstance(e, ast.UnaryOp):
+            if isinstance(e.op, ast.USub):
+                return out + self.backprop(e.operand, _neg(g))
+            if isinstance(e.op, ast.UAdd):
+                return out + self.backprop(e.operand, g)
+            return out
+        if isinstance(e, ast.IfExp):
+            return out + [ast.If(test=_clone(e.test), body=self.backprop(e.body, g) or [ast.Pass()],
+                                 orelse=self.backprop(e.orelse, _clone(g)))]
+        if isinstance(e, ast.Call):
+            return out + self.backprop_call(e, g)
+        return out
+
+    def backprop_call(self, e: ast.Call, g: ast.expr) -> list[ast.stmt]:
+        name = tg_name(e)
+        args = e.args
+        if name == "where":
+            return [ast.If(test=_clone(args[0]), body=self.backprop(args[1], g) or [ast.Pass()],
+                           orelse=self.backprop(args[2], _clone(g)))]
+        if name in ("min", "max"):
+            first, rest = args[0], args[1:]
+            other = rest[0] if len(rest) == 1 else tg_call(name, [_clone(a) for a in rest])
+            op = ast.GtE() if name == "max" else ast.LtE()
+            return [ast.If(test=ast.Compare(left=_clone(first), ops=[op], comparators=[_clone(other)]),
+                           body=self.backprop(first, g) or [ast.Pass()],
+                           orelse=self.backprop(other, _clone(g)))]
+        try:
+            parts = partials(name, [_clone(a) for a in args], _clone(e))
+        except KeyError:
+            raise self.fail(e, f"tg.{name} has no derivative rule") from None
+        out: list[ast.stmt] = []
+        for arg, p in zip(args, parts):
+            if p is not None and self.active(arg):
+                out += self.backprop(arg, _mul(_clone(g), p))
+        return out
