@@ -122,7 +122,7 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
         kernel.cache[key] = (adjoint, launcher)
     derivs = []
     out_iter = iter(outs)
-    for p, a in zip(params, annotated):
+    for a in annotated:
         if isinstance(a, Active):
             value = float(backend.to_numpy(next(out_iter))[0])
             derivs.append(type(a.val)(value) if isinstance(a.val, np.floating) else value)

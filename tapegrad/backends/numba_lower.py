@@ -288,7 +288,12 @@ def emit_statements(body: list[ast.stmt], low: ExprLowering, out: Printer, depth
             emit_statements(s.body, low, out, depth + 1, special)
         elif isinstance(s, ast.For):
             args = ", ".join(ast.unparse(low.expr(a)) for a in s.iter.args)
-            out.emit(f"for {ast.unparse(low.store_target(s.target))} in range({args}):", depth)
+            target = ast.unparse(low.store_target(s.target))
+            if "[" in target:   # a promoted loop variable: loop over a plain name, then store
+                out.emit(f"for _k_{s.target.id} in range({args}):", depth)
+                out.emit(f"{target} = _k_{s.target.id}", depth + 1)
+            else:
+                out.emit(f"for {target} in range({args}):", depth)
             emit_statements(s.body, low, out, depth + 1, special)
         elif isinstance(s, ast.Return):
             if s.value is None:

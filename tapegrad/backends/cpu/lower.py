@@ -296,9 +296,10 @@ class _KernelWriter:
     # -- kernels with barriers ----------------------------------------------------------
     def write_with_barriers(self, body: list[ast.stmt], decls: list[ast.stmt]) -> None:
         uniform = self.uniform_names(body, decls)
+        self.hoisted = self.group_level_names(body, uniform)
         blocks = self.structure(body, uniform)
         segments = list(_segments(blocks))
-        cheap = self.cheap_locals(body, uniform)
+        cheap = self.cheap_locals(body, self.hoisted)
         users: dict[str, int] = {}
         for seg in segments:
             seg.uses = set().union(*(names_in(s) for s in seg.stmts)) if seg.stmts else set()
@@ -306,7 +307,7 @@ class _KernelWriter:
                 users[name] = users.get(name, 0) + 1
         local_arrays = {s.targets[0].id for s in decls}
         private = {s.targets[0].id for s in decls if memory_decl(s) == "private"}
-        item_locals = set(self.tk.locals) - uniform - local_arrays
+        item_locals = set(self.tk.locals) - self.hoisted - local_arrays
         promoted = {n for n in item_locals if users.get(n, 0) > 1 and n not in cheap}
         for n in sorted(promoted):
             t = self.tk.locals[n]
@@ -365,12 +366,43 @@ class _KernelWriter:
             changed = False
             for n in sorted(candidates & uniform):
                 for a in group_assigns[n]:
-                    value = a.iter if isinstance(a, ast.For) else a.value
-                    if not is_uniform(value, uniform):
+                    values = a.iter.args if isinstance(a, ast.For) else [a.value]
+                    if not all(is_uniform(v, uniform) for v in values):
                         uniform.discard(n)
                         changed = True
                         break
         return uniform
+
+    def group_level_names(self, body: list[ast.stmt], uniform: set[str]) -> set[str]:
+        """The uniform locals computed once per group: those that group-level control flow
+        (loops and branches holding barriers) needs, directly or through other such locals.
+        Other uniform locals stay ordinary work-item locals, so they do not split loops."""
+        assigns: dict[str, list[ast.stmt]] = {}
+        needed: set[str] = set()
+
+        def visit(stmts: list[ast.stmt]) -> None:
+            for s in stmts:
+                name = _single_target(s)
+                if name is not None:
+                    assigns.setdefault(name, []).append(s)
+                if contains_barrier(s) and isinstance(s, (ast.For, ast.While, ast.If)):
+                    exprs = s.iter.args if isinstance(s, ast.For) else [s.test]
+                    for e in exprs:
+                        needed.update(names_in(e))
+                    if isinstance(s, ast.For):
+                        needed.add(s.target.id)
+                    visit(s.body)
+                    visit(s.orelse)
+        visit(body)
+        params = set(self.ir.params)
+        todo = list(needed)
+        while todo:
+            name = todo.pop()
+            for a in assigns.get(name, []):
+                for dep in names_in(a.value) - needed:
+                    needed.add(dep)
+                    todo.append(dep)
+        return (needed & uniform) | (uniform & (params | set(self.tk.locals) - set(assigns)))
 
     def cheap_locals(self, body: list[ast.stmt], uniform: set[str]) -> dict[str, ast.Assign]:
         """Item locals assigned once, at top level, from indices only: recomputed, not stored."""
@@ -380,7 +412,7 @@ class _KernelWriter:
                 counts[node.id] = counts.get(node.id, 0) + 1
         cheap: dict[str, ast.Assign] = {}
         for s in body:
-            if not isinstance(s, ast.Assign):
+            if not isinstance(s, ast.Assign) or memory_decl(s):
                 continue
             target = s.targets[0]
             names = [e.id for e in target.elts] if isinstance(target, ast.Tuple) else \
@@ -409,7 +441,7 @@ class _KernelWriter:
             elif contains_barrier(s):
                 flush()
                 blocks.append(self.group_control(s, uniform))
-            elif _single_target(s) in uniform:
+            elif _single_target(s) in self.hoisted:
                 flush()
                 blocks.append(GroupStmt(s))
             else:
