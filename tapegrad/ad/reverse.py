@@ -415,44 +415,10 @@ class _Reverse:
         return out
 
     def scalar_reductions(self, scalars: list[str]) -> list[ast.stmt]:
-        """Sum each Active scalar's adjoint over the workgroup, then one atomic add per group."""
-        if not scalars:
-            return []
-        size = 1
-        for w in self.tk.groupsize:
-            size *= w
-        out: list[ast.stmt] = []
-        for p in scalars:
-            red = f"{p}_bar_group"
-            out.append(_assign(red, tg_call("localmem", [_c("dtype:float64"),
-                                                          ast.Tuple(elts=[_c(size)], ctx=ast.Load())])))
-        # zero first: work-items past the ndrange never run, so their slots must hold 0
-        zero_loop = ast.For(target=_n("_k", True), iter=ast.Call(func=_n("range"), args=[_c(size)],
-                                                                 keywords=[]),
-                            body=[_assign(ast.Subscript(value=_n(f"{p}_bar_group"), slice=_n("_k"),
-                                                        ctx=ast.Store()), _c(0.0)) for p in scalars],
-                            orelse=[])
-        is_first = ast.Compare(left=tg_call("local_index", []), ops=[ast.Eq()], comparators=[_c(0)])
-        out.append(ast.If(test=is_first, body=[zero_loop], orelse=[]))
-        out.append(ast.Expr(value=tg_call("synchronize", [])))
-        for p in scalars:
-            out.append(_assign(ast.Subscript(value=_n(f"{p}_bar_group"),
-                                             slice=tg_call("local_index", []), ctx=ast.Store()),
-                               _n(f"{p}_bar")))
-        out.append(ast.Expr(value=tg_call("synchronize", [])))
-        body: list[ast.stmt] = []
-        for p in scalars:
-            body.append(_assign(f"{p}_bar_sum", _c(0.0)))
-        body.append(ast.For(target=_n("_k", True), iter=ast.Call(func=_n("range"), args=[_c(size)],
-                                                                keywords=[]),
-                            body=[_assign(f"{p}_bar_sum", _add(_n(f"{p}_bar_sum"), ast.Subscript(
-                                value=_n(f"{p}_bar_group"), slice=_n("_k"), ctx=ast.Load())))
-                                for p in scalars], orelse=[]))
-        for p in scalars:
-            body.append(ast.Expr(value=tg_call("atomic_add", [_n(f"{p}_bar_out"), _c(0),
-                                                              _n(f"{p}_bar_sum")])))
-        out.append(ast.If(test=copy.deepcopy(is_first), body=body, orelse=[]))
-        return out
+        """Sum each Active scalar's adjoint over all work-items: backends reduce within a
+        workgroup first, then add the group's sum with one atomic."""
+        return [ast.Expr(value=tg_call("group_reduce_add", [_n(f"{p}_bar_out"), _c(0),
+                                                            _n(f"{p}_bar")])) for p in scalars]
 
     def block(self, stmts: list[ast.stmt]) -> tuple[list[ast.stmt], list[ast.stmt]]:
         """Forward and reverse code of a statement list (reverse already reversed)."""

@@ -228,6 +228,10 @@ class _KernelWriter:
             out.emit(f"_lim{d} = min({W[d]}, _n{d} - _g{d} * {W[d]})", 2)
 
         body = ir.body
+        self.group_sums = [n for n in ast.walk(ast.Module(body=body, type_ignores=[]))
+                           if isinstance(n, ast.Expr) and tg_name(n.value) == "group_reduce_add"]
+        for k, _ in enumerate(self.group_sums):
+            out.emit(f"_group_sum{k} = 0.0", 2)
         decls = [s for s in body if memory_decl(s)]
         for s in ast.walk(ast.Module(body=body, type_ignores=[])):
             if isinstance(s, ast.stmt) and memory_decl(s) and s not in decls:
@@ -241,6 +245,20 @@ class _KernelWriter:
             stmts = [s for s in body if not memory_decl(s)]
             low = CPULowering(self.tk)
             self.item_loop(stmts, low, 2, set())
+        for k, call in enumerate(self.group_sums):   # one atomic per workgroup
+            low = CPULowering(self.tk)
+            arr, idx = call.value.args[0], call.value.args[1]
+            out.emit(f"atomic_add({ast.unparse(low.expr(arr))}, {ast.unparse(low.index(idx))}, "
+                     f"_group_sum{k})", 2)
+
+    def special(self, s: ast.stmt, depth: int, low: CPULowering) -> bool:
+        """``tg.group_reduce_add(arr, idx, v)``: add v to the group's private sum; the sum goes
+        into arr[idx] with one atomic when the group is done."""
+        if isinstance(s, ast.Expr) and tg_name(s.value) == "group_reduce_add":
+            k = next(k for k, c in enumerate(self.group_sums) if c is s)
+            self.out.emit(f"_group_sum{k} += {ast.unparse(low.expr(s.value.args[2]))}", depth)
+            return True
+        return False
 
     def allocate(self, s: ast.Assign, per_item: bool) -> None:
         dtype, shape = self.tk.static_shapes[id(s.value)]
@@ -275,7 +293,7 @@ class _KernelWriter:
         if needs_flag:
             out.emit("_returned = False", inner)
         self._check_no_loop_exits(body)
-        emit_statements(body, low, out, inner)
+        emit_statements(body, low, out, inner, lambda s, d: self.special(s, d, low))
 
     def _check_no_loop_exits(self, body: list[ast.stmt]) -> None:
         """break/continue must have their loop inside the same work-item loop."""
@@ -301,14 +319,18 @@ class _KernelWriter:
         segments = list(_segments(blocks))
         cheap = self.cheap_locals(body, self.hoisted)
         users: dict[str, int] = {}
+        exposed: set[str] = set()
         for seg in segments:
             seg.uses = set().union(*(names_in(s) for s in seg.stmts)) if seg.stmts else set()
+            exposed |= upward_exposed(seg.stmts)
             for name in seg.uses:
                 users[name] = users.get(name, 0) + 1
         local_arrays = {s.targets[0].id for s in decls}
         private = {s.targets[0].id for s in decls if memory_decl(s) == "private"}
         item_locals = set(self.tk.locals) - self.hoisted - local_arrays
-        promoted = {n for n in item_locals if users.get(n, 0) > 1 and n not in cheap}
+        # a local needs one slot per work-item only if some part reads a value another wrote
+        promoted = {n for n in item_locals
+                    if users.get(n, 0) > 1 and n in exposed and n not in cheap}
         for n in sorted(promoted):
             t = self.tk.locals[n]
             if not hasattr(t, "dtype"):
@@ -500,6 +522,48 @@ class _KernelWriter:
                 if b.blocks[1]:
                     out.emit("else:", depth)
                     self.write_blocks(b.blocks[1], low, depth + 1)
+
+
+def upward_exposed(stmts: list[ast.stmt]) -> set[str]:
+    """Names that ``stmts`` may read before assigning them (so their value comes from before)."""
+    exposed: set[str] = set()
+
+    def reads(e: ast.AST | None, assigned: set[str]) -> None:
+        if e is not None:
+            exposed.update(n.id for n in ast.walk(e) if isinstance(n, ast.Name)
+                           and isinstance(n.ctx, ast.Load) and n.id not in assigned)
+
+    def block(body: list[ast.stmt], assigned: set[str]) -> set[str]:
+        assigned = set(assigned)
+        for s in body:
+            if isinstance(s, ast.Assign):
+                reads(s.value, assigned)
+                target = s.targets[0]
+                if isinstance(target, ast.Subscript):
+                    reads(target, assigned)
+                else:
+                    assigned |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+            elif isinstance(s, ast.AugAssign):
+                reads(s.value, assigned)
+                reads(s.target, assigned)
+                if isinstance(s.target, ast.Name) and s.target.id not in assigned:
+                    exposed.add(s.target.id)
+            elif isinstance(s, ast.For):
+                for a in s.iter.args:
+                    reads(a, assigned)
+                block(s.body, assigned | {s.target.id})
+            elif isinstance(s, ast.While):
+                reads(s.test, assigned)
+                block(s.body, assigned)
+            elif isinstance(s, ast.If):
+                reads(s.test, assigned)
+                assigned |= block(s.body, assigned) & block(s.orelse, assigned)
+            else:
+                reads(s, assigned)
+        return assigned
+
+    block(stmts, set())
+    return exposed
 
 
 def _single_target(s: ast.stmt) -> str | None:
