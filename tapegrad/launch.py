@@ -43,7 +43,7 @@ def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
                     stack_depth: int | None) -> tuple[Any, Any]:
     """The reverse-mode pipeline: kernel IR -> normalized, typed -> adjoint IR -> compiled."""
     ir = kernel_ir(kernel)                                          # parse, check, resolve
-    flat = normalize(ir, kernel_ir)                                 # inline, remove exits
+    flat = normalize(ir, kernel_ir, keep=lambda f: f.reverse_rule is not None)  # inline...
     typed = specialize(flat, argtypes, rank, groupsize, kernel_ir)  # infer types
     adjoint = reverse_kernel(typed, activity, stack_depth)          # generate the adjoint
     extra = [argtypes[ir.params.index(p)] for p in adjoint.shadow_of.values()]

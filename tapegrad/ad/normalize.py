@@ -21,14 +21,17 @@ from tapegrad.errors import KernelSyntaxError, located
 from tapegrad.frontend.ir import KernelIR, tg_name
 
 
-def normalize(ir: KernelIR, func_ir: Callable[[Any], KernelIR]) -> KernelIR:
-    """Inline device functions, then remove exits, augmented and tuple assignments."""
-    body = _Inliner(ir, func_ir).block(ir.body)
+def normalize(ir: KernelIR, func_ir: Callable[[Any], KernelIR],
+              keep: Callable[[Any], bool] = lambda func: False) -> KernelIR:
+    """Inline device functions (except those ``keep`` names: they carry their own derivative
+    rules), then remove exits, augmented and tuple assignments."""
+    inliner = _Inliner(ir, func_ir, keep)
+    body = inliner.block(ir.body)
     body = lower_augmented(body)
     body = split_tuple_assignments(body)
     body = remove_exits(body, ir)
     out = KernelIR(name=ir.name, params=list(ir.params), body=body, filename=ir.filename,
-                   lineno=ir.lineno, is_kernel=ir.is_kernel, funcs={}, locals=set())
+                   lineno=ir.lineno, is_kernel=ir.is_kernel, funcs=inliner.kept, locals=set())
     out.locals = assigned_names(body) - set(ir.params)
     return out
 
@@ -60,9 +63,12 @@ def _locate(node: ast.AST, like: ast.AST) -> ast.AST:
 # -- inlining -------------------------------------------------------------------------------
 
 class _Inliner:
-    def __init__(self, ir: KernelIR, func_ir: Callable[[Any], KernelIR]):
+    def __init__(self, ir: KernelIR, func_ir: Callable[[Any], KernelIR],
+                 keep: Callable[[Any], bool]):
         self.ir = ir
         self.func_ir = func_ir
+        self.keep = keep
+        self.kept: dict[str, Any] = {}
         self.count = 0
         self.stack: list[str] = []
 
@@ -109,7 +115,11 @@ class _Inliner:
                 self.generic_visit(node)
                 if tg_name(node) is None and isinstance(node.func, ast.Name) \
                         and node.func.id in funcs:
-                    return inliner.inline(funcs[node.func.id], node, pre, at)
+                    func = funcs[node.func.id]
+                    if inliner.keep(func):
+                        inliner.kept[node.func.id] = func
+                        return node
+                    return inliner.inline(func, node, pre, at)
                 return node
 
         return Rewrite().visit(copy.deepcopy(e))

@@ -104,6 +104,7 @@ class _Reverse:
         self.uses_stack = {"f": False, "i": False}
         self.static_pushes = 0
         self.body = self.ir.body
+        self.rules: dict[str, object] = {}
 
     def fail(self, node: ast.AST, message: str) -> KernelSyntaxError:
         return located(node, self.ir.filename, message)
@@ -373,7 +374,8 @@ class _Reverse:
         new_body = _at(head + inits, first) + fwd + _at(check, first) + rev + _at(tail, first)
         params = list(ir.params) + shadow_params + out_params + (["_status"] if uses_status else [])
         adj = KernelIR(name=f"{ir.name}_adjoint", params=params, body=new_body,
-                       filename=ir.filename, lineno=ir.lineno, is_kernel=True)
+                       filename=ir.filename, lineno=ir.lineno, is_kernel=True,
+                       funcs={**ir.funcs, **self.rules})
         return Adjoint(adj, shadow_of, scalar_params, self.scratch, depth, uses_status)
 
     def shadow_declarations(self) -> list[ast.stmt]:
@@ -691,6 +693,19 @@ class _Reverse:
     def backprop_call(self, e: ast.Call, g: ast.expr) -> list[ast.stmt]:
         name = tg_name(e)
         args = e.args
+        if name is None:   # a device function with a hand-written reverse rule
+            func = self.ir.funcs[e.func.id]
+            rule = f"{e.func.id}_reverse"
+            self.rules[rule] = func.reverse_rule
+            result = self.fresh("rule")
+            out: list[ast.stmt] = [_assign(result, ast.Call(
+                func=_n(rule), args=[_clone(a) for a in args] + [_clone(g)], keywords=[]))]
+            scalars = [a for a in args if not isinstance(self.T(a), Array)]
+            for k, arg in enumerate(scalars):
+                part = _n(result) if len(scalars) == 1 else ast.Subscript(
+                    value=_n(result), slice=_c(k), ctx=ast.Load())
+                out += self.backprop(arg, part)
+            return out
         if name == "where":
             return [ast.If(test=_clone(args[0]), body=self.backprop(args[1], g) or [ast.Pass()],
                            orelse=self.backprop(args[2], _clone(g)))]

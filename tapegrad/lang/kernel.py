@@ -36,6 +36,32 @@ class Func:
     def __call__(self, *args: Any) -> Any:
         return self.pyfunc(*args)
 
+    def reverse(self, rule: Callable[..., Any]) -> Func:
+        """Decorator: a hand-written reverse rule, used instead of differentiating the body.
+
+        ``rule(*args, r_bar)`` is written in the kernel language and returns the adjoint of
+        each argument (a tuple when there are several) given the adjoint ``r_bar`` of the result.
+
+        >>> import math, tapegrad as tg
+        >>> @tg.func
+        ... def softplus(x):
+        ...     return math.log1p(math.exp(x))
+        >>> @softplus.reverse
+        ... def softplus_reverse(x, r_bar):
+        ...     return r_bar / (1.0 + math.exp(-x))
+        """
+        from tapegrad.frontend.checks import check_syntax
+        check_syntax(rule, is_kernel=False)
+        self.reverse_rule = Func(rule)
+        return self.reverse_rule
+
+    def forward(self, rule: Callable[..., Any]) -> Func:
+        """Decorator: a hand-written forward rule ``rule(*args, *arg_dots) -> r_dot``."""
+        from tapegrad.frontend.checks import check_syntax
+        check_syntax(rule, is_kernel=False)
+        self.forward_rule = Func(rule)
+        return self.forward_rule
+
     def __repr__(self) -> str:
         return f"<tg.func {self.name}>"
 
