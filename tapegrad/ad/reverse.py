@@ -112,6 +112,14 @@ class _Reverse:
     def T(self, node: ast.AST):
         return self.tk.types.get(id(node))
 
+    def clone(self, e: ast.expr) -> ast.expr:
+        """A copy of ``e`` whose nodes keep their inferred types (so activity still works)."""
+        copied = copy.deepcopy(e)
+        for old, new in zip(ast.walk(e), ast.walk(copied)):
+            if id(old) in self.tk.types:
+                self.tk.types[id(new)] = self.tk.types[id(old)]
+        return copied
+
     def fresh(self, stem: str) -> str:
         self.count += 1
         return f"_{stem}{self.count}"
@@ -375,7 +383,7 @@ class _Reverse:
         params = list(ir.params) + shadow_params + out_params + (["_status"] if uses_status else [])
         adj = KernelIR(name=f"{ir.name}_adjoint", params=params, body=new_body,
                        filename=ir.filename, lineno=ir.lineno, is_kernel=True,
-                       funcs={**ir.funcs, **self.rules})
+                       funcs={**ir.funcs, **self.rules}, generated=True)
         return Adjoint(adj, shadow_of, scalar_params, self.scratch, depth, uses_status)
 
     def shadow_declarations(self) -> list[ast.stmt]:
@@ -711,7 +719,8 @@ class _Reverse:
                            orelse=self.backprop(args[2], _clone(g)))]
         if name in ("min", "max"):
             first, rest = args[0], args[1:]
-            other = rest[0] if len(rest) == 1 else tg_call(name, [_clone(a) for a in rest])
+            other = rest[0] if len(rest) == 1 else tg_call(name, [self.clone(a) for a in rest])
+            self.tk.types[id(other)] = self.T(e)   # max(a, b, c) = max(a, max(b, c))
             op = ast.GtE() if name == "max" else ast.LtE()
             return [ast.If(test=ast.Compare(left=_clone(first), ops=[op], comparators=[_clone(other)]),
                            body=self.backprop(first, g) or [ast.Pass()],

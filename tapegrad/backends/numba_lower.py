@@ -183,7 +183,8 @@ class ExprLowering:
             fn = "abs" if name == "fabs" and isinstance(t, Scalar) and t.dtype == "float32" else f"math.{name}"
             return name_call(fn, [self.expr(args[0])])
         if name in L.BINARY_MATH:
-            return name_call(f"math.{name}", [self.coerce(a, t) for a in args])
+            fn = "np.fmod" if name == "fmod" else f"math.{name}"   # Numba has no math.fmod
+            return name_call(fn, [self.coerce(a, t) for a in args])
         if name == "abs":
             return name_call("abs", [self.expr(args[0])])
         if name in ("min", "max"):

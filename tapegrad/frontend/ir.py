@@ -26,6 +26,7 @@ class KernelIR:
     is_kernel: bool
     funcs: dict[str, Any] = field(default_factory=dict)   # name -> lang.Func
     locals: set[str] = field(default_factory=set)
+    generated: bool = False   # made by a transform (not the user's own text)
 
 
 def tg_call(name: str, args: list[ast.expr], like: ast.AST | None = None) -> ast.Call:

@@ -119,6 +119,7 @@ class GroupStmt:
     barriers (whose bodies are again lists of Segment/GroupStmt)."""
     stmt: ast.stmt
     blocks: list[list] = field(default_factory=list)
+    header: str | None = None   # the control line, when its values were computed per item
 
 
 class CPULowering(ExprLowering):
@@ -315,6 +316,7 @@ class _KernelWriter:
     def write_with_barriers(self, body: list[ast.stmt], decls: list[ast.stmt]) -> None:
         uniform = self.uniform_names(body, decls)
         self.hoisted = self.group_level_names(body, uniform)
+        self.runtime_values: dict[str, str] = {}
         blocks = self.structure(body, uniform)
         segments = list(_segments(blocks))
         cheap = self.cheap_locals(body, self.hoisted)
@@ -331,7 +333,8 @@ class _KernelWriter:
         # a local needs one slot per work-item only if some part reads a value another wrote
         promoted = {n for n in item_locals
                     if users.get(n, 0) > 1 and n in exposed and n not in cheap}
-        for n in sorted(promoted):
+        promoted |= set(self.runtime_values)
+        for n in sorted(promoted - set(self.runtime_values)):
             t = self.tk.locals[n]
             if not hasattr(t, "dtype"):
                 stmt = next(s for s in ast.walk(ast.Module(body=body, type_ignores=[]))
@@ -342,7 +345,8 @@ class _KernelWriter:
         for w in self.W:
             total *= w
         for n in sorted(promoted):
-            self.out.emit(f"{n}__items = np.empty({total}, np.{self.tk.locals[n].dtype})", 2)
+            dtype = self.runtime_values.get(n) or self.tk.locals[n].dtype
+            self.out.emit(f"{n}__items = np.empty({total}, np.{dtype})", 2)
         for s in decls:
             self.allocate(s, per_item=memory_decl(s) == "private")
         for b in blocks[:-1] + [blk for blk in blocks[-1:] if not isinstance(blk, Segment)]:
@@ -462,7 +466,7 @@ class _KernelWriter:
                 blocks.append(Segment([]))   # marks the barrier: the next segment starts anew
             elif contains_barrier(s):
                 flush()
-                blocks.append(self.group_control(s, uniform))
+                blocks.extend(self.group_control(s, uniform))
             elif _single_target(s) in self.hoisted:
                 flush()
                 blocks.append(GroupStmt(s))
@@ -471,25 +475,48 @@ class _KernelWriter:
         flush()
         return [b for b in blocks if not (isinstance(b, Segment) and not b.stmts)]
 
-    def group_control(self, s: ast.stmt, uniform: set[str]) -> GroupStmt:
+    def group_control(self, s: ast.stmt, uniform: set[str]) -> list:
+        """Blocks for control flow that holds a barrier (run once per group).
+
+        In the user's kernels its condition or bounds must be provably uniform.  Kernels made
+        by a transform (adjoints) restore values per work-item, which no syntactic rule can
+        see are uniform; there each work-item computes the values and work-item 0's are used.
+        """
         why = ("must have the same value for every work-item of the group, because the "
                "statement contains tg.synchronize(); use only kernel arguments, constants, "
                "array shapes, tg.groupsize(), group indices and locals computed from them")
+        exprs = s.iter.args if isinstance(s, ast.For) else [getattr(s, "test", None)]
+        if not isinstance(s, (ast.For, ast.While, ast.If)):
+            raise self.fail(s, "tg.synchronize() may only appear as a statement of its own, at "
+                               "the top level or inside for/while/if whose condition is uniform")
+        varying = [e for e in exprs if not is_uniform(e, uniform)]
+        if varying and not self.ir.generated:
+            what = "bounds of this loop" if isinstance(s, ast.For) else (
+                "condition of this loop" if isinstance(s, ast.While) else "condition of this if")
+            raise self.fail(varying[0], f"the {what} {why}")
+        if not varying:
+            if isinstance(s, ast.If):
+                return [GroupStmt(s, [self.structure(s.body, uniform),
+                                      self.structure(s.orelse, uniform)])]
+            return [GroupStmt(s, [self.structure(s.body, uniform)])]
+        names = []
+        evaluate = []
+        for e in exprs:
+            name = f"_group_value{len(self.runtime_values)}"
+            self.runtime_values[name] = "bool" if isinstance(s, (ast.While, ast.If)) else "int64"
+            names.append(name)
+            evaluate.append(ast.copy_location(ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())],
+                                                         value=e), s))
+        values = [f"{n}__items[0]" for n in names]
         if isinstance(s, ast.For):
-            for a in s.iter.args:
-                if not is_uniform(a, uniform):
-                    raise self.fail(a, f"the bounds of this loop {why}")
-            return GroupStmt(s, [self.structure(s.body, uniform)])
+            header = f"for {s.target.id} in range({', '.join(values)}):"
+            return [Segment(evaluate), GroupStmt(s, [self.structure(s.body, uniform)], header)]
         if isinstance(s, ast.While):
-            if not is_uniform(s.test, uniform):
-                raise self.fail(s.test, f"the condition of this loop {why}")
-            return GroupStmt(s, [self.structure(s.body, uniform)])
-        if isinstance(s, ast.If):
-            if not is_uniform(s.test, uniform):
-                raise self.fail(s.test, f"the condition of this if {why}")
-            return GroupStmt(s, [self.structure(s.body, uniform), self.structure(s.orelse, uniform)])
-        raise self.fail(s, "tg.synchronize() may only appear as a statement of its own, at the "
-                           "top level or inside for/while/if whose condition is uniform")
+            body = self.structure(s.body, uniform) + [Segment(list(evaluate))]
+            return [Segment(evaluate), GroupStmt(s, [body], f"while {values[0]}:")]
+        return [Segment(evaluate), GroupStmt(s, [self.structure(s.body, uniform),
+                                                 self.structure(s.orelse, uniform)],
+                                             f"if {values[0]}:")]
 
     def write_blocks(self, blocks: list, low: CPULowering, depth: int) -> None:
         out = self.out
@@ -509,6 +536,12 @@ class _KernelWriter:
             out.at(s, depth)
             if isinstance(s, (ast.Assign, ast.AugAssign)):
                 emit_statements([s], low, out, depth)
+            elif b.header is not None:
+                out.emit(b.header, depth)
+                self.write_blocks(b.blocks[0], low, depth + 1)
+                if len(b.blocks) > 1 and b.blocks[1]:
+                    out.emit("else:", depth)
+                    self.write_blocks(b.blocks[1], low, depth + 1)
             elif isinstance(s, ast.For):
                 args = ", ".join(ast.unparse(low.expr(a)) for a in s.iter.args)
                 out.emit(f"for {s.target.id} in range({args}):", depth)
