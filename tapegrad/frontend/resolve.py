@@ -169,6 +169,7 @@ class _Resolver(ast.NodeTransformer):
                                   "math and tapegrad functions or @tg.func device functions")
         if isinstance(node.func, ast.Name) and node.func.id == "range":
             raise self.fail(node, "range(...) may only appear as the iterable of a for loop")
+        self.reject_host_api(node, obj)
         args = [self.visit(a) for a in node.args]
         name = _INTRINSICS.get(id(obj))
         if name == "index":
@@ -197,6 +198,12 @@ class _Resolver(ast.NodeTransformer):
         if isinstance(obj, Kernel):
             raise self.fail(node, f"{obj.name} is a @tg.kernel; kernels cannot launch kernels. "
                                   "To call it per work-item, make it a @tg.func device function")
+        raise self.fail(node, f"{ast.unparse(node.func)} cannot be called in a kernel: it is "
+                              f"a {type(obj).__name__}, not a math function, a tapegrad "
+                              "intrinsic or a @tg.func device function")
+
+    def reject_host_api(self, node: ast.Call, obj: Any) -> None:
+        """The seed's first mistake: differentiating from inside a kernel."""
         api_name = getattr(obj, "__name__", "")
         if getattr(obj, "__module__", "").startswith("tapegrad") and api_name in _HOST_API:
             raise self.fail(node, f"tg.{api_name} cannot be called inside a kernel: kernels are "
@@ -204,9 +211,6 @@ class _Resolver(ast.NodeTransformer):
                                   "launches the kernel and differentiate that, e.g. "
                                   "tg.autodiff(tg.Reverse, run, tg.Active, tg.Duplicated(A, dA)) "
                                   "where run(A) launches the kernel and returns tg.sum(...)")
-        raise self.fail(node, f"{ast.unparse(node.func)} cannot be called in a kernel: it is "
-                              f"a {type(obj).__name__}, not a math function, a tapegrad "
-                              "intrinsic or a @tg.func device function")
 
     def index_call(self, node: ast.Call, args: list[ast.expr]) -> ast.expr:
         space, kind = "Global", "Linear"

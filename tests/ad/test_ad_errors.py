@@ -1,0 +1,108 @@
+"""Differentiation errors: each is a tapegrad error that says what to do, raised before any
+array is touched."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+
+@tg.kernel
+def sin_kernel(B, A):
+    i = tg.index()
+    B[i] = math.sin(A[i])
+
+
+@tg.kernel
+def differentiates_inside(B, A):
+    i = tg.index()
+    tg.autodiff(tg.Reverse, sin_kernel, tg.Const, B, A)
+
+
+def test_autodiff_inside_a_kernel_says_to_differentiate_the_host_function():
+    A, B = np.ones(4), np.zeros(4)
+    with pytest.raises(tg.KernelSyntaxError, match="differentiate that") as info:
+        differentiates_inside(tg.CPU())(B, A, ndrange=4)
+    assert info.value.lineno == differentiates_inside.pyfunc.__code__.co_firstlineno + 3
+    assert not B.any()
+
+
+def test_active_return_of_a_kernel_names_the_ways_out():
+    A, B = np.ones(4), np.zeros(4)
+    with pytest.raises(tg.TapegradError, match="tg.sum") as info:
+        tg.autodiff(tg.Reverse, sin_kernel(tg.CPU()), tg.Active, tg.Duplicated(B, np.ones(4)),
+                    tg.Duplicated(A, np.zeros(4)), ndrange=4)
+    assert "tg.Const" in str(info.value)
+    assert not B.any()
+
+
+@pytest.mark.parametrize("bad, what", [
+    (np.zeros(5), "shape"),
+    (np.zeros(4, np.float32), "dtype"),
+    ([0.0] * 4, "list"),
+])
+def test_shadow_mismatch_raises_before_running(bad, what):
+    A, B = np.ones(4), np.zeros(4)
+    with pytest.raises(tg.LaunchError, match="shadow of A must match"):
+        tg.autodiff(tg.Reverse, sin_kernel(tg.CPU()), tg.Const, tg.Duplicated(B, np.ones(4)),
+                    tg.Duplicated(A, bad), ndrange=4)
+    assert not B.any()
+
+
+def test_active_array_and_duplicated_scalar_are_rejected():
+    A, B = np.ones(4), np.zeros(4)
+    with pytest.raises(tg.TapegradError, match="Duplicated"):
+        tg.autodiff(tg.Reverse, sin_kernel(tg.CPU()), tg.Const, tg.Duplicated(B, np.ones(4)),
+                    tg.Active(A), ndrange=4)
+
+
+@tg.kernel
+def scale(B, A, s):
+    i = tg.index()
+    B[i] = A[i] * s
+
+
+def test_active_integer_scalar_is_rejected():
+    with pytest.raises(tg.TapegradError, match="float scalar"):
+        tg.autodiff(tg.Reverse, scale(tg.CPU()), tg.Const, tg.Duplicated(np.zeros(3), np.ones(3)),
+                    np.ones(3), tg.Active(2), ndrange=3)
+
+
+def test_active_value_stored_into_a_const_array_is_an_error():
+    A, B = np.ones(4), np.zeros(4)
+    with pytest.raises(tg.KernelError, match="Duplicated") as info:
+        tg.autodiff(tg.Reverse, sin_kernel(tg.CPU()), tg.Const, B, tg.Duplicated(A, np.zeros(4)),
+                    ndrange=4)
+    assert "B" in str(info.value) and "Const" in str(info.value)
+    assert not B.any()
+
+
+@tg.kernel
+def running_max(M, A):
+    i = tg.index()
+    tg.atomic_max(M, 0, A[i])
+
+
+def test_atomic_max_derivative_is_refused_clearly():
+    with pytest.raises(tg.KernelError, match="atomic_max"):
+        tg.autodiff(tg.Reverse, running_max(tg.CPU()), tg.Const,
+                    tg.Duplicated(np.zeros(1), np.ones(1)), tg.Duplicated(np.ones(4), np.zeros(4)),
+                    ndrange=4)
+
+
+def test_kernel_must_be_configured():
+    with pytest.raises(tg.TapegradError, match="configure the kernel"):
+        tg.autodiff(tg.Reverse, sin_kernel, tg.Const, np.zeros(3), np.zeros(3), ndrange=3)
+
+
+def test_reverse_source_needs_a_differentiation_first():
+    @tg.kernel
+    def fresh(B, A):
+        i = tg.index()
+        B[i] = A[i]
+    with pytest.raises(tg.LaunchError, match="differentiate it once"):
+        fresh.source(mode="reverse")
