@@ -19,7 +19,7 @@ def sin_kernel(B, A):
 
 @tg.kernel
 def differentiates_inside(B, A):
-    i = tg.index()
+    i = tg.index()  # noqa: F841
     tg.autodiff(tg.Reverse, sin_kernel, tg.Const, B, A)
 
 
