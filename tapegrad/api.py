@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from tapegrad import launch as L
-from tapegrad.errors import LaunchError, TapegradError
+from tapegrad.errors import AdjointStackOverflow, LaunchError, TapegradError  # noqa: F401
 from tapegrad.lang.kernel import ConfiguredKernel
 from tapegrad.tape.activity import (
     Active,
@@ -18,10 +18,6 @@ from tapegrad.tape.activity import (
     Mode,
     annotate,
 )
-
-
-class AdjointStackOverflow(TapegradError):
-    """A differentiated kernel needed more per-work-item stack than it had."""
 
 
 def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = None) -> tuple:
@@ -75,56 +71,18 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
     activity = tuple(_check_annotation(kernel, backend, p, a) for p, a in zip(params, annotated))
     values = tuple(a.val for a in annotated)
     nd = L._ndrange(kernel, ndrange)
-    wgs = L._groupsize(cfg, len(nd))
-    argtypes = L.check_args(kernel, backend, values)
-    key = ("reverse", backend, L._arg_key(values), activity, len(nd), wgs)
-    entry = kernel.cache.get(key)
-    if entry is None:
-        depth = kernel.cache.get(("stack depth", key))
-        entry = L.compile_adjoint(kernel, backend, argtypes, activity, len(nd), wgs, depth)
-        kernel.cache[key] = entry
-    adjoint, launcher = entry
-    kernel.cache[("last", "reverse", backend)] = launcher
-    kernel.cache[("last adjoint",)] = adjoint.ir
-    # values the adjoint must see as they were before the primal launch overwrote them
-    snapshots = {p: backend.asarray(values[params.index(p)]) if not isinstance(
-        values[params.index(p)], np.ndarray) else values[params.index(p)].copy()
-        for p in adjoint.scratch}
+    L.check_args(kernel, backend, values)
+    # arrays the kernel reads and overwrites: the adjoint needs their contents from before
+    old = {p: values[params.index(p)].copy()
+           for p in L.overwritten_inputs(cfg, values, activity, nd)}
     cfg(*values, ndrange=nd)                                        # the primal launch
+    seen = tuple(old.get(p, v) for p, v in zip(params, values))
     shadows = {p: a.dval for p, a in zip(params, annotated) if isinstance(a, Duplicated)}
-    backup = None
-    if adjoint.uses_status:
-        backup = {p: d.copy() for p, d in shadows.items()}
-    for attempt in range(2):
-        adj_args = [snapshots[p].copy() if p in snapshots else v for p, v in zip(params, values)]
-        adj_args += [shadows[p] for p in adjoint.shadow_of.values()]
-        outs = [backend.zeros(np.float64, 1) for _ in adjoint.active_scalars]
-        adj_args += outs
-        status = backend.zeros(np.int64, 1) if adjoint.uses_status else None
-        if status is not None:
-            adj_args.append(status)
-        if 0 not in nd:
-            launcher(tuple(adj_args), nd)
-        needed = int(backend.to_numpy(status)[0]) if status is not None else 0
-        if needed == 0:
-            break
-        for p, d in shadows.items():   # undo the partial accumulation, grow the stack, redo
-            d[...] = backup[p]
-        depth = 1 << max(needed - 1, 1).bit_length()
-        kernel.cache[("stack depth", key)] = depth
-        if attempt == 1:
-            raise AdjointStackOverflow(
-                f"the adjoint of {kernel.name} needs a stack of {needed} entries per work-item "
-                f"and had {adjoint.stack_depth}; set {kernel.name}.cache[...] via "
-                f"tg.autodiff again (it grows automatically) or report this as a bug")
-        adjoint, launcher = L.compile_adjoint(kernel, backend, argtypes, activity, len(nd), wgs,
-                                              depth)
-        kernel.cache[key] = (adjoint, launcher)
+    scalars = L.run_adjoint(cfg, seen, shadows, activity, nd)       # the adjoint launch
     derivs = []
-    out_iter = iter(outs)
-    for a in annotated:
+    for p, a in zip(params, annotated):
         if isinstance(a, Active):
-            value = float(backend.to_numpy(next(out_iter))[0])
+            value = scalars[p]
             derivs.append(type(a.val)(value) if isinstance(a.val, np.floating) else value)
         else:
             derivs.append(None)

@@ -50,6 +50,10 @@ class KernelIndexError(TapegradError, IndexError):
     """A kernel indexed outside an array (found with ``TAPEGRAD_BOUNDSCHECK=1``)."""
 
 
+class AdjointStackOverflow(TapegradError):
+    """A differentiated kernel needed more per-work-item stack than tapegrad could give it."""
+
+
 class LaunchError(TapegradError, ValueError):
     """A kernel launch was configured wrongly (ndrange, workgroup size, arguments)."""
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from tapegrad.ad import normalize, reverse_kernel
-from tapegrad.errors import LaunchError
+from tapegrad.errors import AdjointStackOverflow, LaunchError
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import (
     BOOL,
@@ -171,3 +171,70 @@ def argtype(kernel: Any, backend: Any, name: str, a: Any) -> Type:
         return Array(dt, a.ndim)
     raise LaunchError(f"{kernel.name}: argument {name} is a {type(a).__name__}; kernels take "
                       "arrays and int, float or bool scalars")
+
+
+# -- reverse mode ---------------------------------------------------------------------------
+
+def adjoint_of(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int, ...]
+               ) -> tuple[Any, Any, tuple]:
+    """The compiled adjoint of a configured kernel for these arguments (cached)."""
+    kernel, backend = cfg.kernel, cfg.backend
+    wgs = _groupsize(cfg, len(nd))
+    key = ("reverse", backend, _arg_key(values), activity, len(nd), wgs)
+    entry = kernel.cache.get(key)
+    if entry is None:
+        argtypes = check_args(kernel, backend, values)
+        depth = kernel.cache.get(("stack depth", key))
+        entry = compile_adjoint(kernel, backend, argtypes, activity, len(nd), wgs, depth)
+        kernel.cache[key] = entry
+    adjoint, launcher = entry
+    kernel.cache[("last", "reverse", backend)] = launcher
+    kernel.cache[("last adjoint",)] = adjoint.ir
+    return adjoint, launcher, key
+
+
+def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tuple[str, ...],
+                nd: tuple[int, ...]) -> dict[str, float]:
+    """Launch the adjoint of ``cfg`` once; return the derivatives of its Active scalars.
+
+    ``values`` are the arguments as the primal launch saw them (arrays it overwrote as copies
+    of their old contents); ``shadows`` maps each Duplicated parameter to its shadow, which
+    the adjoint adds into (and consumes where the kernel overwrote).  When a kernel's loops
+    need a deeper per-work-item stack than it was compiled with, the partial result is
+    undone, the adjoint is recompiled with the depth the launch reported, and run again.
+    """
+    kernel, backend = cfg.kernel, cfg.backend
+    params = kernel_ir(kernel).params
+    adjoint, launcher, key = adjoint_of(cfg, values, activity, nd)
+    backup = {p: d.copy() for p, d in shadows.items()} if adjoint.uses_status else None
+    for attempt in range(2):
+        args = [v.copy() if p in adjoint.scratch else v for p, v in zip(params, values)]
+        args += [shadows[p] for p in adjoint.shadow_of.values()]
+        outs = [backend.zeros(np.float64, 1) for _ in adjoint.active_scalars]
+        args += outs
+        status = backend.zeros(np.int64, 1) if adjoint.uses_status else None
+        if status is not None:
+            args.append(status)
+        if 0 not in nd:
+            launcher(tuple(args), nd)
+        needed = int(backend.to_numpy(status)[0]) if status is not None else 0
+        if needed == 0:
+            return {p: float(backend.to_numpy(o)[0]) for p, o in zip(adjoint.active_scalars, outs)}
+        if attempt == 1:
+            raise AdjointStackOverflow(
+                f"the adjoint of {kernel.name} needed a stack of {needed} entries per work-item "
+                f"even after growing to {adjoint.stack_depth}; this is a tapegrad bug, please "
+                "report it with the kernel")
+        for p, d in shadows.items():   # undo the partial accumulation, grow the stack, redo
+            d[...] = backup[p]
+        depth = 1 << max(needed - 1, 1).bit_length()
+        kernel.cache[("stack depth", key)] = depth
+        del kernel.cache[key]
+        adjoint, launcher, key = adjoint_of(cfg, values, activity, nd)
+    raise AssertionError("unreachable")
+
+
+def overwritten_inputs(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int, ...]
+                       ) -> list[str]:
+    """Parameters whose pre-launch contents the adjoint needs (arrays read and written)."""
+    return adjoint_of(cfg, values, activity, nd)[0].scratch
