@@ -239,6 +239,7 @@ def main(quick: bool = False, json_path: str | None = None) -> int:
               f"{'by hand':>10} {'adj/primal':>10} {'adj/hand':>9}")
     print(header)
     print("-" * len(header))
+    gradients = []
     for case in _gradient_cases(quick):
         case["hand"]()
         row = {"kernel": case["name"]}
@@ -246,7 +247,7 @@ def main(quick: bool = False, json_path: str | None = None) -> int:
             row[f"{impl}_ms"] = _median_ms(case[impl], repeats)
         row["adjoint_over_primal"] = row["adjoint_ms"] / row["primal_ms"]
         row["adjoint_over_hand"] = row["adjoint_ms"] / row["hand_ms"]
-        results.append(row)
+        gradients.append(row)
         print(f"{row['kernel']:<38} {row['primal_ms']:>7.3f} ms {row['adjoint_ms']:>7.3f} ms "
               f"{row['autodiff_ms']:>7.3f} ms {row['hand_ms']:>7.3f} ms "
               f"{row['adjoint_over_primal']:>9.2f}x {row['adjoint_over_hand']:>8.2f}x")
@@ -254,6 +255,7 @@ def main(quick: bool = False, json_path: str | None = None) -> int:
           "primal launch, then the adjoint; by hand = the adjoint loop written with numba")
     if json_path:
         with open(json_path, "w") as f:
-            json.dump({"bandwidth_gbs": gbs, "quick": quick, "results": results}, f, indent=2)
+            json.dump({"bandwidth_gbs": gbs, "quick": quick, "results": results,
+                       "gradients": gradients}, f, indent=2)
         print(f"wrote {json_path}")
     return 0

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from tapegrad.ad import normalize, reverse_kernel
+from tapegrad.ad.access import array_access
 from tapegrad.errors import AdjointStackOverflow, LaunchError
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import (
@@ -53,8 +54,21 @@ def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
     return adjoint, backend.compile(typed_adjoint)                  # lower, cache, compile
 
 
+# While a tape records, it sees every launch first (set by tapegrad.tape; None otherwise).
+recorder: Any = None
+
+
 def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
-    """Run a configured kernel ``cfg`` on ``args`` over ``ndrange``."""
+    """Run a configured kernel ``cfg`` on ``args`` over ``ndrange`` (recorded on a tape if one
+    is recording)."""
+    if recorder is not None:
+        recorder(cfg, args, ndrange)
+        return
+    launch_now(cfg, args, ndrange)
+
+
+def launch_now(cfg: Any, args: tuple, ndrange: Any) -> None:
+    """Run a configured kernel now, unrecorded."""
     kernel, backend = cfg.kernel, cfg.backend
     nd = _ndrange(kernel, ndrange)
     wgs = _groupsize(cfg, len(nd))
@@ -63,6 +77,7 @@ def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
     if launcher is None:
         argtypes = check_args(kernel, backend, args)
         launcher = compile_kernel(kernel, "primal", backend, argtypes, len(nd), wgs)
+        check_writable(kernel, args)
         kernel.cache[key] = launcher
         kernel.cache[("last", "primal", backend)] = launcher
     if 0 in nd:
@@ -101,15 +116,20 @@ def _unparse(ir: Any) -> str:
 
 
 def _arg_key(args: tuple) -> tuple:
-    return tuple((type(a), a.dtype.num, a.ndim) if isinstance(a, np.ndarray) else type(a)
-                 for a in args)
+    return tuple((type(a), a.dtype.num, a.ndim, a.flags.writeable, a.dtype.isnative)
+                 if isinstance(a, np.ndarray) else type(a) for a in args)
 
 
 def _ndrange(kernel: Any, ndrange: Any) -> tuple[int, ...]:
     if ndrange is None:
         raise LaunchError(f"{kernel.name}(backend)(...) needs ndrange=: the number of "
                           "work-items, e.g. ndrange=B.size or ndrange=B.shape")
-    nd = (ndrange,) if isinstance(ndrange, (int, np.integer)) else tuple(ndrange)
+    if isinstance(ndrange, (int, np.integer)):
+        nd = (ndrange,)
+    elif isinstance(ndrange, (tuple, list)):
+        nd = tuple(ndrange)
+    else:
+        nd = ()
     if not 1 <= len(nd) <= 3 or not all(isinstance(n, (int, np.integer)) and n >= 0 for n in nd):
         raise LaunchError(f"ndrange must be a non-negative int or a tuple of 1 to 3 of them, "
                           f"got {ndrange!r}")
@@ -139,6 +159,24 @@ def check_args(kernel: Any, backend: Any, args: tuple) -> tuple[Type, ...]:
     return tuple(argtype(kernel, backend, name, a) for name, a in zip(params, args))
 
 
+def check_writable(kernel: Any, args: tuple) -> None:
+    """A read-only array passed where the kernel writes is the user's error, not Numba's."""
+    _, writes = access(kernel)
+    for name, a in zip(kernel_ir(kernel).params, args):
+        if name in writes and isinstance(a, np.ndarray) and not a.flags.writeable:
+            raise LaunchError(f"{kernel.name}: argument {name} is read-only "
+                              f"({name}.flags.writeable is False) but the kernel writes it; "
+                              f"pass a writable array, e.g. {name}.copy()")
+
+
+def access(kernel: Any) -> tuple[set[str], set[str]]:
+    """(parameters the kernel reads, parameters it writes); cached on the kernel."""
+    summary = kernel.cache.get("access")
+    if summary is None:
+        summary = kernel.cache["access"] = array_access(normalize(kernel_ir(kernel), kernel_ir))
+    return summary
+
+
 def argtype(kernel: Any, backend: Any, name: str, a: Any) -> Type:
     """The kernel type of one launch argument."""
     if isinstance(a, (bool, np.bool_)):
@@ -161,6 +199,9 @@ def argtype(kernel: Any, backend: Any, name: str, a: Any) -> Type:
                               f"tg.asarray({backend!r}, {name}) or launch on "
                               f"tg.get_backend({name})")
         dt = np.dtype(a.dtype).name
+        if not np.dtype(a.dtype).isnative:
+            raise LaunchError(f"{kernel.name}: argument {name} has non-native byte order "
+                              f"({a.dtype.str}); convert it with {name}.astype({dt!r})")
         if dt not in SUPPORTED_DTYPES:
             raise LaunchError(f"{kernel.name}: argument {name} has dtype {dt}; kernels take "
                               f"arrays of {', '.join(SUPPORTED_DTYPES)} (convert with "

@@ -30,6 +30,9 @@ def test_bench_quick_prints_the_table_and_writes_json(tmp_path):
     assert any("matmul" in k for k in kernels)
     for row in data["results"]:
         assert row["tapegrad_ms"] > 0 and row["numba_ms"] > 0 and row["numpy_ms"] > 0
+    assert "adj/primal" in proc.stdout
+    for row in data["gradients"]:
+        assert row["adjoint_ms"] > 0 and row["hand_ms"] > 0 and row["autodiff_ms"] > 0
 
 
 def test_help_lists_the_commands():

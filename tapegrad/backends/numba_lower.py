@@ -134,8 +134,15 @@ class ExprLowering:
         return ast.Compare(left=out, ops=[ast.NotEq()], comparators=[ast.Constant(value=0)])
 
     def expr_Compare(self, node: ast.Compare) -> ast.expr:
-        return ast.Compare(left=self.expr(node.left), ops=node.ops,
-                           comparators=[self.expr(c) for c in node.comparators])
+        # weak floats meet float32 data in float32: A[i] == 0.1 compares float32(0.1)
+        operands = [node.left] + node.comparators
+        kinds = [self.T(o) for o in operands]
+        if any(isinstance(k, Scalar) and k.dtype == "float32" for k in kinds):
+            low = [self.coerce(o, Scalar("float32")) if isinstance(k, Scalar) and (
+                k.weak or not k.is_float) else self.expr(o) for o, k in zip(operands, kinds)]
+        else:
+            low = [self.expr(o) for o in operands]
+        return ast.Compare(left=low[0], ops=node.ops, comparators=low[1:])
 
     def expr_IfExp(self, node: ast.IfExp) -> ast.expr:
         t = self.T(node)
@@ -146,6 +153,13 @@ class ExprLowering:
         return ast.Attribute(value=self.expr(node.value), attr=node.attr, ctx=ast.Load())
 
     def expr_Subscript(self, node: ast.Subscript) -> ast.expr:
+        base = self.T(node.value)
+        if isinstance(base, TupleT):   # tuples: a plain (possibly constant, negative) index
+            idx = self.expr(node.slice)
+            k = _constant_int(node.slice)
+            if k is not None:
+                idx = ast.Constant(value=k % len(base.items))
+            return ast.Subscript(value=self.expr(node.value), slice=idx, ctx=ast.Load())
         return ast.Subscript(value=self.expr(node.value), slice=self.index(node.slice),
                              ctx=ast.Load())
 
@@ -174,7 +188,8 @@ class ExprLowering:
         name = tg_name(node)
         if name is None:   # a device function
             callee = self.tk.callees[id(node)]
-            return name_call(func_symbol(callee), [self.expr(a) for a in node.args])
+            return name_call(callee.symbol or func_symbol(callee),
+                             [self.expr(a) for a in node.args])
         t = self.T(node)
         args = node.args
         if name.endswith(("_index", "_indices")) or name in ("ndrange", "groupsize"):
@@ -200,6 +215,14 @@ class ExprLowering:
             return name_call(self.atomic_symbol(name),
                              [self.expr(args[0]), self.index(args[1]), value])
         raise NotImplementedError(f"tg.{name} in an expression")
+
+
+def _constant_int(node: ast.expr) -> int | None:
+    try:
+        value = ast.literal_eval(node)
+    except ValueError:
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class Printer:

@@ -133,7 +133,7 @@ class _Resolver(ast.NodeTransformer):
             return ast.copy_location(ast.Tuple(elts=elts, ctx=ast.Load()), node)
         if isinstance(obj, (L._Marker,)):
             return ast.copy_location(ast.Name(id=f"tg_{obj.name}", ctx=ast.Load()), node)
-        if obj in DTYPES or isinstance(obj, np.dtype):
+        if (isinstance(obj, type) and obj in DTYPES) or isinstance(obj, np.dtype):
             dt = DTYPES.get(obj) or np.dtype(obj).name
             return ast.copy_location(ast.Constant(value=f"dtype:{dt}"), node)
         text = ast.unparse(node)
@@ -182,7 +182,7 @@ class _Resolver(ast.NodeTransformer):
             return ast.copy_location(sub, node)
         if name is not None:
             return tg_call(name, args, node)
-        if isinstance(obj, type) or isinstance(obj, np.dtype) or obj in _CASTS:
+        if isinstance(obj, (type, np.dtype)):
             cast = _CASTS.get(obj)
             if cast is None or len(args) != 1:
                 raise self.fail(node, f"{ast.unparse(node.func)}(...) is not a supported cast; "

@@ -134,6 +134,7 @@ class TypedKernel:
     static_shapes: dict[int, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
     callees: dict[int, TypedKernel] = field(default_factory=dict)   # id(call) -> callee
     return_type: Type = NONE
+    symbol: str = ""     # its name in generated code (set by the backend)
 
     def type_of(self, node: ast.AST) -> Type:
         return self.types[id(node)]
@@ -144,6 +145,9 @@ class TypedKernel:
 
 
 _MAX_ROUNDS = 50
+_KERNEL_ONLY = {f"{space}_{kind}": "index(...)" for space in ("global", "local", "group")
+                for kind in ("index", "indices")}
+_KERNEL_ONLY.update(groupsize="groupsize()", ndrange="ndrange()")
 
 
 def specialize(ir: KernelIR, argtypes: tuple[Type, ...], rank: int,
@@ -453,6 +457,9 @@ class _Inference:
         if any(a is None for a in args):
             return None
         rank = self.tk.rank
+        if not self.ir.is_kernel and name in _KERNEL_ONLY:
+            raise self.fail(node, f"tg.{_KERNEL_ONLY[name]} is only available in a kernel body; "
+                                  "pass what the device function needs as an argument")
         if name in ("global_index", "local_index", "group_index"):
             self.need_args(node, args, 0)
             return INT64
@@ -519,6 +526,9 @@ class _Inference:
         return elem
 
     def memory(self, node: ast.Call, name: str) -> Type:
+        if not self.ir.is_kernel:
+            raise self.fail(node, f"tg.{name} may only be declared in a kernel body; pass the "
+                                  "array to the device function as an argument")
         if len(node.args) != 2:
             raise self.fail(node, f"tg.{name}(dtype, shape) takes a dtype and a shape")
         dt = self.expr(node.args[0])

@@ -115,9 +115,14 @@ def _host_math(name: str):
     np_fn = getattr(np, _NUMPY_NAME.get(name, name), None)
     py_fn = getattr(math, name)
 
+    vectorized = np_fn if np_fn is not None else np.vectorize(py_fn, otypes=[float])
+
     def fn(*args: Any) -> Any:
-        if np_fn is not None and any(isinstance(a, np.ndarray) for a in args):
-            return np_fn(*args)
+        for a in args:
+            if hasattr(a, "__tg_math__"):        # a tracked scalar: record the operation
+                return a.__tg_math__(name, args)
+        if any(isinstance(a, np.ndarray) for a in args):
+            return vectorized(*args)
         return py_fn(*args)
 
     fn.__name__ = name

@@ -90,14 +90,20 @@ class Kernel:
     def __call__(self, backend: Any, workgroupsize: int | tuple[int, ...] | None = None
                  ) -> ConfiguredKernel:
         """Bind a backend and a workgroup size: ``kern(backend, 64)(*args, ndrange=n)``."""
-        key = (id(backend), workgroupsize)
-        cfg = self._configured.get(key)
+        if not hasattr(backend, "compile"):
+            raise LaunchError(
+                f"{self.name}(...) takes a backend first, e.g. {self.name}(tg.CPU()) or "
+                f"{self.name}(tg.get_backend(A)), then the arguments: "
+                f"{self.name}(backend)(A, B, ndrange=n); got {type(backend).__name__}.")
+        if isinstance(workgroupsize, list):
+            workgroupsize = tuple(workgroupsize)
+        try:
+            key = (id(backend), workgroupsize)
+            cfg = self._configured.get(key)
+        except TypeError:
+            raise LaunchError(f"{self.name}: workgroupsize must be an int or a tuple of ints, "
+                              f"got {type(workgroupsize).__name__}") from None
         if cfg is None or cfg.backend is not backend:
-            if not hasattr(backend, "compile"):
-                raise LaunchError(
-                    f"{self.name}(...) takes a backend first, e.g. {self.name}(tg.CPU()) or "
-                    f"{self.name}(tg.get_backend(A)), then the arguments: "
-                    f"{self.name}(backend)(A, B, ndrange=n); got {type(backend).__name__}.")
             cfg = ConfiguredKernel(self, backend, workgroupsize)
             self._configured[key] = cfg
         return cfg

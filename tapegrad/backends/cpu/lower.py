@@ -205,7 +205,7 @@ class _KernelWriter:
     def write_function(self, callee: TypedKernel) -> None:
         out = self.out
         out.emit(f"@numba.njit(cache=True, nogil=True{_checks()})", 0)
-        out.emit(f"def {func_symbol(callee)}({', '.join(callee.ir.params)}):", 0)
+        out.emit(f"def {callee.symbol}({', '.join(callee.ir.params)}):", 0)
         emit_statements(callee.ir.body, CPULowering(callee), out, 1)
 
     def write_kernel(self) -> None:
@@ -330,9 +330,9 @@ class _KernelWriter:
         local_arrays = {s.targets[0].id for s in decls}
         private = {s.targets[0].id for s in decls if memory_decl(s) == "private"}
         item_locals = set(self.tk.locals) - self.hoisted - local_arrays
-        # a local needs one slot per work-item only if some part reads a value another wrote
-        promoted = {n for n in item_locals
-                    if users.get(n, 0) > 1 and n in exposed and n not in cheap}
+        # a local needs a slot per work-item when some part reads a value from before it
+        # began: another part wrote it, or the same part in an earlier loop iteration
+        promoted = {n for n in item_locals if n in exposed and n not in cheap}
         promoted |= set(self.runtime_values)
         for n in sorted(promoted - set(self.runtime_values)):
             t = self.tk.locals[n]
@@ -443,11 +443,30 @@ class _KernelWriter:
             target = s.targets[0]
             names = [e.id for e in target.elts] if isinstance(target, ast.Tuple) else \
                 [getattr(target, "id", None)]
+            # only unchanging inputs: arguments never reassigned, and earlier cheap locals
+            fixed = {p for p in self.ir.params if p not in counts}
             if (None not in names and all(counts.get(n) == 1 and n not in uniform for n in names)
-                    and is_index_only(s.value, uniform | set(cheap))):
+                    and is_index_only(s.value, fixed | set(cheap))):
                 for n in names:
                     cheap[n] = s
         return cheap
+
+    def recomputed(self, segment: Segment) -> list[ast.stmt]:
+        """The cheap locals' assignments a segment must redo, with what they depend on, in
+        the kernel's order."""
+        wanted: set[str] = set()
+        todo = [n for n in segment.uses if n in self.cheap]
+        while todo:
+            n = todo.pop()
+            if n in wanted:
+                continue
+            wanted.add(n)
+            todo.extend(d for d in names_in(self.cheap[n].value) if d in self.cheap)
+        out: list[ast.stmt] = []
+        for n, s in self.cheap.items():   # insertion order is the kernel's order
+            if n in wanted and s not in segment.stmts and s not in out:
+                out.append(s)
+        return out
 
     def structure(self, stmts: list[ast.stmt], uniform: set[str]) -> list:
         blocks: list = []
@@ -525,11 +544,7 @@ class _KernelWriter:
         for b in blocks:
             if isinstance(b, Segment):
                 rebind = {n for n in self.private if n in b.uses}
-                recompute = []
-                for n in self.cheap:
-                    s = self.cheap[n]
-                    if n in b.uses and s not in b.stmts and s not in recompute:
-                        recompute.append(s)
+                recompute = self.recomputed(b)
                 self.item_loop(b.stmts, low, depth, rebind, recompute)
                 continue
             s = b.stmt
@@ -623,15 +638,26 @@ def _segments(blocks: list):
 
 
 def _device_functions(tk: TypedKernel) -> list[TypedKernel]:
-    """Every device-function specialisation ``tk`` reaches, callees before callers."""
-    seen: dict[str, TypedKernel] = {}
+    """Every device-function specialisation ``tk`` reaches, callees before callers; each gets
+    its ``symbol`` (two different functions of the same name get distinct ones)."""
+    seen: dict[tuple, TypedKernel] = {}
+    symbols: set[str] = set()
 
     def visit(k: TypedKernel) -> None:
         for callee in k.callees.values():
-            sym = func_symbol(callee)
-            if sym not in seen:
-                visit(callee)
-                seen[sym] = callee
+            key = (id(callee.ir), callee.argtypes)
+            if key in seen:
+                callee.symbol = seen[key].symbol
+                continue
+            visit(callee)
+            base = sym = func_symbol(callee)
+            n = 1
+            while sym in symbols:
+                n += 1
+                sym = f"{base}_{n}"
+            symbols.add(sym)
+            callee.symbol = sym
+            seen[key] = callee
     visit(tk)
     return list(seen.values())
 

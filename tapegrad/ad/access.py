@@ -1,0 +1,27 @@
+"""Which array parameters a kernel reads and which it writes (after normalization)."""
+
+from __future__ import annotations
+
+import ast
+
+from tapegrad.frontend.ir import KernelIR, tg_name
+
+
+def array_access(ir: KernelIR) -> tuple[set[str], set[str]]:
+    """(parameters read, parameters written), from loads, stores and atomics in ``ir``."""
+    reads: set[str] = set()
+    writes: set[str] = set()
+    params = set(ir.params)
+    for n in ast.walk(ast.Module(body=ir.body, type_ignores=[])):
+        if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) \
+                and n.value.id in params:
+            (reads if isinstance(n.ctx, ast.Load) else writes).add(n.value.id)
+        elif isinstance(n, ast.Call) and (tg_name(n) or "").startswith("atomic_") \
+                and isinstance(n.args[0], ast.Name) and n.args[0].id in params:
+            writes.add(n.args[0].id)
+        elif isinstance(n, ast.Call) and tg_name(n) is None:   # a kept device function
+            for a in n.args:
+                if isinstance(a, ast.Name) and a.id in params:
+                    reads.add(a.id)
+                    writes.add(a.id)
+    return reads, writes

@@ -1,0 +1,155 @@
+"""Atomic read-modify-write operations: no lost updates under contention, correct old values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+N_HEAVY = 1_000_000
+BINS = 16
+
+
+@tg.kernel
+def histogram(H, keys, weights):
+    i = tg.index()
+    tg.atomic_add(H, keys[i], weights[i])
+
+
+@tg.kernel
+def histogram_literal(H, keys):
+    i = tg.index()
+    tg.atomic_add(H, keys[i], 1)
+
+
+@pytest.fixture(scope="module")
+def heavy_keys():
+    rng = np.random.default_rng(1234)
+    return rng.integers(0, BINS, N_HEAVY)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32, np.int64],
+                         ids=lambda d: d.__name__)
+def test_histogram_under_heavy_contention_loses_nothing(backend, heavy_keys, dtype):
+    rng = np.random.default_rng(99)
+    weights = rng.integers(0, 4, N_HEAVY).astype(dtype)   # small integers: sums are exact
+    H = np.zeros(BINS, dtype)
+    histogram(backend, 256)(H, heavy_keys, weights, ndrange=N_HEAVY)
+    expected = np.bincount(heavy_keys, weights=weights.astype(np.float64), minlength=BINS)
+    assert H.dtype == dtype
+    np.testing.assert_array_equal(H.astype(np.float64), expected)
+    # and again on top of existing contents (atomics add to what is there)
+    histogram(backend, 256)(H, heavy_keys, weights, ndrange=N_HEAVY)
+    np.testing.assert_array_equal(H.astype(np.float64), 2 * expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32], ids=lambda d: d.__name__)
+def test_histogram_counts_with_int_literal_increment(backend, heavy_keys, dtype):
+    H = np.zeros(BINS, dtype)
+    histogram_literal(backend, 1024)(H, heavy_keys, ndrange=N_HEAVY)
+    np.testing.assert_array_equal(H, np.bincount(heavy_keys, minlength=BINS).astype(dtype))
+
+
+@tg.kernel
+def single_counter(C, Old, Slot):
+    i = tg.index()
+    old = tg.atomic_add(C, 0, 1)
+    Old[i] = old
+    Slot[old] = i
+
+
+def test_atomic_add_returns_unique_old_values(backend):
+    n = 200_000
+    C = np.zeros(1, np.int64)
+    Old = np.full(n, -1, np.int64)
+    Slot = np.full(n, -1, np.int64)
+    single_counter(backend, 128)(C, Old, Slot, ndrange=n)
+    assert C[0] == n
+    np.testing.assert_array_equal(np.sort(Old), np.arange(n))     # a permutation of range(n)
+    np.testing.assert_array_equal(Slot[Old], np.arange(n))        # each slot went to one item
+
+
+@tg.kernel
+def counter_sub(C, Old, start):
+    i = tg.index()
+    Old[i] = tg.atomic_sub(C, 0, 1) - start
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float64], ids=lambda d: d.__name__)
+def test_atomic_sub(backend, dtype):
+    n = 100_000
+    C = np.array([n], dtype)
+    Old = np.zeros(n, dtype)
+    counter_sub(backend, 256)(C, Old, n, ndrange=n)
+    assert C[0] == 0
+    # the old values are n, n-1, ..., 1 in some order
+    np.testing.assert_array_equal(np.sort(Old), np.arange(-n + 1, 1).astype(dtype))
+
+
+@tg.kernel
+def extremes(Mn, Mx, OldMn, OldMx, A):
+    i = tg.index()
+    OldMn[i] = tg.atomic_min(Mn, i % 4, A[i])
+    OldMx[i] = tg.atomic_max(Mx, i % 4, A[i])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64],
+                         ids=lambda d: d.__name__)
+def test_atomic_min_max(backend, dtype):
+    rng = np.random.default_rng(5)
+    n = 50_000
+    A = rng.integers(-10**6, 10**6, n).astype(dtype)
+    Mn = np.full(4, 10**7, dtype)
+    Mx = np.full(4, -10**7, dtype)
+    OldMn, OldMx = np.zeros(n, dtype), np.zeros(n, dtype)
+    extremes(backend, 256)(Mn, Mx, OldMn, OldMx, A, ndrange=n)
+    lanes = A.reshape(-1, 4)
+    np.testing.assert_array_equal(Mn, lanes.min(0))
+    np.testing.assert_array_equal(Mx, lanes.max(0))
+    # every returned old value is one the element held: the initial value or an input before it
+    lane = np.arange(n) % 4
+    assert (OldMn >= Mn[lane]).all() and (OldMx <= Mx[lane]).all()
+    assert np.isin(OldMn, np.concatenate([A, [10**7]])).all()
+    assert np.isin(OldMx, np.concatenate([A, [-10**7]])).all()
+    # exactly one work-item per lane saw the initial value (every input beats it)
+    assert (OldMn == 10**7).sum() == 4 and (OldMx == -10**7).sum() == 4
+
+
+@tg.kernel
+def scatter_2d(H, R, C, V):
+    i = tg.index()
+    tg.atomic_add(H, (R[i], C[i]), V[i])
+
+
+@tg.kernel
+def self_index_2d(H, G, M):
+    ix = tg.index(tg.Global, tg.NTuple)
+    r, c = ix
+    tg.atomic_add(H, ix, 1.0)
+    tg.atomic_add(G, (r % 2, c % 3), 1)
+    tg.atomic_max(M, (r % 2, 0), r * 100 + c)
+
+
+def test_2d_atomics_with_tuple_indices(backend):
+    rng = np.random.default_rng(3)
+    n = 300_000
+    R = rng.integers(0, 5, n)
+    C = rng.integers(0, 7, n)
+    V = rng.integers(1, 3, n).astype(np.float64)
+    H = np.zeros((5, 7))
+    scatter_2d(backend, 256)(H, R, C, V, ndrange=n)
+    expected = np.zeros((5, 7))
+    np.add.at(expected, (R, C), V)
+    np.testing.assert_array_equal(H, expected)
+
+
+def test_atomics_with_index_tuple_from_ntuple(backend):
+    nd = (6, 9)
+    H = np.zeros(nd)
+    G = np.zeros((2, 3), np.int32)
+    M = np.full((2, 2), -1, np.int64)
+    self_index_2d(backend, (4, 4))(H, G, M, ndrange=nd)
+    np.testing.assert_array_equal(H, np.ones(nd))
+    np.testing.assert_array_equal(G, np.full((2, 3), 9))
+    np.testing.assert_array_equal(M, [[408, -1], [508, -1]])

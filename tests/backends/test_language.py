@@ -1,0 +1,1031 @@
+"""The kernel language, feature by feature, checked against NumPy (or plain Python) on every
+backend.
+
+Kernels are defined once at module level and reused across parametrised cases: each distinct
+(kernel, argument types, rank, workgroup size) costs one Numba compilation.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+SENTINEL = -7
+
+
+def run(kern, backend, wgs, *args, ndrange):
+    kern(backend, wgs)(*args, ndrange=ndrange)
+
+
+# -- work-item indices ------------------------------------------------------------------------
+
+@tg.kernel
+def index_probe(GL, LL, PL, GT, LT, PT, GS, ND, CNT):
+    ix = tg.index(tg.Global, tg.NTuple)
+    GL[ix] = tg.index(tg.Global, tg.Linear)
+    LL[ix] = tg.index(tg.Local)
+    PL[ix] = tg.index(tg.Group, tg.Linear)
+    lt = tg.index(space=tg.Local, kind=tg.NTuple)
+    pt = tg.index(tg.Group, tg.NTuple)
+    gs = tg.groupsize()
+    nd = tg.ndrange()
+    a = 0
+    b = 0
+    c = 0
+    d = 0
+    e = 0
+    for k in range(GL.ndim):
+        a = a * 1000 + ix[k]
+        b = b * 1000 + lt[k]
+        c = c * 1000 + pt[k]
+        d = d * 1000 + gs[k]
+        e = e * 1000 + nd[k]
+    GT[ix] = a
+    LT[ix] = b
+    PT[ix] = c
+    GS[ix] = d
+    ND[ix] = e
+    CNT[ix] += 1
+
+
+def _encode(parts):
+    out = np.zeros_like(parts[0])
+    for p in parts:
+        out = out * 1000 + p
+    return out
+
+
+def _check_indices(backend, nd, wgs):
+    """Launch index_probe over ``nd`` with workgroup size ``wgs`` (None: the default) on arrays
+    covering the whole group grid, and compare every index kind with NumPy's."""
+    W = backend.default_groupsize(len(nd)) if wgs is None else \
+        ((wgs,) if isinstance(wgs, int) else tuple(wgs))
+    groups = tuple(-(-n // w) for n, w in zip(nd, W))
+    padded = tuple(g * w for g, w in zip(groups, W))
+    outs = [np.full(padded, SENTINEL, np.int64) for _ in range(8)]
+    cnt = np.zeros(padded, np.int32)
+    index_probe(backend, wgs)(*outs, cnt, ndrange=nd)
+    GL, LL, PL, GT, LT, PT, GS, ND = outs
+
+    inside = np.zeros(padded, bool)
+    inside[tuple(slice(0, n) for n in nd)] = True
+    # work-items beyond the ndrange never run: nothing outside it was written
+    for out in outs:
+        assert (out[~inside] == SENTINEL).all()
+    assert (cnt[~inside] == 0).all()
+    assert (cnt[inside] == 1).all(), "every work-item inside the ndrange runs exactly once"
+
+    ix = np.indices(nd)                                   # global NTuple, one array per dim
+    loc = [ix[d] % W[d] for d in range(len(nd))]
+    grp = [ix[d] // W[d] for d in range(len(nd))]
+    sl = tuple(slice(0, n) for n in nd)
+    np.testing.assert_array_equal(GL[sl], np.arange(math.prod(nd)).reshape(nd))  # row-major
+    np.testing.assert_array_equal(GT[sl], _encode(list(ix)))
+    np.testing.assert_array_equal(LT[sl], _encode(loc))
+    np.testing.assert_array_equal(PT[sl], _encode(grp))
+    np.testing.assert_array_equal(LL[sl], np.ravel_multi_index(loc, W))
+    np.testing.assert_array_equal(PL[sl], np.ravel_multi_index(grp, groups))
+    assert (GS[sl] == _encode([np.int64(w) for w in W])).all()
+    assert (ND[sl] == _encode([np.int64(n) for n in nd])).all()
+
+
+@pytest.mark.parametrize("nd, wgs", [
+    ((10,), 4),                 # 1-D, last group partial
+    ((3,), 8),                  # ndrange smaller than one group
+    ((7, 10), (3, 4)),          # 2-D, partial groups in both dimensions
+    ((9, 8), (4, 4)),           # 2-D, partial only in the first dimension
+    ((5, 7, 9), (2, 3, 4)),     # 3-D
+], ids=str)
+def test_indices_global_local_group(backend, nd, wgs):
+    _check_indices(backend, nd, wgs)
+
+
+@pytest.mark.parametrize("nd", [(5,), (3, 70)], ids=str)
+def test_default_workgroup_size(backend, nd):
+    W = backend.default_groupsize(len(nd))
+    assert isinstance(W, tuple) and len(W) == len(nd) and all(w > 0 for w in W)
+    _check_indices(backend, nd, None)
+
+
+@pytest.mark.parametrize("nd", [0, (0,), (4, 0)], ids=str)
+def test_empty_ndrange_runs_nothing(backend, nd):
+    rank = 1 if isinstance(nd, int) else len(nd)
+    shape = (4,) * rank
+    outs = [np.full(shape, SENTINEL, np.int64) for _ in range(8)]
+    cnt = np.zeros(shape, np.int32)
+    index_probe(backend, {1: 4, 2: (3, 4)}[rank])(*outs, cnt, ndrange=nd)
+    assert (cnt == 0).all()
+    assert all((o == SENTINEL).all() for o in outs)
+
+
+def test_ndrange_accepts_numpy_ints_and_shape(backend):
+    outs = [np.full((6, 5), SENTINEL, np.int64) for _ in range(8)]
+    cnt = np.zeros((6, 5), np.int32)
+    index_probe(backend, (3, 4))(*outs, cnt, ndrange=(np.int64(6), np.int32(5)))
+    assert (cnt == 1).all()
+    index_probe(backend, (3, 4))(*outs, cnt, ndrange=cnt.shape)
+    assert (cnt == 2).all()
+
+
+# -- scalar arguments ---------------------------------------------------------------------------
+
+@tg.kernel
+def scalar_args(B, a, b, flag):
+    i = tg.index()
+    if flag:
+        B[i] = a * i + b
+    else:
+        B[i] = b - a
+
+
+@pytest.mark.parametrize("a, b, flag", [
+    (2, 3, True),                                   # Python int, int, bool
+    (2.5, -0.25, False),                            # Python float (weak)
+    (np.int32(-4), np.int64(9), np.bool_(True)),    # NumPy ints and bool
+    (np.float32(1.5), np.float64(0.125), True),     # NumPy floats
+    (3, 0.5, np.bool_(False)),
+], ids=lambda v: type(v).__name__)
+def test_scalar_arguments(backend, a, b, flag):
+    n = 9
+    B = np.full(n, SENTINEL, np.float64)
+    scalar_args(backend, 4)(B, a, b, flag, ndrange=n)
+    i = np.arange(n)
+    expected = float(a) * i + float(b) if flag else np.full(n, float(b) - float(a))
+    np.testing.assert_allclose(B, expected, rtol=1e-7)
+
+
+# -- array dtypes and ranks ----------------------------------------------------------------------
+
+@tg.kernel
+def all_dtypes(F32, F64, I32, I64, BL, OUT):
+    ix = tg.index(tg.Global, tg.NTuple)
+    F32[ix] = F32[ix] * 2.0 + 1.0
+    F64[ix] = F64[ix] * 2.0 + 1.0
+    I32[ix] = I32[ix] * 3 - 7
+    I64[ix] = I64[ix] // 2 + I64[ix] % 5
+    flipped = not BL[ix]
+    BL[ix] = flipped
+    if BL[ix]:
+        OUT[ix] = F32[ix] + F64[ix] + I32[ix] + I64[ix]
+    else:
+        OUT[ix] = -1.0
+
+
+@pytest.mark.parametrize("shape", [(11,), (5, 6), (3, 4, 5)], ids=str)
+def test_every_dtype_in_every_rank(backend, shape):
+    rng = np.random.default_rng(len(shape))
+    F32 = rng.standard_normal(shape).astype(np.float32)
+    F64 = rng.standard_normal(shape)
+    I32 = rng.integers(-1000, 1000, shape).astype(np.int32)
+    I64 = rng.integers(-10**12, 10**12, shape)
+    BL = rng.random(shape) < 0.5
+    OUT = np.zeros(shape)
+    ref = (F32 * np.float32(2) + np.float32(1), F64 * 2 + 1, (I32 * 3 - 7).astype(np.int32),
+           I64 // 2 + I64 % 5, ~BL)
+    wgs = {1: 4, 2: (2, 4), 3: (2, 2, 4)}[len(shape)]
+    all_dtypes(backend, wgs)(F32, F64, I32, I64, BL, OUT, ndrange=shape)
+    for got, want in zip((F32, F64, I32, I64, BL), ref):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    expected_out = np.where(ref[4], ref[0].astype(np.float64) + ref[1] + ref[2] + ref[3], -1.0)
+    np.testing.assert_array_equal(OUT, expected_out)
+
+
+@tg.kernel
+def copy2d(B, A):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    B[i, j] = A[i, j]
+
+
+def test_non_contiguous_arrays(backend):
+    base = np.arange(40.0).reshape(5, 8)
+    A = base.T                       # Fortran-ordered view
+    out = np.full((16, 5), -1.0)
+    B = out[::2]                     # strided view with shape (8, 5)
+    copy2d(backend, (4, 4))(B, A, ndrange=B.shape)
+    np.testing.assert_array_equal(B, A)
+    assert (out[1::2] == -1.0).all()
+
+
+# -- math --------------------------------------------------------------------------------------
+
+UNARY = ["sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
+         "atanh", "exp", "expm1", "log", "log1p", "log2", "log10", "sqrt", "erf", "erfc", "fabs",
+         "floor", "ceil", "trunc", "isnan", "isinf", "isfinite"]
+BINARY = ["atan2", "hypot", "pow", "copysign", "fmod"]
+
+
+@tg.kernel
+def unary_math(B, A, which):
+    i = tg.index()
+    x = A[i]
+    if which == 0:
+        B[i] = math.sin(x)
+    elif which == 1:
+        B[i] = math.cos(x)
+    elif which == 2:
+        B[i] = math.tan(x)
+    elif which == 3:
+        B[i] = math.asin(x)
+    elif which == 4:
+        B[i] = math.acos(x)
+    elif which == 5:
+        B[i] = math.atan(x)
+    elif which == 6:
+        B[i] = math.sinh(x)
+    elif which == 7:
+        B[i] = math.cosh(x)
+    elif which == 8:
+        B[i] = math.tanh(x)
+    elif which == 9:
+        B[i] = math.asinh(x)
+    elif which == 10:
+        B[i] = math.acosh(x)
+    elif which == 11:
+        B[i] = math.atanh(x)
+    elif which == 12:
+        B[i] = math.exp(x)
+    elif which == 13:
+        B[i] = math.expm1(x)
+    elif which == 14:
+        B[i] = math.log(x)
+    elif which == 15:
+        B[i] = math.log1p(x)
+    elif which == 16:
+        B[i] = math.log2(x)
+    elif which == 17:
+        B[i] = math.log10(x)
+    elif which == 18:
+        B[i] = math.sqrt(x)
+    elif which == 19:
+        B[i] = math.erf(x)
+    elif which == 20:
+        B[i] = math.erfc(x)
+    elif which == 21:
+        B[i] = math.fabs(x)
+    elif which == 22:
+        B[i] = math.floor(x)
+    elif which == 23:
+        B[i] = math.ceil(x)
+    elif which == 24:
+        B[i] = math.trunc(x)
+    elif which == 25:
+        B[i] = tg.where(math.isnan(x), 1.0, 0.0)
+    elif which == 26:
+        B[i] = tg.where(math.isinf(x), 1.0, 0.0)
+    else:
+        B[i] = tg.where(math.isfinite(x), 1.0, 0.0)
+
+
+@tg.kernel
+def binary_math(C, A, B, which):
+    i = tg.index()
+    if which == 0:
+        C[i] = math.atan2(A[i], B[i])
+    elif which == 1:
+        C[i] = math.hypot(A[i], B[i])
+    elif which == 2:
+        C[i] = math.pow(A[i], B[i])
+    else:
+        C[i] = math.copysign(A[i], B[i])
+
+
+@tg.kernel
+def fmod_kernel(C, A, B, which):
+    # kept apart from binary_math so that a failure of fmod alone cannot hide the others
+    i = tg.index()
+    C[i] = math.fmod(A[i], B[i])
+
+
+def _domain(name, n, rng):
+    if name in ("asin", "acos", "atanh"):
+        return rng.uniform(-0.95, 0.95, n)
+    if name == "acosh":
+        return rng.uniform(1.0, 4.0, n)
+    if name in ("log", "log1p", "log2", "log10", "sqrt"):
+        return rng.uniform(0.05, 5.0, n)
+    if name in ("isnan", "isinf", "isfinite"):
+        return np.array([0.0, -1.5, np.nan, np.inf, -np.inf, 3.0, np.nan, 1e30] * (n // 8))
+    return rng.uniform(-3.0, 3.0, n)
+
+
+def _reference(name, *args):
+    if name in ("erf", "erfc"):
+        return np.vectorize(getattr(math, name))(*args)
+    npname = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
+              "acosh": "arccosh", "atanh": "arctanh", "atan2": "arctan2", "pow": "power"}
+    out = getattr(np, npname.get(name, name))(*args)
+    return out.astype(np.float64)
+
+
+def _tolerances(dtype):
+    return dict(rtol=2e-6, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize("name", UNARY)
+def test_unary_math_matches_numpy(backend, name, dtype):
+    rng = np.random.default_rng(UNARY.index(name))
+    A = _domain(name, 64, rng).astype(dtype)
+    B = np.full(64, SENTINEL, dtype)
+    unary_math(backend, 16)(B, A, UNARY.index(name), ndrange=A.size)
+    expected = _reference(name, A.astype(np.float64))
+    np.testing.assert_allclose(B.astype(np.float64), expected, **_tolerances(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: d.__name__)
+@pytest.mark.parametrize("name", BINARY)
+def test_binary_math_matches_numpy(backend, name, dtype):
+    rng = np.random.default_rng(7 + BINARY.index(name))
+    A = rng.uniform(-3.0, 3.0, 64)
+    Bv = rng.uniform(-3.0, 3.0, 64)
+    if name == "pow":
+        A = np.abs(A) + 0.1
+    if name == "fmod":
+        Bv = np.where(np.abs(Bv) < 0.2, 0.7, Bv)
+    A, Bv = A.astype(dtype), Bv.astype(dtype)
+    C = np.full(64, SENTINEL, dtype)
+    kern = fmod_kernel if name == "fmod" else binary_math
+    kern(backend, 16)(C, A, Bv, BINARY.index(name), ndrange=A.size)
+    expected = _reference(name, A.astype(np.float64), Bv.astype(np.float64))
+    np.testing.assert_allclose(C.astype(np.float64), expected, **_tolerances(dtype))
+
+
+@tg.kernel
+def math_spellings(B, A):
+    i = tg.index()
+    x = A[i]
+    B[i, 0] = np.sin(x) + tg.cos(x)
+    B[i, 1] = np.arctan2(x, 2.0) + tg.atan2(1.0, x)
+    B[i, 2] = np.power(abs(x), 1.5) + tg.sqrt(abs(x))
+    B[i, 3] = np.absolute(x) + np.minimum(x, 0.25) + np.maximum(x, -0.25)
+    B[i, 4] = np.where(x > 0.0, np.exp(x), tg.log1p(x * x))
+
+
+def test_numpy_and_tg_spellings_of_math(backend):
+    A = np.linspace(-2.0, 2.0, 13)
+    B = np.zeros((13, 5))
+    math_spellings(backend, 8)(B, A, ndrange=13)
+    expected = np.stack([
+        np.sin(A) + np.cos(A),
+        np.arctan2(A, 2.0) + np.arctan2(1.0, A),
+        np.abs(A) ** 1.5 + np.sqrt(np.abs(A)),
+        np.abs(A) + np.minimum(A, 0.25) + np.maximum(A, -0.25),
+        np.where(A > 0, np.exp(A), np.log1p(A * A)),
+    ], axis=1)
+    np.testing.assert_allclose(B, expected, rtol=1e-13, atol=1e-15)
+
+
+# -- abs / min / max / where / casts --------------------------------------------------------------
+
+@tg.kernel
+def select_ops(B, C, D, E, A):
+    i = tg.index()
+    B[i] = abs(A[i])
+    C[i] = min(A[i], 1)
+    D[i] = max(A[i], -1, A[i] * 2)
+    E[i] = tg.where(A[i] > 0, A[i], -1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64],
+                         ids=lambda d: d.__name__)
+def test_abs_min_max_where(backend, dtype):
+    A = np.array([-3.5, -1.0, -0.25, 0.0, 0.5, 1.0, 2.75, 7.0, -8.0]).astype(dtype)
+    B, C, D, E = (np.full(A.shape, SENTINEL, dtype) for _ in range(4))
+    select_ops(backend, 4)(B, C, D, E, A, ndrange=A.size)
+    np.testing.assert_array_equal(B, np.abs(A))
+    np.testing.assert_array_equal(C, np.minimum(A, 1))
+    np.testing.assert_array_equal(D, np.maximum(np.maximum(A, -1), A * 2))
+    np.testing.assert_array_equal(E, np.where(A > 0, A, -1))
+
+
+@tg.kernel
+def casts(F32, F64, I32, I64, BL, G, A):
+    i = tg.index()
+    F32[i] = np.float32(A[i])
+    F64[i] = float(np.float32(A[i]))
+    I32[i] = np.int32(A[i])
+    I64[i] = int(A[i])
+    BL[i] = bool(A[i])
+    G[i] = np.float64(i) / 4 + float(int(A[i]) + np.int64(1))
+
+
+def test_casts(backend):
+    A = np.array([-2.75, -1.5, -0.5, 0.0, 0.1, 0.5, 1.99, 3.0, 1e8 + 0.5])
+    n = A.size
+    outs = (np.zeros(n, np.float32), np.zeros(n), np.zeros(n, np.int32),
+            np.zeros(n, np.int64), np.zeros(n, bool), np.zeros(n))
+    casts(backend, 4)(*outs, A, ndrange=n)
+    F32, F64, I32, I64, BL, G = outs
+    np.testing.assert_array_equal(F32, A.astype(np.float32))
+    np.testing.assert_array_equal(F64, A.astype(np.float32).astype(np.float64))
+    np.testing.assert_array_equal(I32, A.astype(np.int32))        # truncation toward zero
+    np.testing.assert_array_equal(I64, A.astype(np.int64))
+    np.testing.assert_array_equal(BL, A != 0)
+    np.testing.assert_array_equal(G, np.arange(n) / 4 + (A.astype(np.int64) + 1))
+
+
+# -- arithmetic ---------------------------------------------------------------------------------
+
+@tg.kernel
+def int_ops(Q, R, P, X, A, b):
+    i = tg.index()
+    a = A[i]
+    Q[i] = a // b
+    R[i] = a % b
+    P[i] = a ** 2 + (a & 6) + (a | 1) - (a ^ 3) + (a << 2) - (a >> 1)
+    X[i] = -a + (~a) + abs(a) * 2
+    y = a
+    y += 3
+    y -= b
+    y *= 2
+    y //= b
+    y %= 7
+    y **= 2
+    y &= 13
+    y |= 16
+    y ^= 5
+    y <<= 1
+    y >>= 2
+    X[i] += y
+
+
+@pytest.mark.parametrize("b", [3, -3, 1])
+def test_integer_arithmetic_python_semantics(backend, b):
+    A = np.arange(-10, 11, dtype=np.int64)
+    Q, R, P, X = (np.zeros_like(A) for _ in range(4))
+    int_ops(backend, 8)(Q, R, P, X, A, b, ndrange=A.size)
+    np.testing.assert_array_equal(Q, A // b)          # floor division, like Python
+    np.testing.assert_array_equal(R, A % b)           # sign of the divisor, like Python
+    np.testing.assert_array_equal(P, A ** 2 + (A & 6) + (A | 1) - (A ^ 3) + (A << 2) - (A >> 1))
+    np.testing.assert_array_equal(X, -A + ~A + np.abs(A) * 2 + [_aug_ref(a, b) for a in A.tolist()])
+
+
+def _aug_ref(a, b):
+    y = a
+    y += 3
+    y -= b
+    y *= 2
+    y //= b
+    y %= 7
+    y **= 2
+    y &= 13
+    y |= 16
+    y ^= 5
+    y <<= 1
+    y >>= 2
+    return y
+
+
+@tg.kernel
+def float_ops(F, G, A, d):
+    i = tg.index()
+    x = A[i]
+    F[i] = x // d + x % d
+    G[i] = x ** 2 + x ** 3 + abs(x) ** 0.5 - (-x) / d
+    y = x
+    y += 1.5
+    y -= d
+    y *= 3.0
+    y /= d
+    y **= 2
+    G[i] += y
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: d.__name__)
+def test_float_arithmetic(backend, dtype):
+    A = np.linspace(-3.0, 3.0, 17).astype(dtype)
+    d = 0.75
+    F = np.zeros_like(A)
+    G = np.zeros_like(A)
+    float_ops(backend, 8)(F, G, A, d, ndrange=A.size)
+    A64 = A.astype(np.float64)
+    np.testing.assert_allclose(F, A64 // d + A64 % d, **_tolerances(dtype))
+    y = ((A64 + 1.5 - d) * 3.0 / d) ** 2
+    expected = A64 ** 2 + A64 ** 3 + np.abs(A64) ** 0.5 + A64 / d + y
+    tol = dict(rtol=1e-5, atol=1e-4) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-12)
+    np.testing.assert_allclose(G, expected, **tol)
+
+
+# -- control flow ------------------------------------------------------------------------------
+
+@tg.kernel
+def branches(B, C, A):
+    i = tg.index()
+    x = A[i]
+    if x < -1.0:
+        B[i] = 1
+    elif x < 0.0:
+        B[i] = 2
+    elif x == 0.0:
+        B[i] = 3
+    else:
+        if x > 2.0 and not x > 3.0:
+            B[i] = 4
+        elif 0.0 < x <= 1.0 or x > 3.0:
+            B[i] = 5
+        else:
+            B[i] = 6
+    C[i] = 7 if x > 0.5 else -7
+
+
+def _branches_ref(x):
+    if x < -1.0:
+        return 1
+    if x < 0.0:
+        return 2
+    if x == 0.0:
+        return 3
+    if 2.0 < x <= 3.0:
+        return 4
+    if 0.0 < x <= 1.0 or x > 3.0:
+        return 5
+    return 6
+
+
+def test_if_elif_else(backend):
+    A = np.array([-2.0, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 10.0])
+    B = np.zeros(A.size, np.int64)
+    C = np.zeros(A.size, np.int64)
+    branches(backend, 4)(B, C, A, ndrange=A.size)
+    np.testing.assert_array_equal(B, [_branches_ref(x) for x in A])
+    np.testing.assert_array_equal(C, np.where(A > 0.5, 7, -7))
+    assert set(B.tolist()) == {1, 2, 3, 4, 5, 6}
+
+
+@tg.kernel
+def range_sums(S, C, start, stop, step):
+    i = tg.index()
+    s = 0
+    c = 0
+    for k in range(start + i, stop, step):
+        s += k
+        c += 1
+    S[i] = s
+    C[i] = c
+
+
+@pytest.mark.parametrize("start, stop, step", [
+    (0, 10, 1), (2, 30, 3), (-5, 5, 2), (10, 0, -1), (20, -7, -3), (5, 5, 1), (5, 0, 1),
+    (0, 3, -1),
+])
+def test_for_runtime_bounds_and_steps(backend, start, stop, step):
+    n = 6
+    S = np.full(n, SENTINEL, np.int64)
+    C = np.full(n, SENTINEL, np.int64)
+    range_sums(backend, 4)(S, C, start, stop, step, ndrange=n)
+    np.testing.assert_array_equal(S, [sum(range(start + i, stop, step)) for i in range(n)])
+    np.testing.assert_array_equal(C, [len(range(start + i, stop, step)) for i in range(n)])
+
+
+@tg.kernel
+def range_forms(S, n, a, b):
+    i = tg.index()
+    s = 0
+    for _k in range(n + i):
+        s += 1
+    for k in range(a, b - i):
+        s += 100 * k
+    for k in range(b, a, -1):
+        s -= k * i
+    for _k in range(3):
+        s += 10000
+    S[i] = s
+
+
+def test_for_range_forms(backend):
+    n, a, b = 2, -3, 6
+    S = np.zeros(8, np.int64)
+    range_forms(backend, 4)(S, n, a, b, ndrange=8)
+    expected = [(n + i) + sum(100 * k for k in range(a, b - i))
+                - sum(k * i for k in range(b, a, -1)) + 30000 for i in range(8)]
+    np.testing.assert_array_equal(S, expected)
+
+
+@tg.kernel
+def collatz(S, A, limit):
+    i = tg.index()
+    x = A[i]
+    steps = 0
+    while x != 1:
+        if steps >= limit:
+            break
+        if x % 2 == 0:
+            x = x // 2
+        else:
+            x = 3 * x + 1
+        steps += 1
+    S[i] = steps
+
+
+def _collatz_ref(x, limit):
+    steps = 0
+    while x != 1 and steps < limit:
+        x = x // 2 if x % 2 == 0 else 3 * x + 1
+        steps += 1
+    return steps
+
+
+@pytest.mark.parametrize("limit", [1000, 10])
+def test_while_with_break(backend, limit):
+    A = np.arange(1, 40, dtype=np.int64)
+    S = np.zeros_like(A)
+    collatz(backend, 8)(S, A, limit, ndrange=A.size)
+    np.testing.assert_array_equal(S, [_collatz_ref(x, limit) for x in A.tolist()])
+
+
+@tg.kernel
+def skip_multiples(S, n):
+    i = tg.index()
+    s = 0
+    k = 0
+    while True:
+        k += 1
+        if k > n:
+            break
+        if k % (i + 2) == 0:
+            continue
+        s += k
+    S[i] = s
+
+
+def test_while_true_continue_break(backend):
+    S = np.zeros(7, np.int64)
+    skip_multiples(backend, 4)(S, 30, ndrange=7)
+    np.testing.assert_array_equal(
+        S, [sum(k for k in range(1, 31) if k % (i + 2) != 0) for i in range(7)])
+
+
+@tg.kernel
+def nested_break_continue(S, n):
+    i = tg.index()
+    s = 0
+    for a in range(n):
+        if a == i:
+            continue
+        for b in range(n):
+            if b > a:
+                break
+            if (a + b) % 3 == 0:
+                continue
+            s += a * 10 + b
+    S[i] = s
+
+
+def test_nested_loops_break_continue(backend):
+    n = 9
+    S = np.zeros(n, np.int64)
+    nested_break_continue(backend, 4)(S, n, ndrange=n)
+    expected = [sum(a * 10 + b for a in range(n) if a != i for b in range(a + 1)
+                    if (a + b) % 3 != 0) for i in range(n)]
+    np.testing.assert_array_equal(S, expected)
+
+
+@tg.kernel
+def early_return(B, C, A, n):
+    i = tg.index()
+    if i >= n:
+        return
+    B[i] = -1
+    for k in range(A.shape[0]):
+        j = 0
+        while j < 3:
+            if A[k] == i + j:
+                B[i] = k * 10 + j
+                return
+            j += 1
+    C[i] = 1
+
+
+def test_early_return_top_level_and_nested(backend):
+    A = np.array([5, 9, 1, 3, 20, 14], np.int64)
+    n, total = 12, 16
+    B = np.full(total, SENTINEL, np.int64)
+    C = np.full(total, SENTINEL, np.int64)
+    early_return(backend, 4)(B, C, A, n, ndrange=total)
+    expB, expC = [], []
+    for i in range(total):
+        if i >= n:
+            expB.append(SENTINEL)
+            expC.append(SENTINEL)
+            continue
+        found = next((k * 10 + j for k in range(A.size) for j in range(3) if A[k] == i + j), None)
+        expB.append(-1 if found is None else found)
+        expC.append(1 if found is None else SENTINEL)
+    np.testing.assert_array_equal(B, expB)
+    np.testing.assert_array_equal(C, expC)
+
+
+@tg.kernel
+def early_return_2d(B, A):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    if j > i:
+        return
+    for k in range(A.shape[1]):
+        if A[i, k] < 0.0:
+            B[i, j] = k
+            return
+    B[i, j] = 100 + j
+
+
+def test_early_return_in_2d_kernel_moves_to_next_item(backend):
+    A = np.array([[1.0, -1.0, 2.0], [3.0, 4.0, 5.0], [-2.0, 0.0, 0.0], [0.0, 1.0, -9.0]])
+    B = np.full((4, 4), SENTINEL, np.int64)
+    early_return_2d(backend, (2, 3))(B, A, ndrange=(4, 4))
+    expected = np.full((4, 4), SENTINEL)
+    for i in range(4):
+        neg = [k for k in range(3) if A[i, k] < 0]
+        for j in range(i + 1):
+            expected[i, j] = neg[0] if neg else 100 + j
+    np.testing.assert_array_equal(B, expected)
+
+
+# -- tuples -------------------------------------------------------------------------------------
+
+@tg.kernel
+def tuple_ops(B, A):
+    i = tg.index()
+    a, b = A[i], 2.0 * A[i]
+    a, b = b, a
+    x, y, z = a, b, i
+    x, y, z = z, x, y
+    t = (x, y + 1.0, 5)
+    B[i, 0] = a
+    B[i, 1] = b
+    B[i, 2] = x
+    B[i, 3] = y
+    B[i, 4] = z
+    B[i, 5] = t[0] + t[1] * t[2] + t[2]
+
+
+def test_tuple_assignment_and_swaps(backend):
+    A = np.arange(1.0, 8.0)
+    B = np.zeros((7, 6))
+    tuple_ops(backend, 4)(B, A, ndrange=7)
+    i = np.arange(7)
+    a, b = 2 * A, A
+    x, y, z = i, a, b
+    np.testing.assert_array_equal(B, np.stack([a, b, x, y, z, x + (y + 1) * 5 + 5], axis=1))
+
+
+@tg.kernel
+def tuple_negative_index(B, A):
+    same = (3, 4, 5)
+    mixed = (7, A[0], 2.5)
+    B[0] = same[-1]
+    B[1] = same[-3]
+    B[2] = mixed[-1]
+    B[3] = mixed[-2]
+    B[4] = mixed[-3]
+
+
+def test_negative_constant_index_into_tuples(backend):
+    B = np.zeros(5)
+    tuple_negative_index(backend, 1)(B, np.array([1.25]), ndrange=1)
+    np.testing.assert_array_equal(B, [5, 3, 2.5, 1.25, 7])
+
+
+# -- module-level and closure constants ------------------------------------------------------------
+
+SCALE = 3
+OFFSET = 0.5
+PAIR = (2, 5)
+ENABLED = True
+NP_INT = np.int64(7)
+FROZEN = 10.0
+
+
+@tg.kernel
+def use_constants(B, A):
+    i = tg.index()
+    if ENABLED:
+        B[i] = SCALE * A[i] + OFFSET + PAIR[1] * PAIR[0] + NP_INT + math.pi
+    else:
+        B[i] = -1.0
+
+
+@tg.kernel
+def use_frozen(B):
+    i = tg.index()
+    B[i] = FROZEN
+
+
+def test_module_constants(backend):
+    A = np.arange(5.0)
+    B = np.zeros(5)
+    use_constants(backend, 4)(B, A, ndrange=5)
+    np.testing.assert_array_equal(B, 3 * A + 0.5 + 10 + 7 + math.pi)
+
+
+def test_module_constants_are_frozen_at_compile_time(backend, monkeypatch):
+    B = np.zeros(4)
+    use_frozen(backend, 4)(B, ndrange=4)
+    assert (B == 10.0).all()
+    monkeypatch.setattr(sys.modules[__name__], "FROZEN", 99.0)
+    B[:] = 0
+    use_frozen(backend, 4)(B, ndrange=4)
+    assert (B == 10.0).all()
+
+
+def test_closure_constants(backend):
+    factor = 4
+    shift = (1.5, -2.0)
+
+    @tg.kernel
+    def closure_kernel(B, A):
+        i = tg.index()
+        B[i] = factor * A[i] + shift[1]
+
+    A = np.arange(6.0)
+    B = np.zeros(6)
+    closure_kernel(backend, 4)(B, A, ndrange=6)
+    np.testing.assert_array_equal(B, 4 * A - 2.0)
+
+
+# -- device functions -------------------------------------------------------------------------
+
+@tg.func
+def square(x):
+    return x * x
+
+
+@tg.func
+def poly(x):
+    return square(x) + 2.0 * x + 1.0
+
+
+@tg.func
+def floor_divmod(a, b):
+    return a // b, a % b
+
+
+@tg.func
+def clamp(x, lo, hi):
+    if x < lo:
+        return lo
+    if x > hi:
+        return hi
+    return x
+
+
+@tg.func
+def first_above(A, t):
+    for k in range(A.shape[0]):
+        if A[k] > t:
+            return k
+    return -1
+
+
+@tg.kernel
+def use_funcs(P32, P64, Q, R, CL, FA, X32, X64, T):
+    i = tg.index()
+    P32[i] = poly(X32[i])
+    P64[i] = poly(X64[i])
+    q, r = floor_divmod(i - 5, 3)
+    Q[i] = q
+    R[i] = r
+    CL[i] = clamp(X64[i], -1.0, 1.0)
+    FA[i] = first_above(T, X64[i])
+
+
+def test_device_functions(backend):
+    n = 11
+    X64 = np.linspace(-2.0, 2.0, n)
+    X32 = (X64 * 1.1).astype(np.float32)
+    T = np.array([-1.5, 0.0, 1.0, 1.9])
+    P32 = np.zeros(n, np.float32)
+    P64, CL = np.zeros(n), np.zeros(n)
+    Q, R, FA = (np.zeros(n, np.int64) for _ in range(3))
+    use_funcs(backend, 4)(P32, P64, Q, R, CL, FA, X32, X64, T, ndrange=n)
+    # the float32 specialisation computes in float32 (bit for bit)
+    np.testing.assert_array_equal(P32, X32 * X32 + np.float32(2) * X32 + np.float32(1))
+    np.testing.assert_array_equal(P64, X64 * X64 + 2 * X64 + 1)
+    i = np.arange(n)
+    np.testing.assert_array_equal(Q, (i - 5) // 3)
+    np.testing.assert_array_equal(R, (i - 5) % 3)
+    np.testing.assert_array_equal(CL, np.clip(X64, -1, 1))
+    np.testing.assert_array_equal(FA, [next((k for k in range(4) if T[k] > x), -1) for x in X64])
+    src = use_funcs.source(backend=backend)
+    # poly (and square, through it) specialised once for float32 and once for float64
+    assert "def poly__f32" in src and "def poly__f64" in src
+    assert "def square__f32" in src and "def square__f64" in src
+
+
+@tg.func
+def flat_index(ix, shape):
+    return ix[0] * shape[1] + ix[1]
+
+
+@tg.func
+def three_values(x):
+    return x, x * 2.0, int(x) + 1
+
+
+@tg.kernel
+def funcs_with_tuples(B, C, A):
+    ix = tg.index(tg.Global, tg.NTuple)
+    B[ix] = flat_index(ix, B.shape)
+    a, b, c = three_values(A[ix])
+    C[ix] = a + b + c
+
+
+def test_device_functions_take_and_return_tuples(backend):
+    A = np.arange(12, dtype=np.float32).reshape(3, 4) / 2
+    B = np.zeros((3, 4), np.int64)
+    C = np.zeros((3, 4), np.float32)
+    funcs_with_tuples(backend, (2, 2))(B, C, A, ndrange=B.shape)
+    np.testing.assert_array_equal(B, np.arange(12).reshape(3, 4))
+    np.testing.assert_array_equal(C, A + A * np.float32(2) + (A.astype(np.int64) + 1))
+
+
+@tg.func
+def add_into(A, i, v):
+    A[i] += v
+
+
+@tg.func
+def is_positive(x):
+    return x > 0.0
+
+
+@tg.kernel
+def func_statements(B, A):
+    i = tg.index()
+    add_into(B, i, 2.0)
+    if is_positive(A[i]):
+        add_into(B, i, 10.0)
+
+
+def test_device_function_called_as_statement(backend):
+    A = np.array([1.0, -1.0, 2.0, 0.0, 3.0])
+    B = np.zeros(5)
+    func_statements(backend, 2)(B, A, ndrange=5)
+    np.testing.assert_array_equal(B, np.where(A > 0, 12.0, 2.0))
+
+
+@tg.func
+def offset(x):
+    return x + 1
+
+
+def _make_other_offset():
+    @tg.func
+    def offset(x):       # same __name__ as the module-level offset, different body
+        return x + 100
+    return offset
+
+
+other_offset = _make_other_offset()
+
+
+@tg.kernel
+def two_funcs_same_name(B):
+    i = tg.index()
+    B[i] = offset(i) * 1000 + other_offset(i)
+
+
+def test_device_functions_sharing_a_name_stay_distinct(backend):
+    B = np.zeros(4, np.int64)
+    two_funcs_same_name(backend, 2)(B, ndrange=4)
+    i = np.arange(4)
+    np.testing.assert_array_equal(B, (i + 1) * 1000 + (i + 100))
+
+
+# -- shapes, sizes, len ----------------------------------------------------------------------
+
+@tg.kernel
+def shape_info(S, A):
+    S[0] = A.shape[0]
+    S[1] = A.shape[1]
+    S[2] = A.shape[2]
+    S[3] = A.shape[-1]
+    S[4] = A.size
+    S[5] = len(A)
+    S[6] = A.ndim
+    for k in range(A.ndim):
+        S[7 + k] = A.shape[k]
+
+
+@tg.kernel
+def row_sums(B, A):
+    i = tg.index()
+    s = 0.0
+    for j in range(A.shape[1]):
+        s += A[i, j]
+    B[i] = s / len(B) + A.size
+
+
+def test_shape_size_len(backend):
+    A = np.zeros((3, 5, 7), np.float32)
+    S = np.full(10, SENTINEL, np.int64)
+    shape_info(backend, 1)(S, A, ndrange=1)
+    np.testing.assert_array_equal(S, [3, 5, 7, 7, 105, 3, 3, 3, 5, 7])
+    M = np.arange(12.0).reshape(3, 4)
+    B = np.zeros(3)
+    row_sums(backend, 2)(B, M, ndrange=3)
+    np.testing.assert_allclose(B, M.sum(1) / 3 + 12)
