@@ -1,14 +1,15 @@
-"""``tg.autodiff`` and friends: thin functions over the launchers and (later) the tape."""
+"""``tg.autodiff`` and friends: thin functions over the launchers and the tape."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from tapegrad import launch as L
 from tapegrad.errors import AdjointStackOverflow, LaunchError, TapegradError  # noqa: F401
-from tapegrad.lang.kernel import ConfiguredKernel
+from tapegrad.lang.kernel import ConfiguredKernel, Kernel
 from tapegrad.tape.activity import (
     Active,
     Annotation,
@@ -16,8 +17,11 @@ from tapegrad.tape.activity import (
     Const,
     Duplicated,
     Mode,
+    Reverse,
     annotate,
 )
+from tapegrad.tape.scalars import TrackedScalar
+from tapegrad.tape.tape import Tape, _zeros_like, array_key, is_array, not_a_scalar
 
 
 def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = None) -> tuple:
@@ -45,11 +49,194 @@ def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = N
                             f"tg.Forward, ...), got {mode!r}")
     if isinstance(f, ConfiguredKernel):
         return _autodiff_kernel(mode, f, ret_activity, args, ndrange)
-    if hasattr(f, "compile") or type(f).__name__ == "Kernel":
+    if isinstance(f, Kernel):
         raise TapegradError("configure the kernel first: tg.autodiff(mode, kern(backend, "
                             "workgroupsize), tg.Const, ..., ndrange=n)")
-    raise TapegradError("tg.autodiff differentiates configured kernels in this version; "
-                        "differentiating host functions that launch kernels comes with the tape")
+    if not callable(f):
+        raise TapegradError(f"tg.autodiff differentiates a function or a configured kernel, "
+                            f"got {type(f).__name__}")
+    if ndrange is not None:
+        raise TapegradError("ndrange= is for configured kernels; a host function launches its "
+                            "kernels itself")
+    return _autodiff_host(mode, f, ret_activity, args)
+
+
+def _autodiff_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> tuple:
+    """Record ``f`` on a tape, then run the adjoints backwards (Enzyme's conventions)."""
+    if not mode.reverse:
+        raise TapegradError("forward mode on host functions is not available in this version "
+                            "yet; use tg.Reverse")
+    ret_kind = _return_kind(ret)
+    annotated = [annotate(a) for a in args]
+    for k, a in enumerate(annotated):
+        _check_host_annotation(f, k, a)
+    tape = Tape()
+    sources: list[Any] = []
+    with tape:
+        call_args = []
+        for a in annotated:
+            if isinstance(a, Active):
+                s = tape.new_node(float(a.val))
+                sources.append(s)
+                call_args.append(s)
+            else:
+                if isinstance(a, Duplicated):
+                    sources.append(a.val)
+                call_args.append(a.val)
+        result = f(*call_args)
+    shadows = {array_key(a.val): a.dval for a in annotated if isinstance(a, Duplicated)}
+    seeded = [a.val for a in annotated if isinstance(a, Duplicated)]
+    if ret_kind == "active":
+        _check_scalar_result(tape, result)
+    tape.backward(result, {}, shadows, sources, seed_target=ret_kind == "active",
+                  seeded=seeded)
+    derivs = []
+    scalar_sources = iter(s for s in sources if isinstance(s, TrackedScalar))
+    for a in annotated:
+        if isinstance(a, Active):
+            value = tape.scalar_bar.get(next(scalar_sources).node, 0.0)
+            derivs.append(type(a.val)(value) if isinstance(a.val, np.floating) else value)
+        else:
+            derivs.append(None)
+    if mode.with_primal:
+        primal = float(result) if isinstance(result, TrackedScalar) else result
+        return tuple(derivs), primal
+    return (tuple(derivs),)
+
+
+def _return_kind(ret: Any) -> str:
+    if ret is Active or isinstance(ret, Active):
+        return "active"
+    if ret is Const or isinstance(ret, Const):
+        return "const"
+    raise TapegradError(f"the return activity is tg.Active (f returns a scalar to "
+                        f"differentiate) or tg.Const (seed the outputs' shadows yourself), got "
+                        f"{ret!r}")
+
+
+def _check_scalar_result(tape: Tape, result: Any) -> None:
+    if isinstance(result, TrackedScalar) and result.tape is tape:
+        return
+    if is_array(result) and getattr(result, "size", 0) == 1 and array_key(result) in tape.arrays:
+        return
+    if isinstance(result, (float, int, np.floating, np.integer)):
+        raise TapegradError(
+            f"the function returned the number {result!r}, but not from an operation tapegrad "
+            "recorded, so nothing connects it to the inputs; compute it with tg.sum, tg.dot, "
+            "tg.mean or tg.norm (and + - * / ** on their results)")
+    raise not_a_scalar(result)
+
+
+def _check_host_annotation(f: Any, k: int, a: Annotation) -> None:
+    name = getattr(f, "__name__", "f")
+    if isinstance(a, BatchDuplicated):
+        raise TapegradError("BatchDuplicated is for forward mode, which is not available in "
+                            "this version yet")
+    if isinstance(a, Duplicated):
+        x, dx = a.val, a.dval
+        if not is_array(x):
+            raise TapegradError(f"{name}: argument {k} is Duplicated but is not an array; "
+                                "scalars are tg.Active(x) or tg.Const(x)")
+        if not is_array(dx) or dx.shape != x.shape or dx.dtype != x.dtype or \
+                type(dx) is not type(x):
+            got = (f"shape {dx.shape}, dtype {dx.dtype}" if is_array(dx) else type(dx).__name__)
+            raise LaunchError(f"{name}: the shadow of argument {k} must match it (shape "
+                              f"{x.shape}, dtype {x.dtype}, same device); got {got}. Make one "
+                              "with tg.make_zero(x)")
+    if isinstance(a, Active) and not isinstance(a.val, (float, np.floating)):
+        raise TapegradError(f"{name}: tg.Active(x) needs a float scalar, got "
+                            f"{type(a.val).__name__}; arrays are tg.Duplicated(x, dx)")
+
+
+def gradient(f: Callable[..., Any], *arrays: Any) -> tuple:
+    """The gradient of the scalar ``f(*arrays)`` with respect to each array.
+
+    >>> import numpy as np, tapegrad as tg
+    >>> (g,) = tg.gradient(lambda x: tg.dot(x, x), np.array([1.0, 2.0]))
+    >>> g.tolist()
+    [2.0, 4.0]
+    """
+    tape = Tape()
+    with tape:
+        result = f(*arrays)
+    _check_scalar_result(tape, result)
+    return tuple(tape.gradient(result, list(arrays)))
+
+
+def vjp(f: Callable[..., Any], x: Any, w: Any) -> tuple[Any, Any]:
+    """``(y, x_bar)`` with ``y = f(x)`` and ``x_bar = J(x)^T w`` (a vector-Jacobian product).
+
+    >>> import numpy as np, tapegrad as tg
+    >>> y, x_bar = tg.vjp(lambda x: tg.dot(x, x), np.array([3.0]), 1.0)
+    >>> float(y), x_bar.tolist()
+    (9.0, [6.0])
+    """
+    tape = Tape()
+    with tape:
+        y = f(x)
+    x_bar = _zeros_like(x)
+    _seeded_sweep(tape, y, w, x, x_bar)
+    return (float(y) if isinstance(y, TrackedScalar) else y), x_bar
+
+
+def _seeded_sweep(tape: Tape, y: Any, w: Any, x: Any, x_bar: Any) -> None:
+    if isinstance(y, TrackedScalar):
+        tape.backward(y, {}, {array_key(x): x_bar}, [x], seed_target=False, seeded=[y])
+        tape.scalar_bar[y.node] = float(w)
+        _rerun(tape, y, x, x_bar)
+        return
+    if not is_array(y) or array_key(y) not in tape.arrays:
+        raise TapegradError("tg.vjp / tg.jacobian need f(x) to return an array its kernels "
+                            "wrote, or a scalar from tg.sum/tg.dot/...")
+    seed = _zeros_like(y)
+    seed[...] = w
+    tape.backward(y, {}, {array_key(x): x_bar, array_key(y): seed}, [x], seed_target=False,
+                  seeded=[y])
+
+
+def _rerun(tape: Tape, y: TrackedScalar, x: Any, x_bar: Any) -> None:
+    """Sweep again with the scalar output's adjoint set (scalar outputs have no shadow)."""
+    bar = tape.scalar_bar[y.node]
+    tape.shadows = {array_key(x): x_bar}
+    tape.scalar_bar = {y.node: bar}
+    useful_ids, useful_nodes = tape.useful_from([y])
+    for record in reversed(tape.records):
+        if set(record.writes) & useful_ids or (record.scalar_out is not None
+                                               and record.scalar_out in useful_nodes):
+            record.backward(tape)
+
+
+def jacobian(f: Callable[..., Any], x: Any, mode: Mode = Reverse) -> Any:
+    """The Jacobian of ``f`` at ``x``, an array of shape ``(y.size, x.size)``: one reverse
+    sweep per output element over a single recording.
+
+    >>> import numpy as np, tapegrad as tg
+    >>> J = tg.jacobian(lambda x: tg.dot(x, x), np.array([1.0, 2.0]))
+    >>> J.tolist()
+    [[2.0, 4.0]]
+    """
+    if not mode.reverse:
+        raise TapegradError("tg.jacobian(mode=tg.Forward) comes with forward mode; use "
+                            "mode=tg.Reverse")
+    tape = Tape()
+    with tape:
+        y = f(x)
+    size = 1 if isinstance(y, (TrackedScalar, float)) else y.size
+    rows = []
+    for k in range(size):
+        x_bar = _zeros_like(x)
+        if size == 1 and not is_array(y):
+            _seeded_sweep(tape, y, 1.0, x, x_bar)
+        else:
+            w = _zeros_like(y).ravel()
+            w[k] = 1
+            _seeded_sweep(tape, y, w.reshape(y.shape), x, x_bar)
+        rows.append(_host_array(x_bar).ravel())
+    return np.stack(rows)
+
+
+def _host_array(x: Any) -> np.ndarray:
+    return x if isinstance(x, np.ndarray) else x.get()
 
 
 def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, ndrange: Any

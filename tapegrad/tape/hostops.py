@@ -1,0 +1,241 @@
+"""Differentiable host operations: reductions that turn arrays into tracked scalars, and the
+arithmetic on tracked scalars.  Each records one ``Record`` whose ``backward`` is its
+derivative rule; without a recording tape they are plain NumPy/CuPy computations.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tapegrad.errors import TapegradError
+from tapegrad.tape import tape as T
+from tapegrad.tape.scalars import TrackedScalar
+
+
+def _xp(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return np
+    import cupy
+    return cupy
+
+
+def _live_tape(*values: Any) -> T.Tape | None:
+    tape = T.current()
+    if tape is not None:
+        return tape
+    return None
+
+
+# -- reductions -------------------------------------------------------------------------------
+
+@dataclass
+class ReductionRecord(T.Record):
+    """``out = rule(arrays)``; backward adds ``out_bar * d out / d array`` to each shadow."""
+
+    views: list[Any] = field(default_factory=list)
+    grad: Callable[..., list[Any]] | None = None
+
+    def redirect(self, pos: int, copy: Any) -> None:
+        self.views[pos] = copy
+
+    def backward(self, tape: T.Tape) -> None:
+        bar = tape.scalar_bar.get(self.scalar_out, 0.0)
+        if bar == 0.0:
+            return
+        for ident, g in zip(self.reads, self.grad(bar, *self.views)):
+            if ident in tape.active_ids and g is not None:
+                tape.shadow(ident)[...] += g
+
+
+def _reduce(name: str, arrays: tuple, value: float, grad: Callable[..., list[Any]]) -> Any:
+    tape = T.current()
+    if tape is None:
+        return value
+    node = tape.new_node(value)
+    record = ReductionRecord(reads=[tape.track(a) for a in arrays], writes=[], name=name,
+                             scalar_out=node.node, views=list(arrays), grad=grad)
+    tape.record_host(record, [(a, k) for k, a in enumerate(arrays)])
+    return node
+
+
+def _check_array(fn: str, x: Any) -> None:
+    if not T.is_array(x):
+        raise TapegradError(f"tg.{fn} expects arrays (NumPy or CuPy), got {type(x).__name__}")
+
+
+def sum(x: Any) -> Any:  # noqa: A001 - the public name is tg.sum
+    """The sum of all elements, differentiable: ``loss = tg.sum(B)``.
+
+    >>> import numpy as np, tapegrad as tg
+    >>> float(tg.sum(np.arange(4.0)))
+    6.0
+    """
+    _check_array("sum", x)
+    return _reduce("sum", (x,), float(_xp(x).sum(x)), lambda bar, a: [bar])
+
+
+def mean(x: Any) -> Any:
+    """The mean of all elements, differentiable."""
+    _check_array("mean", x)
+    n = x.size
+    return _reduce("mean", (x,), float(_xp(x).mean(x)), lambda bar, a: [bar / n])
+
+
+def dot(x: Any, y: Any) -> Any:
+    """The inner product over all elements (like ``numpy.vdot``), for any shapes of equal size.
+
+    >>> import numpy as np, tapegrad as tg
+    >>> float(tg.dot(np.ones((2, 2)), np.full((2, 2), 3.0)))
+    12.0
+    """
+    _check_array("dot", x)
+    _check_array("dot", y)
+    if x.size != y.size:
+        raise TapegradError(f"tg.dot needs arrays of the same size, got {x.shape} and {y.shape}")
+    xp = _xp(x)
+    value = float(xp.vdot(x.ravel(), y.ravel()))
+    return _reduce("dot", (x, y), value,
+                   lambda bar, a, b: [bar * b.reshape(a.shape), bar * a.reshape(b.shape)])
+
+
+def norm(x: Any) -> Any:
+    """The Euclidean norm of all elements, differentiable (its gradient at 0 is 0)."""
+    _check_array("norm", x)
+    value = float(_xp(x).linalg.norm(x.ravel()))
+    return _reduce("norm", (x,), value,
+                   lambda bar, a: [bar * a / value if value else 0.0 * a])
+
+
+@dataclass
+class CopyRecord(T.Record):
+    def redirect(self, pos: int, copy: Any) -> None:
+        pass
+
+    def backward(self, tape: T.Tape) -> None:
+        src, dst = self.reads[0], self.writes[0]
+        if src in tape.active_ids:
+            tape.shadow(src)[...] += tape.shadow(dst)
+
+
+def copy(x: Any) -> Any:
+    """A copy of ``x`` that tapes record (``x.copy()`` is invisible to them).
+
+    >>> import numpy as np, tapegrad as tg
+    >>> tg.copy(np.arange(3.0)).tolist()
+    [0.0, 1.0, 2.0]
+    """
+    _check_array("copy", x)
+    y = x.copy()
+    tape = T.current()
+    if tape is not None:
+        tape.record_host(CopyRecord(reads=[tape.track(x)], writes=[tape.track(y)], name="copy"),
+                         [])
+    return y
+
+
+# -- arithmetic on tracked scalars ------------------------------------------------------------
+
+@dataclass
+class ScalarRecord(T.Record):
+    partials: tuple = ()
+    inputs: list[int | None] = field(default_factory=list)
+
+    def redirect(self, pos: int, copy: Any) -> None:
+        pass
+
+    def backward(self, tape: T.Tape) -> None:
+        bar = tape.scalar_bar.get(self.scalar_out, 0.0)
+        for node, p in zip(self.inputs, self.partials):
+            if node is not None:
+                tape.add_scalar_bar(node, bar * p)
+
+
+def record_scalar_op(name: str, operands: tuple, value: float, partials: tuple) -> Any:
+    """Record ``value = name(*operands)`` with the given partial derivatives."""
+    tape = None
+    for o in operands:
+        if isinstance(o, TrackedScalar) and o.tape.recording:
+            tape = o.tape
+    if tape is None:
+        return value
+    for o in operands:
+        if not isinstance(o, (TrackedScalar, int, float, np.integer, np.floating)):
+            raise TapegradError(f"cannot combine a tracked scalar with a {type(o).__name__} "
+                                f"in {name!r}; only numbers and tracked scalars mix")
+    nodes = [o.node if isinstance(o, TrackedScalar) and o.tape is tape else None
+             for o in operands]
+    node = tape.new_node(value)
+    record = ScalarRecord(reads=[], writes=[], name=name, scalar_out=node.node,
+                          scalars_in=[n for n in nodes if n is not None], partials=partials,
+                          inputs=nodes)
+    tape.record_host(record, [])
+    return node
+
+
+_SCALAR_RULES: dict[str, Callable[[float, float], float]] = {
+    # d f(x) / dx given x and r = f(x)
+    "sqrt": lambda x, r: 0.5 / r if r else math.inf,
+    "exp": lambda x, r: r,
+    "expm1": lambda x, r: r + 1.0,
+    "log": lambda x, r: 1.0 / x,
+    "log1p": lambda x, r: 1.0 / (1.0 + x),
+    "log2": lambda x, r: 1.0 / (x * math.log(2.0)),
+    "log10": lambda x, r: 1.0 / (x * math.log(10.0)),
+    "sin": lambda x, r: math.cos(x),
+    "cos": lambda x, r: -math.sin(x),
+    "tan": lambda x, r: 1.0 + r * r,
+    "tanh": lambda x, r: 1.0 - r * r,
+    "sinh": lambda x, r: math.cosh(x),
+    "cosh": lambda x, r: math.sinh(x),
+    "atan": lambda x, r: 1.0 / (1.0 + x * x),
+    "asin": lambda x, r: 1.0 / math.sqrt(1.0 - x * x),
+    "acos": lambda x, r: -1.0 / math.sqrt(1.0 - x * x),
+    "erf": lambda x, r: 2.0 / math.sqrt(math.pi) * math.exp(-x * x),
+    "fabs": lambda x, r: math.copysign(1.0, x) if x else 0.0,
+}
+
+
+def scalar_math(name: str, args: tuple) -> Any:
+    """``tg.<name>(tracked)``: the math function, recorded."""
+    if name == "pow":
+        return args[0] ** args[1] if isinstance(args[0], TrackedScalar) else \
+            args[1].__rpow__(args[0])
+    if name == "hypot" and len(args) == 2:
+        x, y = args
+        return (x * x + y * y) ** 0.5
+    if name not in _SCALAR_RULES or len(args) != 1:
+        raise TapegradError(f"tg.{name} of a tracked scalar is not differentiable on the host; "
+                            f"use one of {', '.join(sorted(_SCALAR_RULES))}, pow or hypot")
+    x = float(args[0])
+    value = getattr(math, name)(x)
+    return record_scalar_op(name, args, value, (_SCALAR_RULES[name](x, value),))
+
+
+_UFUNCS = {"sqrt": "sqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "cos",
+           "tanh": "tanh", "tan": "tan", "expm1": "expm1", "log1p": "log1p", "absolute": "fabs",
+           "negative": None, "add": None, "subtract": None, "multiply": None,
+           "true_divide": None, "power": None}
+
+
+def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
+    """NumPy ufuncs on tracked scalars: the differentiable ones are recorded, others refused
+    (so a derivative is never lost silently)."""
+    if method != "__call__" or kwargs:
+        raise TapegradError(f"numpy.{ufunc.__name__}.{method} on a tracked scalar is not "
+                            "differentiable; use tg functions and + - * / **")
+    name = ufunc.__name__
+    if name in ("add", "subtract", "multiply", "true_divide", "power"):
+        a, b = inputs
+        return {"add": lambda: a + b, "subtract": lambda: a - b, "multiply": lambda: a * b,
+                "true_divide": lambda: a / b, "power": lambda: a ** b}[name]()
+    if name == "negative":
+        return -inputs[0]
+    if name in _UFUNCS:
+        return scalar_math(_UFUNCS[name], inputs)
+    raise TapegradError(f"numpy.{name} of a tracked scalar is not differentiable; use "
+                        "tg.sqrt/exp/log/... and + - * / **")

@@ -1,0 +1,89 @@
+"""``tg.register_adjoint``: make an opaque host callable (a CuPy RawKernel launch, a NumPy or
+SciPy function) a recorded, differentiable operation with a hand-written reverse rule."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tapegrad.errors import TapegradError
+from tapegrad.tape import tape as T
+from tapegrad.tape.scalars import TrackedScalar
+
+
+@dataclass
+class OpRecord(T.Record):
+    rule: Callable[..., Any] | None = None
+    views: list[Any] = field(default_factory=list)        # the arguments as the op saw them
+    arg_ids: list[int | None] = field(default_factory=list)
+    arg_nodes: list[int | None] = field(default_factory=list)
+    out_id: int | None = None
+    op_name: str = ""
+
+    def redirect(self, pos: int, copy: Any) -> None:
+        self.views[pos] = copy
+
+    def backward(self, tape: T.Tape) -> None:
+        if self.out_id is not None:
+            y_bar = tape.shadow(self.out_id)
+        else:
+            y_bar = tape.scalar_bar.get(self.scalar_out, 0.0)
+        cotangents = self.rule(y_bar, *self.views)
+        if not isinstance(cotangents, (tuple, list)):
+            cotangents = (cotangents,)
+        if len(cotangents) != len(self.views):
+            raise TapegradError(f"the reverse rule of {self.op_name} returned "
+                                f"{len(cotangents)} cotangent(s) for {len(self.views)} "
+                                "argument(s); return one per argument (None where there is none)")
+        for ident, node, c in zip(self.arg_ids, self.arg_nodes, cotangents):
+            if c is None:
+                continue
+            if ident is not None and ident in tape.active_ids:
+                tape.shadow(ident)[...] += c
+            elif node is not None and node in tape.active_nodes:
+                tape.add_scalar_bar(node, float(c))
+
+
+def register_adjoint(fn: Callable[..., Any], reverse: Callable[..., Any],
+                     forward: Callable[..., Any] | None = None) -> Callable[..., Any]:
+    """Wrap ``fn`` so that tapes record it; ``reverse(y_bar, *args)`` returns one cotangent per
+    argument (``None`` for arguments without one).
+
+    ``fn`` must return a new array or a float and leave its arguments unchanged.
+
+    >>> import numpy as np, tapegrad as tg
+    >>> square = tg.register_adjoint(np.square, reverse=lambda y_bar, x: 2 * x * y_bar)
+    >>> x = np.array([1.0, 2.0])
+    >>> with tg.Tape() as tape:
+    ...     loss = tg.sum(square(x))
+    >>> tape.gradient(loss, [x])[0].tolist()
+    [2.0, 4.0]
+    """
+    name = getattr(fn, "__name__", type(fn).__name__)
+
+    @functools.wraps(fn)
+    def op(*args: Any) -> Any:
+        tape = T.current()
+        plain = [float(a) if isinstance(a, TrackedScalar) else a for a in args]
+        if tape is None:
+            return fn(*plain)
+        y = fn(*plain)
+        record = OpRecord(reads=[tape.track(a) for a in args if T.is_array(a)], writes=[],
+                          name=name, op_name=name, rule=reverse, views=list(plain),
+                          arg_ids=[tape.track(a) if T.is_array(a) else None for a in args],
+                          arg_nodes=[a.node if isinstance(a, TrackedScalar) and a.tape is tape
+                                     else None for a in args])
+        record.scalars_in = [n for n in record.arg_nodes if n is not None]
+        if T.is_array(y):
+            record.out_id = tape.track(y)
+            record.writes = [record.out_id]
+        else:
+            y = tape.new_node(float(y))
+            record.scalar_out = y.node
+        tape.record_host(record, [(a, k) for k, a in enumerate(args) if T.is_array(a)])
+        return y
+
+    op.forward_rule = forward
+    return op

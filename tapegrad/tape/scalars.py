@@ -1,0 +1,81 @@
+"""Tracked scalars: floats that remember which recorded operation made them.
+
+Arithmetic on them (``+ - * / **``, ``tg.sqrt/exp/log...``) is recorded while their tape
+records, so ``loss = tg.sum(B) / n + 0.1 * tg.dot(w, w)`` stays differentiable.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+class TrackedScalar(float):
+    """A Python float that is also a node of a tape."""
+
+    def __new__(cls, value: float, tape: Any, node: int) -> TrackedScalar:
+        obj = float.__new__(cls, value)
+        obj.tape = tape
+        obj.node = node
+        return obj
+
+    def __repr__(self) -> str:
+        return f"{float(self)!r}"
+
+    def _op(self, name: str, others: tuple, value: float, partials: tuple) -> Any:
+        from tapegrad.tape.hostops import record_scalar_op
+        return record_scalar_op(name, (self,) + others, value, partials)
+
+    def __add__(self, o: Any) -> Any:
+        return self._op("+", (o,), float(self) + float(o), (1.0, 1.0))
+
+    __radd__ = __add__
+
+    def __sub__(self, o: Any) -> Any:
+        return self._op("-", (o,), float(self) - float(o), (1.0, -1.0))
+
+    def __rsub__(self, o: Any) -> Any:
+        return self._op("-", (o,), float(o) - float(self), (-1.0, 1.0))
+
+    def __mul__(self, o: Any) -> Any:
+        return self._op("*", (o,), float(self) * float(o), (float(o), float(self)))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, o: Any) -> Any:
+        a, b = float(self), float(o)
+        return self._op("/", (o,), a / b, (1.0 / b, -a / (b * b)))
+
+    def __rtruediv__(self, o: Any) -> Any:
+        a, b = float(o), float(self)
+        return self._op("/", (o,), a / b, (-a / (b * b), 1.0 / b))
+
+    def __pow__(self, o: Any) -> Any:
+        a, b = float(self), float(o)
+        r = a ** b
+        return self._op("**", (o,), r, (b * a ** (b - 1) if b != 0 else 0.0,
+                                         r * math.log(a) if a > 0 else 0.0))
+
+    def __rpow__(self, o: Any) -> Any:
+        a, b = float(o), float(self)
+        r = a ** b
+        return self._op("**", (o,), r, (r * math.log(a) if a > 0 else 0.0,
+                                         b * a ** (b - 1) if b != 0 else 0.0))
+
+    def __neg__(self) -> Any:
+        return self._op("neg", (), -float(self), (-1.0,))
+
+    def __pos__(self) -> Any:
+        return self
+
+    def __abs__(self) -> Any:
+        v = float(self)
+        return self._op("abs", (), abs(v), (math.copysign(1.0, v) if v else 0.0,))
+
+    def __tg_math__(self, name: str, args: tuple) -> Any:
+        from tapegrad.tape.hostops import scalar_math
+        return scalar_math(name, args)
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        from tapegrad.tape.hostops import numpy_ufunc
+        return numpy_ufunc(ufunc, method, inputs, kwargs)

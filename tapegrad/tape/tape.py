@@ -1,0 +1,356 @@
+"""``tg.Tape``: record kernel launches and host operations, then run their adjoints backwards.
+
+Recording keeps, for every launch, the arguments as the launch saw them.  Arrays are tracked
+by identity; when a recorded launch is about to overwrite an array whose current contents an
+earlier record (or the launch itself) reads, the tape first copies it and points those
+records at the copy (copy on overwrite), so every adjoint later sees exactly what its primal
+saw.  One shadow per array identity is enough: the reverse sweep runs in reverse order and an
+overwrite consumes the shadow of what it overwrote (Enzyme's semantics).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tapegrad import launch as L
+from tapegrad.errors import TapegradError
+from tapegrad.tape.scalars import TrackedScalar
+
+_recording: list[Tape] = []
+
+
+def current() -> Tape | None:
+    """The innermost tape that is recording, if any."""
+    return _recording[-1] if _recording else None
+
+
+def array_key(x: Any) -> tuple:
+    """An array's identity on a tape: its memory (address, shape, strides, dtype), so that two
+    view objects of the same elements are the same array."""
+    if isinstance(x, np.ndarray):
+        ptr = x.__array_interface__["data"][0]
+    else:
+        ptr = x.__cuda_array_interface__["data"][0]
+    return (ptr, tuple(x.shape), tuple(x.strides), x.dtype.str)
+
+
+def is_array(x: Any) -> bool:
+    return hasattr(x, "shape") and hasattr(x, "dtype") and getattr(x, "ndim", 0) >= 0 \
+        and not isinstance(x, (np.generic, float, int))
+
+
+def fingerprint(x: Any) -> int:
+    """A cheap exact-change detector: the wrapping sum of the array's bit patterns."""
+    a = np.ascontiguousarray(_host(x))
+    view = a.view(np.uint8) if a.dtype.itemsize == 1 else a.view(f"u{a.dtype.itemsize}")
+    weights = (np.arange(view.size, dtype=np.uint64) * np.uint64(2654435761) + np.uint64(1))
+    return int(np.sum(view.ravel().astype(np.uint64) * weights, dtype=np.uint64))
+
+
+def _host(x: Any) -> np.ndarray:
+    return x if isinstance(x, np.ndarray) else x.get()
+
+
+@dataclass
+class Record:
+    """One recorded operation: what it read, what it wrote, and how to run its adjoint."""
+
+    reads: list[tuple]                    # identities of arrays read
+    writes: list[tuple]                   # identities of arrays written
+    scalars_in: list[int] = field(default_factory=list)    # tracked-scalar nodes read
+    scalar_out: int | None = None                          # tracked-scalar node produced
+    name: str = ""
+
+    def backward(self, tape: Tape) -> None:
+        raise NotImplementedError
+
+
+class Tape:
+    """Record what runs inside ``with tg.Tape() as tape:``, then ask for gradients.
+
+    >>> import math, numpy as np, tapegrad as tg
+    >>> @tg.kernel
+    ... def sin_kernel(B, A):
+    ...     i = tg.index()
+    ...     B[i] = math.sin(A[i])
+    >>> A = np.linspace(0, 1, 5); B = np.zeros(5)
+    >>> with tg.Tape() as tape:
+    ...     sin_kernel(tg.CPU())(B, A, ndrange=5)
+    ...     loss = tg.sum(B)
+    >>> (gA,) = tape.gradient(loss, [A])
+    >>> bool(np.allclose(gA, np.cos(A)))
+    True
+    """
+
+    def __init__(self):
+        self.records: list[Record] = []
+        self.arrays: dict[int, Any] = {}            # identity -> the live array (kept alive)
+        self.readers: dict[int, list[tuple[Record, int]]] = {}   # live references to redirect
+        self.nodes: list[TrackedScalar] = []
+        self.fingerprints: dict[int, int] = {}
+        self.recording = False
+        self.used = False
+        # filled by a reverse sweep
+        self.shadows: dict[int, Any] = {}
+        self.scalar_bar: dict[int, float] = {}
+        self.active_ids: set[int] = set()
+        self.active_nodes: set[int] = set()
+
+    # -- recording ------------------------------------------------------------------------
+    def __enter__(self) -> Tape:
+        if self.recording:
+            raise TapegradError("this tape is already recording")
+        self.recording = True
+        _recording.append(self)
+        L.recorder = self.record_launch
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _recording.remove(self)
+        L.recorder = current().record_launch if current() else None
+        self.recording = False
+        # remember what every live input looked like, to catch changes before gradient()
+        for ident, refs in self.readers.items():
+            if refs:
+                self.fingerprints[ident] = fingerprint(self.arrays[ident])
+
+    def track(self, x: Any) -> tuple:
+        ident = array_key(x)
+        if ident not in self.arrays:
+            for other in self.arrays.values():
+                if _overlaps(x, other):
+                    raise TapegradError(
+                        f"recorded code used two different views of the same memory (shapes "
+                        f"{other.shape} and {x.shape}); tapegrad tracks whole arrays or "
+                        "identical views, so pass the same view every time (or copy)")
+            self.arrays[ident] = x
+        return ident
+
+    def key(self, x: Any) -> tuple:
+        return array_key(x)
+
+    def will_overwrite(self, x: Any, also_read_now: bool) -> Any:
+        """Before ``x`` is overwritten: if someone still needs its contents, copy them and
+        point those readers at the copy.  Returns the copy, or ``x`` when none was needed."""
+        ident = self.track(x)
+        refs = self.readers.get(ident, [])
+        if not refs and not also_read_now:
+            return x
+        old = x.copy()
+        for record, pos in refs:
+            record.redirect(pos, old)
+        self.readers[ident] = []
+        return old
+
+    def read_live(self, x: Any, record: Record, pos: int) -> None:
+        self.readers.setdefault(self.track(x), []).append((record, pos))
+
+    def new_node(self, value: float) -> TrackedScalar:
+        node = TrackedScalar(value, self, len(self.nodes))
+        self.nodes.append(node)
+        return node
+
+    def record_launch(self, cfg: Any, args: tuple, ndrange: Any) -> None:
+        """Called for every kernel launch while this tape records."""
+        kernel = cfg.kernel
+        plain = tuple(float(a) if isinstance(a, TrackedScalar) else a for a in args)
+        nd = L._ndrange(kernel, ndrange)              # bad launches fail before any copy
+        L.check_args(kernel, cfg.backend, plain)
+        reads, writes = L.access(kernel)
+        params = L.kernel_ir(kernel).params
+        seen = list(plain)
+        ids: list[int | None] = [None] * len(args)
+        for pos, (p, a) in enumerate(zip(params, args)):
+            if is_array(a):
+                ids[pos] = self.track(a)
+                if p in writes:
+                    seen[pos] = self.will_overwrite(a, also_read_now=p in reads)
+        L.launch_now(cfg, plain, ndrange)
+        record = LaunchRecord(
+            reads=[ids[k] for k, p in enumerate(params) if ids[k] is not None and p in reads],
+            writes=[ids[k] for k, p in enumerate(params) if ids[k] is not None and p in writes],
+            scalars_in=[a.node for a in args if isinstance(a, TrackedScalar) and a.tape is self],
+            name=kernel.name, cfg=cfg, params=params, values=seen, ids=ids, nd=nd,
+            nodes=[a.node if isinstance(a, TrackedScalar) and a.tape is self else None
+                   for a in args])
+        self.records.append(record)
+        for pos, (p, a) in enumerate(zip(params, args)):
+            if ids[pos] is not None and p in reads and seen[pos] is a:
+                self.read_live(a, record, pos)
+
+    def record_host(self, record: Record, live_inputs: list[tuple[Any, int]]) -> None:
+        self.records.append(record)
+        for x, pos in live_inputs:
+            self.read_live(x, record, pos)
+
+    # -- the reverse sweep ----------------------------------------------------------------
+    def gradient(self, target: Any, sources: list[Any]) -> list[Any]:
+        """The gradient of the scalar ``target`` with respect to each of ``sources`` (arrays
+        or tracked scalars), as new arrays / floats.  The tape can be asked again."""
+        seeds = {}
+        grads = {}
+        for s in sources:
+            if isinstance(s, TrackedScalar):
+                continue
+            if not is_array(s):
+                raise TapegradError(f"tape.gradient sources are arrays or scalars from "
+                                    f"tg.Active / tg.sum(...), got {type(s).__name__}")
+            grads[array_key(s)] = _zeros_like(s)
+        self.backward(target, seeds, grads, sources)
+        out = []
+        for s in sources:
+            if isinstance(s, TrackedScalar):
+                out.append(self.scalar_bar.get(s.node, 0.0))
+            else:
+                out.append(grads[array_key(s)])
+        return out
+
+    def backward(self, target: Any, seeds: dict, shadows: dict[int, Any], sources: list[Any],
+                 seed_target: bool = True, seeded: list[Any] = ()) -> None:
+        """Run every adjoint in reverse order.  ``shadows`` maps array identities to the
+        shadows to accumulate into (others are made when needed); with ``seed_target`` the
+        scalar ``target`` gets adjoint 1, else the caller seeded the shadows of ``seeded``."""
+        if self.recording:
+            raise TapegradError("ask for gradients after the `with tg.Tape()` block ends")
+        self.check_unchanged()
+        self.check_sources_seen(sources)
+        self.shadows = dict(shadows)
+        self.scalar_bar = {}
+        self.activity_from(sources)
+        if seed_target:
+            self.seed(target)
+        useful_ids, useful_nodes = self.useful_from([target] if seed_target else list(seeded))
+        for record in reversed(self.records):
+            if not (set(record.writes) & useful_ids or
+                    (record.scalar_out is not None and record.scalar_out in useful_nodes)):
+                continue
+            if not (set(record.reads) & self.active_ids or set(record.scalars_in) & self.active_nodes
+                    or set(record.writes) & self.active_ids):
+                continue
+            record.backward(self)
+
+    def seed(self, target: Any) -> None:
+        if isinstance(target, TrackedScalar) and target.tape is self:
+            self.scalar_bar[target.node] = self.scalar_bar.get(target.node, 0.0) + 1.0
+        elif is_array(target) and array_key(target) in self.arrays and target.size == 1:
+            self.shadow(array_key(target))[...] += 1
+        else:
+            raise not_a_scalar(target)
+
+    def activity_from(self, sources: list[Any]) -> None:
+        """Forward pass: what depends on the sources (everything else is constant)."""
+        self.active_ids = {array_key(s) for s in sources if is_array(s)}
+        self.active_nodes = {s.node for s in sources if isinstance(s, TrackedScalar)}
+        for record in self.records:
+            if set(record.reads) & self.active_ids or set(record.scalars_in) & self.active_nodes:
+                self.active_ids |= set(record.writes)
+                if record.scalar_out is not None:
+                    self.active_nodes.add(record.scalar_out)
+
+    def useful_from(self, targets: list[Any]) -> tuple[set[int], set[int]]:
+        """Backward pass: what can reach the targets (the rest is skipped)."""
+        ids = {array_key(t) for t in targets if is_array(t)}
+        nodes = {t.node for t in targets if isinstance(t, TrackedScalar)}
+        for record in reversed(self.records):
+            if set(record.writes) & ids or (record.scalar_out is not None
+                                            and record.scalar_out in nodes):
+                ids |= set(record.reads) | set(record.writes)
+                nodes |= set(record.scalars_in)
+        return ids, nodes
+
+    def shadow(self, ident: int) -> Any:
+        sh = self.shadows.get(ident)
+        if sh is None:
+            sh = self.shadows[ident] = _zeros_like(self.arrays[ident])
+        return sh
+
+    def add_scalar_bar(self, node: int, value: float) -> None:
+        self.scalar_bar[node] = self.scalar_bar.get(node, 0.0) + value
+
+    def check_sources_seen(self, sources: list[Any]) -> None:
+        """A source no recorded operation read would get a zero gradient; that is nearly
+        always a copy made with NumPy, which tapes cannot see, so say so."""
+        seen = set()
+        for record in self.records:
+            seen.update(record.reads)
+            seen.update(record.writes)
+        for s in sources:
+            if is_array(s) and array_key(s) not in seen:
+                raise TapegradError(
+                    f"the array of shape {s.shape} you differentiate with respect to was not "
+                    "used by any recorded kernel launch or tapegrad operation, so its gradient "
+                    "would be zero. If the code copies it with NumPy (x.copy(), np.array(x), "
+                    "x * 1), the copy is invisible to the tape: use tg.copy(x), or launch "
+                    "kernels on x itself")
+
+    def check_unchanged(self) -> None:
+        for ident, fp in self.fingerprints.items():
+            if self.readers.get(ident) and fingerprint(self.arrays[ident]) != fp:
+                x = self.arrays[ident]
+                raise TapegradError(
+                    f"an array of shape {x.shape} that the recorded code read was changed after "
+                    "recording and before gradient(), so the recorded derivatives no longer "
+                    "match its contents; compute the gradient before changing it, or pass a "
+                    "copy into the recorded code")
+
+
+def _overlaps(a: Any, b: Any) -> bool:
+    """Do two arrays share memory (by address ranges; exact for what tapes see)?"""
+    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
+        return bool(np.may_share_memory(a, b))
+    if isinstance(a, np.ndarray) != isinstance(b, np.ndarray):
+        return False
+    import cupy
+    return bool(cupy.may_share_memory(a, b))
+
+
+def _zeros_like(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return np.zeros_like(x)
+    import cupy
+    return cupy.zeros_like(x)
+
+
+def not_a_scalar(value: Any) -> TapegradError:
+    what = (f"an array of shape {value.shape}" if is_array(value) else
+            f"a {type(value).__name__}")
+    return TapegradError(
+        f"an Active return must be a scalar, but the function returned {what}. Ways out: "
+        "return a scalar from a differentiable host reduction (tg.sum(B), tg.dot(B, w), "
+        "tg.mean, tg.norm); or use tg.Const as the return activity and seed the output's "
+        "shadow yourself (dB[:] = w gives the vector-Jacobian product); or take the whole "
+        "Jacobian with tg.jacobian(f, x); or record with tg.Tape and call "
+        "tape.gradient(target, sources)")
+
+
+@dataclass
+class LaunchRecord(Record):
+    cfg: Any = None
+    params: list[str] = field(default_factory=list)
+    values: list[Any] = field(default_factory=list)
+    ids: list[int | None] = field(default_factory=list)
+    nd: tuple[int, ...] = ()
+    nodes: list[int | None] = field(default_factory=list)
+
+    def redirect(self, pos: int, copy: Any) -> None:
+        self.values[pos] = copy
+
+    def backward(self, tape: Tape) -> None:
+        activity = []
+        shadows = {}
+        for p, v, ident, node in zip(self.params, self.values, self.ids, self.nodes):
+            if ident is not None and ident in tape.active_ids and \
+                    np.dtype(v.dtype).kind == "f":
+                activity.append("dup")
+                shadows[p] = tape.shadow(ident)
+            elif node is not None and node in tape.active_nodes:
+                activity.append("active")
+            else:
+                activity.append("const")
+        scalars = L.run_adjoint(self.cfg, tuple(self.values), shadows, tuple(activity), self.nd)
+        for p, node in zip(self.params, self.nodes):
+            if p in scalars:
+                tape.add_scalar_bar(node, scalars[p])
