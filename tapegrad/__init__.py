@@ -81,3 +81,5 @@ __all__ += ["autodiff", "gradient", "jacobian", "vjp", "Tape", "sum", "dot", "me
             "register_adjoint", "AdjointStackOverflow", "Const", "Active", "Duplicated",
             "DuplicatedNoNeed", "BatchDuplicated", "Forward", "ForwardWithPrimal", "Reverse",
             "ReverseWithPrimal", "make_zero", "make_zero_"]
+
+from tapegrad import testing  # noqa: E402, F401  (tg.testing.check_grad)
