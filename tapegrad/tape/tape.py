@@ -187,9 +187,12 @@ class Tape:
             self.read_live(x, record, pos)
 
     # -- the reverse sweep ----------------------------------------------------------------
-    def gradient(self, target: Any, sources: list[Any]) -> list[Any]:
-        """The gradient of the scalar ``target`` with respect to each of ``sources`` (arrays
-        or tracked scalars), as new arrays / floats.  The tape can be asked again."""
+    def gradient(self, target: Any, sources: Any) -> Any:
+        """The gradient of the scalar ``target`` with respect to each of ``sources`` (a list of
+        arrays or tracked scalars), as new arrays / floats; for a single source given without
+        a list, its gradient alone.  The tape can be asked again."""
+        if not isinstance(sources, (list, tuple)):
+            return self.gradient(target, [sources])[0]
         seeds = {}
         grads = {}
         for s in sources:

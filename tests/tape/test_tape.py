@@ -98,6 +98,7 @@ def test_tape_gradient_matches_the_design_example():
     np.testing.assert_allclose(gA, np.cos(A))
     (again,) = tape.gradient(loss, [A])      # a tape can be asked twice
     np.testing.assert_allclose(again, gA)
+    np.testing.assert_allclose(tape.gradient(loss, A), gA)   # a single source, no list
 
 
 def test_reverse_with_primal_returns_the_value():
