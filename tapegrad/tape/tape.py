@@ -10,6 +10,7 @@ overwrite consumes the shadow of what it overwrote (Enzyme's semantics).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,7 +88,8 @@ class Tape:
 
     def __init__(self):
         self.records: list[Record] = []
-        self.arrays: dict[int, Any] = {}            # identity -> the live array (kept alive)
+        self.arrays: dict[tuple, Any] = {}          # identity -> the live array (kept alive)
+        self.extents: list[tuple[int, int, tuple]] = []   # sorted memory ranges of arrays
         self.readers: dict[int, list[tuple[Record, int]]] = {}   # live references to redirect
         self.nodes: list[TrackedScalar] = []
         self.fingerprints: dict[int, int] = {}
@@ -120,12 +122,19 @@ class Tape:
     def track(self, x: Any) -> tuple:
         ident = array_key(x)
         if ident not in self.arrays:
-            for other in self.arrays.values():
-                if _overlaps(x, other):
-                    raise TapegradError(
-                        f"recorded code used two different views of the same memory (shapes "
-                        f"{other.shape} and {x.shape}); tapegrad tracks whole arrays or "
-                        "identical views, so pass the same view every time (or copy)")
+            lo, hi = _extent(x)
+            k = bisect.bisect_right(self.extents, (lo, hi))
+            # tracked arrays never overlap, so only the neighbours can touch the new one
+            for j in (k - 1, k):
+                if 0 <= j < len(self.extents) and hi > 0:
+                    other_lo, other_hi, other = self.extents[j]
+                    if other_lo < hi and lo < other_hi and hi > lo:
+                        raise TapegradError(
+                            f"recorded code used two different views of the same memory "
+                            f"(shapes {self.arrays[other].shape} and {x.shape}); tapegrad "
+                            "tracks whole arrays or identical views, so pass the same view "
+                            "every time (or copy)")
+            self.extents.insert(k, (lo, hi, ident))
             self.arrays[ident] = x
         return ident
 
@@ -300,14 +309,20 @@ class Tape:
                     "copy into the recorded code")
 
 
-def _overlaps(a: Any, b: Any) -> bool:
-    """Do two arrays share memory (by address ranges; exact for what tapes see)?"""
-    if isinstance(a, np.ndarray) and isinstance(b, np.ndarray):
-        return bool(np.may_share_memory(a, b))
-    if isinstance(a, np.ndarray) != isinstance(b, np.ndarray):
-        return False
-    import cupy
-    return bool(cupy.may_share_memory(a, b))
+def _extent(x: Any) -> tuple[int, int]:
+    """The byte range ``[lo, hi)`` an array's elements occupy (host and device addresses
+    never meet: device arrays are shifted into their own range)."""
+    ptr = array_key(x)[0]
+    lo = hi = ptr
+    for n, st in zip(x.shape, x.strides):
+        if n == 0:
+            return ptr, ptr
+        lo += min(0, (n - 1) * st)
+        hi += max(0, (n - 1) * st)
+    hi += x.dtype.itemsize
+    if not isinstance(x, np.ndarray):
+        lo, hi = lo + (1 << 64), hi + (1 << 64)
+    return lo, hi
 
 
 def _zeros_like(x: Any) -> Any:
