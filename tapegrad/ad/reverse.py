@@ -20,8 +20,16 @@ import ast
 import copy
 from dataclasses import dataclass, field
 
+from tapegrad.ad.activity import Transform
+from tapegrad.ad.astutil import add as _add
+from tapegrad.ad.astutil import assign as _assign
+from tapegrad.ad.astutil import clone as _clone
+from tapegrad.ad.astutil import const as _c
+from tapegrad.ad.astutil import located_at as _at
+from tapegrad.ad.astutil import mul as _mul
+from tapegrad.ad.astutil import name as _n
+from tapegrad.ad.astutil import neg as _neg
 from tapegrad.ad.rules import partials
-from tapegrad.errors import KernelSyntaxError, located
 from tapegrad.frontend.ir import KernelIR, tg_call, tg_name
 from tapegrad.frontend.types import Array, Scalar, TupleT, TypedKernel
 
@@ -41,48 +49,6 @@ class Adjoint:
     notes: list[str] = field(default_factory=list)
 
 
-def _n(id_: str, store: bool = False) -> ast.Name:
-    return ast.Name(id=id_, ctx=ast.Store() if store else ast.Load())
-
-
-def _c(v) -> ast.Constant:
-    return ast.Constant(value=v)
-
-
-def _assign(target: ast.expr | str, value: ast.expr) -> ast.Assign:
-    if isinstance(target, str):
-        target = _n(target, True)
-    return ast.Assign(targets=[target], value=value)
-
-
-def _add(a: ast.expr, b: ast.expr) -> ast.expr:
-    return ast.BinOp(left=a, op=ast.Add(), right=b)
-
-
-def _mul(a: ast.expr, b: ast.expr) -> ast.expr:
-    return ast.BinOp(left=a, op=ast.Mult(), right=b)
-
-
-def _neg(a: ast.expr) -> ast.expr:
-    return ast.UnaryOp(op=ast.USub(), operand=a)
-
-
-def _clone(e: ast.expr) -> ast.expr:
-    return copy.deepcopy(e)
-
-
-def _at(nodes: list[ast.stmt], like: ast.AST) -> list[ast.stmt]:
-    """Give generated nodes the line of the user's statement they come from."""
-    for node in nodes:
-        for n in ast.walk(node):
-            if "lineno" in n._attributes and getattr(n, "lineno", None) is None:
-                n.lineno = getattr(like, "lineno", 1)
-                n.col_offset = getattr(like, "col_offset", 0)
-                n.end_lineno = n.lineno
-                n.end_col_offset = n.col_offset
-    return nodes
-
-
 def reverse_kernel(tk: TypedKernel, activity: tuple[str, ...], stack_depth: int | None = None
                    ) -> Adjoint:
     """Build the adjoint of ``tk`` (a typed, normalized kernel).
@@ -93,43 +59,18 @@ def reverse_kernel(tk: TypedKernel, activity: tuple[str, ...], stack_depth: int 
     return _Reverse(tk, activity, stack_depth).build()
 
 
-class _Reverse:
+class _Reverse(Transform):
     def __init__(self, tk: TypedKernel, activity: tuple[str, ...], stack_depth: int | None):
-        self.tk = tk
-        self.ir = tk.ir
-        self.activity = dict(zip(self.ir.params, activity))
+        super().__init__(tk, activity)
         self.requested_depth = stack_depth
-        self.count = 0
         self.loop_depth = 0
         self.uses_stack = {"f": False, "i": False}
         self.static_pushes = 0
-        self.body = self.ir.body
         self.rules: dict[str, object] = {}
-
-    def fail(self, node: ast.AST, message: str) -> KernelSyntaxError:
-        return located(node, self.ir.filename, message)
-
-    def T(self, node: ast.AST):
-        return self.tk.types.get(id(node))
-
-    def clone(self, e: ast.expr) -> ast.expr:
-        """A copy of ``e`` whose nodes keep their inferred types (so activity still works)."""
-        copied = copy.deepcopy(e)
-        for old, new in zip(ast.walk(e), ast.walk(copied)):
-            if id(old) in self.tk.types:
-                self.tk.types[id(new)] = self.tk.types[id(old)]
-        return copied
-
-    def fresh(self, stem: str) -> str:
-        self.count += 1
-        return f"_{stem}{self.count}"
 
     # -- analyses ---------------------------------------------------------------------------
     def analyse(self) -> None:
         tk, body = self.tk, self.body
-        self.decls = [s for s in body if isinstance(s, ast.Assign) and tg_name(s.value) in
-                      ("localmem", "private")]
-        self.memory_kind = {s.targets[0].id: tg_name(s.value) for s in self.decls}
         arrays = {p for p, t in zip(self.ir.params, tk.argtypes) if isinstance(t, Array)}
         self.global_arrays = arrays
         self.loaded: set[str] = set()
@@ -153,62 +94,6 @@ class _Reverse:
         self.activity_analysis()
         self.saved = self.saved_locals()
         self.own = self.own_indices()
-
-    def is_float(self, node: ast.AST) -> bool:
-        t = self.T(node)
-        return isinstance(t, Scalar) and t.is_float
-
-    def activity_analysis(self) -> None:
-        ir = self.ir
-        self.active_arrays = {p for p, a in self.activity.items() if a == "dup"}
-        self.active_names = {p for p, a in self.activity.items() if a == "active"}
-        for p in self.active_names:
-            t = self.tk.argtypes[ir.params.index(p)]
-            if not (isinstance(t, Scalar) and t.is_float):
-                raise self.fail(ir.body[0] if ir.body else None,
-                                f"argument {p} is Active but has type {t}; only float scalars "
-                                "can be Active (pass integers as Const)")
-        changed = True
-        while changed:
-            changed = False
-            for n in ast.walk(ast.Module(body=self.body, type_ignores=[])):
-                if isinstance(n, ast.Assign):
-                    target = n.targets[0]
-                    if isinstance(target, ast.Name) and target.id not in self.active_names \
-                            and self.is_float(target) and self.active(n.value):
-                        self.active_names.add(target.id)
-                        changed = True
-                    elif isinstance(target, ast.Tuple) and self.active(n.value):
-                        raise self.fail(n, "tuples of float values cannot be differentiated; "
-                                           "assign their elements one by one")
-                    elif isinstance(target, ast.Subscript):
-                        changed |= self.store_activity(n, target.value.id, n.value)
-                elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Subscript):
-                    changed |= self.store_activity(n, n.target.value.id, n.value)
-                elif isinstance(n, ast.Call) and (tg_name(n) or "").startswith("atomic_"):
-                    changed |= self.store_activity(n, n.args[0].id, n.args[2])
-
-    def store_activity(self, at: ast.AST, array: str, value: ast.expr) -> bool:
-        if not self.active(value) or array in self.active_arrays:
-            return False
-        if array in self.memory_kind:
-            self.active_arrays.add(array)
-            return True
-        raise self.fail(at, f"this stores a value that depends on the differentiated inputs into "
-                            f"{array}, which is Const, so its derivative would be lost; pass "
-                            f"Duplicated({array}, d{array}) (or DuplicatedNoNeed)")
-
-    def active(self, e: ast.expr) -> bool:
-        """Does ``e`` carry a derivative (a float depending on an active input)?"""
-        if not self.is_float(e):
-            return False
-        for n in ast.walk(e):
-            if isinstance(n, ast.Name) and n.id in self.active_names:
-                return True
-            if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) \
-                    and n.value.id in self.active_arrays:
-                return True
-        return False
 
     def saved_locals(self) -> set[str]:
         """Locals whose old value must be saved when they are reassigned."""

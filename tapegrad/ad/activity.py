@@ -1,0 +1,104 @@
+"""What the derivative transforms share: the kernel's memory declarations and the activity
+analysis (which values carry derivatives), over a typed, normalized kernel."""
+
+from __future__ import annotations
+
+import ast
+import copy
+
+from tapegrad.errors import KernelSyntaxError, located
+from tapegrad.frontend.ir import tg_name
+from tapegrad.frontend.types import Scalar, TypedKernel
+
+
+class Transform:
+    """Base of the tangent and adjoint transforms.
+
+    ``activity[k]`` is ``"const"``, ``"dup"`` (an array with a shadow or tangent) or
+    ``"active"`` (a float scalar carrying a derivative) for parameter ``k``.
+    """
+
+    def __init__(self, tk: TypedKernel, activity: tuple[str, ...]):
+        self.tk = tk
+        self.ir = tk.ir
+        self.activity = dict(zip(self.ir.params, activity))
+        self.count = 0
+        self.body = self.ir.body
+        self.decls = [s for s in self.body if isinstance(s, ast.Assign) and tg_name(s.value) in
+                      ("localmem", "private")]
+        self.memory_kind = {s.targets[0].id: tg_name(s.value) for s in self.decls}
+
+    def fail(self, node: ast.AST, message: str) -> KernelSyntaxError:
+        return located(node, self.ir.filename, message)
+
+    def T(self, node: ast.AST):
+        return self.tk.types.get(id(node))
+
+    def clone(self, e: ast.expr) -> ast.expr:
+        """A copy of ``e`` whose nodes keep their inferred types (so activity still works)."""
+        copied = copy.deepcopy(e)
+        for old, new in zip(ast.walk(e), ast.walk(copied)):
+            if id(old) in self.tk.types:
+                self.tk.types[id(new)] = self.tk.types[id(old)]
+        return copied
+
+    def fresh(self, stem: str) -> str:
+        self.count += 1
+        return f"_{stem}{self.count}"
+
+    # -- activity ---------------------------------------------------------------------------
+    def is_float(self, node: ast.AST) -> bool:
+        t = self.T(node)
+        return isinstance(t, Scalar) and t.is_float
+
+    def activity_analysis(self) -> None:
+        ir = self.ir
+        self.active_arrays = {p for p, a in self.activity.items() if a == "dup"}
+        self.active_names = {p for p, a in self.activity.items() if a == "active"}
+        for p in self.active_names:
+            t = self.tk.argtypes[ir.params.index(p)]
+            if not (isinstance(t, Scalar) and t.is_float):
+                raise self.fail(ir.body[0] if ir.body else None,
+                                f"argument {p} is Active but has type {t}; only float scalars "
+                                "can be Active (pass integers as Const)")
+        changed = True
+        while changed:
+            changed = False
+            for n in ast.walk(ast.Module(body=self.body, type_ignores=[])):
+                if isinstance(n, ast.Assign):
+                    target = n.targets[0]
+                    if isinstance(target, ast.Name) and target.id not in self.active_names \
+                            and self.is_float(target) and self.active(n.value):
+                        self.active_names.add(target.id)
+                        changed = True
+                    elif isinstance(target, ast.Tuple) and self.active(n.value):
+                        raise self.fail(n, "tuples of float values cannot be differentiated; "
+                                           "assign their elements one by one")
+                    elif isinstance(target, ast.Subscript):
+                        changed |= self.store_activity(n, target.value.id, n.value)
+                elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Subscript):
+                    changed |= self.store_activity(n, n.target.value.id, n.value)
+                elif isinstance(n, ast.Call) and (tg_name(n) or "").startswith("atomic_"):
+                    changed |= self.store_activity(n, n.args[0].id, n.args[2])
+
+    def store_activity(self, at: ast.AST, array: str, value: ast.expr) -> bool:
+        if not self.active(value) or array in self.active_arrays:
+            return False
+        if array in self.memory_kind:
+            self.active_arrays.add(array)
+            return True
+        raise self.fail(at, f"this stores a value that depends on the differentiated inputs into "
+                            f"{array}, which is Const, so its derivative would be lost; pass "
+                            f"Duplicated({array}, d{array}) (or DuplicatedNoNeed)")
+
+    def active(self, e: ast.expr) -> bool:
+        """Does ``e`` carry a derivative (a float depending on an active input)?"""
+        if not self.is_float(e):
+            return False
+        for n in ast.walk(e):
+            if isinstance(n, ast.Name) and n.id in self.active_names:
+                return True
+            if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) \
+                    and n.value.id in self.active_arrays:
+                return True
+        return False
