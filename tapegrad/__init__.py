@@ -59,7 +59,7 @@ __all__ = [
     "KernelIndexError", "LaunchError", "BackendError", "OutsideKernelError",
 ] + sorted(MATH)
 
-from tapegrad.api import AdjointStackOverflow, autodiff, gradient, jacobian, vjp  # noqa: E402
+from tapegrad.api import AdjointStackOverflow, autodiff, gradient, hvp, jacobian, jvp, vjp  # noqa: E402
 from tapegrad.tape.activity import (  # noqa: E402
                                Active,
                                BatchDuplicated,
@@ -77,7 +77,7 @@ from tapegrad.tape.hostops import copy, dot, mean, norm, sum  # noqa: E402, A004
 from tapegrad.tape.registry import register_adjoint  # noqa: E402
 from tapegrad.tape.tape import Tape  # noqa: E402
 
-__all__ += ["autodiff", "gradient", "jacobian", "vjp", "Tape", "sum", "dot", "mean", "norm", "copy",
+__all__ += ["autodiff", "gradient", "jacobian", "vjp", "jvp", "hvp", "Tape", "sum", "dot", "mean", "norm", "copy",
             "register_adjoint", "AdjointStackOverflow", "Const", "Active", "Duplicated",
             "DuplicatedNoNeed", "BatchDuplicated", "Forward", "ForwardWithPrimal", "Reverse",
             "ReverseWithPrimal", "make_zero", "make_zero_"]

@@ -16,10 +16,13 @@ from tapegrad.tape.activity import (
     BatchDuplicated,
     Const,
     Duplicated,
+    Forward,
+    ForwardWithPrimal,
     Mode,
     Reverse,
     annotate,
 )
+from tapegrad.tape.forward import DualScalar, ForwardContext
 from tapegrad.tape.scalars import TrackedScalar
 from tapegrad.tape.tape import Tape, _zeros_like, array_key, is_array, not_a_scalar
 
@@ -61,11 +64,108 @@ def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = N
     return _autodiff_host(mode, f, ret_activity, args)
 
 
+def _forward_kernel(mode: Mode, cfg: ConfiguredKernel, annotated: list[Annotation],
+                    ndrange: Any) -> tuple:
+    """Forward mode on a kernel: one launch computes its outputs and their tangents."""
+    kernel, backend = cfg.kernel, cfg.backend
+    params = L.kernel_ir(kernel).params
+    if len(annotated) != len(params):
+        raise LaunchError(f"{kernel.name} takes {len(params)} argument(s) ({', '.join(params)}), "
+                          f"got {len(annotated)}")
+    width = _batch_width(annotated)
+    activity, tangents = [], {}
+    for p, a in zip(params, annotated):
+        kind, dirs = _forward_annotation(kernel.name, p, a, width, backend)
+        activity.append(kind)
+        if dirs is not None:
+            tangents[p] = dirs
+    values = tuple(a.val for a in annotated)
+    nd = L._ndrange(kernel, ndrange)
+    L.check_args(kernel, backend, values)
+    L.run_tangent(cfg, values, tangents, tuple(activity), nd)
+    return (None,) if mode.with_primal else ()
+
+
+def _batch_width(annotated: list[Annotation]) -> int:
+    widths = {len(a.dval) for a in annotated if isinstance(a, BatchDuplicated)}
+    if len(widths) > 1:
+        raise TapegradError(f"every BatchDuplicated needs the same number of tangents, got "
+                            f"{sorted(widths)}")
+    return widths.pop() if widths else 1
+
+
+def _forward_annotation(owner: str, p: Any, a: Annotation, width: int, backend: Any = None
+                        ) -> tuple[str, tuple | None]:
+    """(activity, tangents) of one argument in forward mode."""
+    if isinstance(a, Active):
+        raise TapegradError(f"{owner}: in forward mode a scalar's direction is given with "
+                            f"tg.Duplicated(x, dx) (dx = 1.0 for the derivative in x); tg.Active "
+                            "is for reverse mode")
+    if isinstance(a, (Duplicated, BatchDuplicated)):
+        dirs = tuple(a.dval) if isinstance(a, BatchDuplicated) else (a.dval,) * 1
+        if isinstance(a, Duplicated) and width != 1:
+            raise TapegradError(f"{owner}: mixing Duplicated with BatchDuplicated of width "
+                                f"{width}; give every varying argument {width} tangents")
+        if is_array(a.val):
+            for d in dirs:
+                if not is_array(d) or d.shape != a.val.shape or d.dtype != a.val.dtype or \
+                        (backend is not None and not backend.owns(d)):
+                    raise LaunchError(f"{owner}: every tangent of {p} must match it (shape "
+                                      f"{a.val.shape}, dtype {a.val.dtype}, same device); make "
+                                      "one with tg.make_zero(x)")
+            if np.dtype(a.val.dtype).kind != "f":
+                raise TapegradError(f"{owner}: {p} has dtype {a.val.dtype}; only float arrays "
+                                    "carry tangents (pass integer arrays as Const)")
+            return "dup", dirs
+        if not isinstance(a.val, (float, np.floating)):
+            raise TapegradError(f"{owner}: the tangent of {p} needs a float value, got "
+                                f"{type(a.val).__name__}")
+        return "active", tuple(float(d) for d in dirs)
+    return "const", None
+
+
+def _autodiff_forward_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> tuple:
+    """Run ``f`` with tangents: kernels launch their tangent kernels, reductions carry duals."""
+    annotated = [annotate(a) for a in args]
+    width = _batch_width(annotated)
+    ctx = ForwardContext(width)
+    call_args = []
+    for k, a in enumerate(annotated):
+        kind, dirs = _forward_annotation(getattr(f, "__name__", "f"), f"argument {k}", a, width)
+        if kind == "dup":
+            ctx.seed(a.val, list(dirs))
+            call_args.append(a.val)
+        elif kind == "active":
+            call_args.append(DualScalar(float(a.val), dirs))
+        else:
+            call_args.append(a.val)
+    with ctx:
+        result = f(*call_args)
+    primal = float(result) if isinstance(result, DualScalar) else result
+    if ret is Const or isinstance(ret, Const):
+        return (primal,) if mode.with_primal else ()
+    tangents = _result_tangents(ctx, result, width)
+    tangent = tangents[0] if width == 1 and not (
+        ret is BatchDuplicated or isinstance(ret, BatchDuplicated)) else tuple(tangents)
+    return (tangent, primal) if mode.with_primal else (tangent,)
+
+
+def _result_tangents(ctx: ForwardContext, result: Any, width: int) -> list[Any]:
+    if isinstance(result, DualScalar):
+        return list(result.tangents)
+    if is_array(result):
+        t = ctx.tangent_of(result)
+        return list(t) if t is not None else [_zeros_like(result) for _ in range(width)]
+    if isinstance(result, (float, int, np.floating, np.integer)):
+        return [0.0] * width
+    raise TapegradError(f"forward mode needs f to return a scalar or an array, got "
+                        f"{type(result).__name__}")
+
+
 def _autodiff_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> tuple:
     """Record ``f`` on a tape, then run the adjoints backwards (Enzyme's conventions)."""
     if not mode.reverse:
-        raise TapegradError("forward mode on host functions is not available in this version "
-                            "yet; use tg.Reverse")
+        return _autodiff_forward_host(mode, f, ret, args)
     ret_kind = _return_kind(ret)
     annotated = [annotate(a) for a in args]
     for k, a in enumerate(annotated):
@@ -102,6 +202,27 @@ def _autodiff_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> 
         primal = float(result) if isinstance(result, TrackedScalar) else result
         return tuple(derivs), primal
     return (tuple(derivs),)
+
+
+def jvp(f: Callable[..., Any], x: Any, v: Any) -> tuple[Any, Any]:
+    """``(y, y_dot)`` with ``y = f(x)`` and ``y_dot = J(x) v``, in one forward-mode run.
+
+    >>> import numpy as np, tapegrad as tg
+    >>> y, y_dot = tg.jvp(lambda x: tg.dot(x, x), np.array([3.0, 1.0]), np.array([1.0, 0.0]))
+    >>> float(y), y_dot
+    (10.0, 6.0)
+    """
+    arg = Duplicated(x, v) if is_array(x) else Duplicated(float(x), float(v))
+    tangent, primal = _autodiff_forward_host(ForwardWithPrimal, f, Duplicated, (arg,))
+    return primal, tangent
+
+
+def hvp(f: Callable[..., Any], x: Any, v: Any) -> Any:
+    """Hessian-vector products (forward over reverse) are not available yet."""
+    raise TapegradError("tg.hvp is not available in this version: it needs forward mode through "
+                        "the tape's reverse sweep, which tapegrad does not do yet. For now, "
+                        "tg.jacobian(lambda x: tg.gradient(f, x)[0], x) is not differentiable "
+                        "either; use finite differences of tg.gradient if you must")
 
 
 def _return_kind(ret: Any) -> str:
@@ -216,8 +337,7 @@ def jacobian(f: Callable[..., Any], x: Any, mode: Mode = Reverse) -> Any:
     [[2.0, 4.0]]
     """
     if not mode.reverse:
-        raise TapegradError("tg.jacobian(mode=tg.Forward) comes with forward mode; use "
-                            "mode=tg.Reverse")
+        return _jacobian_forward(f, x)
     tape = Tape()
     with tape:
         y = f(x)
@@ -235,6 +355,23 @@ def jacobian(f: Callable[..., Any], x: Any, mode: Mode = Reverse) -> Any:
     return np.stack(rows)
 
 
+def _jacobian_forward(f: Callable[..., Any], x: Any, width: int = 8) -> Any:
+    """Columns of the Jacobian in chunks of ``width`` directions (one batched run each)."""
+    columns = []
+    for start in range(0, x.size, width):
+        count = min(width, x.size - start)
+        seeds = []
+        for k in range(count):
+            e = _zeros_like(x).ravel()
+            e[start + k] = 1
+            seeds.append(e.reshape(x.shape))
+        (tangents,) = _autodiff_forward_host(Forward, f, BatchDuplicated,
+                                             (BatchDuplicated(x, tuple(seeds)),))
+        for t in tangents:
+            columns.append(np.ravel(_host_array(t)) if is_array(t) else np.array([t]))
+    return np.stack(columns, axis=1)
+
+
 def _host_array(x: Any) -> np.ndarray:
     return x if isinstance(x, np.ndarray) else x.get()
 
@@ -248,9 +385,9 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
             "differentiate a scalar computed from its outputs, write a host function that "
             "launches the kernel and returns tg.sum(B) (then use tg.Active); to get a "
             "vector-Jacobian product, seed the output's shadow (dB[:] = w) and use tg.Const")
-    if not mode.reverse:
-        raise TapegradError("forward mode on kernels is not available in this version yet")
     annotated = [annotate(a) for a in args]
+    if not mode.reverse:
+        return _forward_kernel(mode, cfg, annotated, ndrange)
     params = L.kernel_ir(kernel).params
     if len(annotated) != len(params):
         raise LaunchError(f"{kernel.name} takes {len(params)} argument(s) ({', '.join(params)}), "

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad.ad import normalize, reverse_kernel
+from tapegrad.ad import normalize, reverse_kernel, tangent_kernel
 from tapegrad.ad.access import array_access
 from tapegrad.errors import AdjointStackOverflow, LaunchError
 from tapegrad.frontend import kernel_ir
@@ -87,13 +87,16 @@ def launch_now(cfg: Any, args: tuple, ndrange: Any) -> None:
 
 def source_of(kernel: Any, mode: str, backend: Any) -> str:
     """``kern.source(mode, backend)``: see ``Kernel.source``."""
-    if mode not in ("primal", "reverse"):
-        raise LaunchError(f"source(mode={mode!r}): mode is 'primal' or 'reverse'")
-    if mode == "reverse":
-        last = kernel.cache.get(("last", "reverse", backend) if backend else ("last adjoint",))
+    if mode not in ("primal", "reverse", "forward"):
+        raise LaunchError(f"source(mode={mode!r}): mode is 'primal', 'forward' or 'reverse'")
+    if mode in ("reverse", "forward"):
+        ir_key = ("last adjoint",) if mode == "reverse" else ("last tangent",)
+        last = kernel.cache.get(("last", mode, backend) if backend else ir_key)
         if last is None:
-            raise LaunchError(f"{kernel.name} has not been differentiated yet (on {backend!r}); "
-                              "the adjoint depends on the argument types, so differentiate it "
+            raise LaunchError(f"{kernel.name} has not been differentiated in {mode} mode yet "
+                              f"(on {backend!r}); "
+                              "the generated kernel depends on the argument types, so "
+                              "differentiate it "
                               "once with tg.autodiff, then ask for its source")
         if backend is not None:
             return last.source
@@ -279,3 +282,44 @@ def overwritten_inputs(cfg: Any, values: tuple, activity: tuple[str, ...], nd: t
                        ) -> list[str]:
     """Parameters whose pre-launch contents the adjoint needs (arrays read and written)."""
     return adjoint_of(cfg, values, activity, nd)[0].scratch
+
+
+# -- forward mode ---------------------------------------------------------------------------
+
+def compile_tangent(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
+                    activity: tuple[str, ...], rank: int, groupsize: tuple[int, ...],
+                    width: int) -> tuple[Any, Any]:
+    """The forward-mode pipeline: kernel IR -> normalized, typed -> tangent IR -> compiled."""
+    ir = kernel_ir(kernel)
+    flat = normalize(ir, kernel_ir, keep=lambda f: f.forward_rule is not None)
+    typed = specialize(flat, argtypes, rank, groupsize, kernel_ir)
+    tangent = tangent_kernel(typed, activity, width)                # generate the tangent
+    extra = [argtypes[ir.params.index(p)] for p, _ in tangent.tangent_params]
+    typed_tangent = specialize(tangent.ir, argtypes + tuple(extra), rank, groupsize, kernel_ir)
+    return tangent, backend.compile(typed_tangent)
+
+
+def run_tangent(cfg: Any, values: tuple, tangents: dict[str, tuple], activity: tuple[str, ...],
+                nd: tuple[int, ...]) -> None:
+    """One launch computing the kernel's outputs and their tangents in ``width`` directions.
+
+    ``tangents[p]`` holds one tangent per direction for every ``dup``/``active`` parameter:
+    arrays (read for inputs, written for outputs) or floats (for scalars).
+    """
+    kernel, backend = cfg.kernel, cfg.backend
+    params = kernel_ir(kernel).params
+    width = max((len(t) for t in tangents.values()), default=1)
+    wgs = _groupsize(cfg, len(nd))
+    plain = tuple(values) + tuple(t for p in params for t in tangents.get(p, ()))
+    key = ("forward", backend, _arg_key(plain), activity, len(nd), wgs, width)
+    entry = kernel.cache.get(key)
+    if entry is None:
+        argtypes = check_args(kernel, backend, values)
+        entry = compile_tangent(kernel, backend, argtypes, activity, len(nd), wgs, width)
+        kernel.cache[key] = entry
+    tangent, launcher = entry
+    kernel.cache[("last", "forward", backend)] = launcher
+    kernel.cache[("last tangent",)] = tangent.ir
+    args = list(values) + [tangents[p][j] for p, j in tangent.tangent_params]
+    if 0 not in nd:
+        launcher(tuple(args), nd)

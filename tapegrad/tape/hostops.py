@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from tapegrad.errors import TapegradError
+from tapegrad.tape import forward as F
 from tapegrad.tape import tape as T
 from tapegrad.tape.scalars import TrackedScalar
 
@@ -22,13 +23,6 @@ def _xp(x: Any) -> Any:
         return np
     import cupy
     return cupy
-
-
-def _live_tape(*values: Any) -> T.Tape | None:
-    tape = T.current()
-    if tape is not None:
-        return tape
-    return None
 
 
 # -- reductions -------------------------------------------------------------------------------
@@ -52,7 +46,18 @@ class ReductionRecord(T.Record):
                 tape.shadow(ident)[...] += g
 
 
-def _reduce(name: str, arrays: tuple, value: float, grad: Callable[..., list[Any]]) -> Any:
+def _reduce(name: str, arrays: tuple, value: float, grad: Callable[..., list[Any]],
+            jvp: Callable[..., float]) -> Any:
+    """Record (reverse mode) or carry tangents (forward mode) for a reduction.
+
+    ``grad(bar, *arrays)`` gives each array's cotangent; ``jvp(tangents, *arrays)`` the
+    reduction's tangent given one tangent (or None) per array."""
+    ctx = F.current()
+    if ctx is not None:
+        per_array = [ctx.tangent_of(a) for a in arrays]
+        tangents = [jvp([t[j] if t is not None else None for t in per_array], *arrays)
+                    for j in range(ctx.width)]
+        return F.DualScalar(value, tangents)
     tape = T.current()
     if tape is None:
         return value
@@ -76,14 +81,16 @@ def sum(x: Any) -> Any:  # noqa: A001 - the public name is tg.sum
     6.0
     """
     _check_array("sum", x)
-    return _reduce("sum", (x,), float(_xp(x).sum(x)), lambda bar, a: [bar])
+    return _reduce("sum", (x,), float(_xp(x).sum(x)), lambda bar, a: [bar],
+                   lambda t, a: _f(t[0], lambda d: d.sum()))
 
 
 def mean(x: Any) -> Any:
     """The mean of all elements, differentiable."""
     _check_array("mean", x)
     n = x.size
-    return _reduce("mean", (x,), float(_xp(x).mean(x)), lambda bar, a: [bar / n])
+    return _reduce("mean", (x,), float(_xp(x).mean(x)), lambda bar, a: [bar / n],
+                   lambda t, a: _f(t[0], lambda d: d.mean()))
 
 
 def dot(x: Any, y: Any) -> Any:
@@ -100,7 +107,9 @@ def dot(x: Any, y: Any) -> Any:
     xp = _xp(x)
     value = float(xp.vdot(x.ravel(), y.ravel()))
     return _reduce("dot", (x, y), value,
-                   lambda bar, a, b: [bar * b.reshape(a.shape), bar * a.reshape(b.shape)])
+                   lambda bar, a, b: [bar * b.reshape(a.shape), bar * a.reshape(b.shape)],
+                   lambda t, a, b: _f(t[0], lambda d: xp.vdot(d.ravel(), b.ravel()))
+                   + _f(t[1], lambda d: xp.vdot(a.ravel(), d.ravel())))
 
 
 def norm(x: Any) -> Any:
@@ -108,7 +117,14 @@ def norm(x: Any) -> Any:
     _check_array("norm", x)
     value = float(_xp(x).linalg.norm(x.ravel()))
     return _reduce("norm", (x,), value,
-                   lambda bar, a: [bar * a / value if value else 0.0 * a])
+                   lambda bar, a: [bar * a / value if value else 0.0 * a],
+                   lambda t, a: _f(t[0], lambda d: _xp(a).vdot(a.ravel(), d.ravel()) / value
+                                   if value else 0.0))
+
+
+def _f(tangent: Any, fn: Callable[[Any], Any]) -> float:
+    """``fn(tangent)`` as a float, or 0 when there is no tangent."""
+    return 0.0 if tangent is None else float(fn(tangent))
 
 
 @dataclass
@@ -131,6 +147,9 @@ def copy(x: Any) -> Any:
     """
     _check_array("copy", x)
     y = x.copy()
+    ctx = F.current()
+    if ctx is not None and ctx.tangent_of(x) is not None:
+        ctx.seed(y, [t.copy() for t in ctx.tangent_of(x)])
     tape = T.current()
     if tape is not None:
         tape.record_host(CopyRecord(reads=[tape.track(x)], writes=[tape.track(y)], name="copy"),
@@ -156,7 +175,11 @@ class ScalarRecord(T.Record):
 
 
 def record_scalar_op(name: str, operands: tuple, value: float, partials: tuple) -> Any:
-    """Record ``value = name(*operands)`` with the given partial derivatives."""
+    """Record ``value = name(*operands)`` (reverse mode) given its partial derivatives."""
+    return _record_scalar_op(name, operands, value, partials)
+
+
+def _record_scalar_op(name: str, operands: tuple, value: float, partials: tuple) -> Any:
     tape = None
     for o in operands:
         if isinstance(o, TrackedScalar) and o.tape.recording:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tapegrad.errors import TapegradError
+from tapegrad.tape import forward as F
 from tapegrad.tape import tape as T
 from tapegrad.tape.scalars import TrackedScalar
 
@@ -65,6 +66,9 @@ def register_adjoint(fn: Callable[..., Any], reverse: Callable[..., Any],
 
     @functools.wraps(fn)
     def op(*args: Any) -> Any:
+        ctx = F.current()
+        if ctx is not None:
+            return _forward(ctx, fn, forward, name, args)
         tape = T.current()
         plain = [float(a) if isinstance(a, TrackedScalar) else a for a in args]
         if tape is None:
@@ -87,3 +91,26 @@ def register_adjoint(fn: Callable[..., Any], reverse: Callable[..., Any],
 
     op.forward_rule = forward
     return op
+
+
+def _forward(ctx: F.ForwardContext, fn: Callable[..., Any], forward: Callable[..., Any] | None,
+             name: str, args: tuple) -> Any:
+    """Forward mode: ``forward(*args, *arg_tangents)`` gives the result's tangent."""
+    plain = [float(a) if isinstance(a, F.DualScalar) else a for a in args]
+    y = fn(*plain)
+    per_arg = [a.tangents if isinstance(a, F.DualScalar) else
+               (ctx.tangent_of(a) if T.is_array(a) else None) for a in args]
+    if all(t is None for t in per_arg):
+        return y
+    if forward is None:
+        raise TapegradError(f"{name} was registered with a reverse rule only; forward mode needs "
+                            "tg.register_adjoint(fn, reverse=..., forward=rule) with "
+                            "rule(*args, *arg_tangents) returning the result's tangent")
+    tangents = []
+    for j in range(ctx.width):
+        dots = [None if t is None else t[j] for t in per_arg]
+        tangents.append(forward(*plain, *dots))
+    if T.is_array(y):
+        ctx.seed(y, tangents)
+        return y
+    return F.DualScalar(float(y), tangents)

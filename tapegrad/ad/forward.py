@@ -1,0 +1,248 @@
+"""The tangent transform: a typed, normalized kernel -> a kernel computing values and tangents.
+
+Each assignment ``x = e`` becomes ``x_dot = <tangent of e>`` followed by ``x = e`` (the tangent
+first, since ``e`` may read the old ``x``); each store ``A[idx] = e`` also stores the tangent
+into ``A_dot[idx]``.  Control flow, barriers and local memory keep their structure, so no
+stack is needed and a tangent launch costs about one primal launch.  With batch width ``k``
+every tangent exists ``k`` times (``x_dot0 ... x_dot{k-1}``), computed in the same launch.
+
+Tangents of expressions use the same partial-derivative table as the reverse transform
+(``rules.py``).  Tangent arrays are written, not accumulated (Enzyme's forward semantics).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+from dataclasses import dataclass
+
+from tapegrad.ad.activity import Transform
+from tapegrad.ad.astutil import add, assign, clone, const, mul, name, neg
+from tapegrad.ad.rules import partials
+from tapegrad.frontend.ir import KernelIR, tg_call, tg_name
+from tapegrad.frontend.types import Array, TypedKernel
+
+
+@dataclass
+class Tangent:
+    """The tangent kernel and how to call it."""
+
+    ir: KernelIR
+    tangent_params: list[tuple[str, int]]   # (primal parameter, batch slot), in order
+    width: int
+
+
+def tangent_kernel(tk: TypedKernel, activity: tuple[str, ...], width: int = 1) -> Tangent:
+    """Build the tangent kernel of ``tk`` for ``width`` directions at once."""
+    return _Forward(tk, activity, width).build()
+
+
+class _Forward(Transform):
+    def __init__(self, tk: TypedKernel, activity: tuple[str, ...], width: int):
+        super().__init__(tk, activity)
+        self.width = width
+        self.rules: dict[str, object] = {}
+
+    def dot(self, base: str, j: int) -> str:
+        return f"{base}_dot" if self.width == 1 else f"{base}_dot{j}"
+
+    def build(self) -> Tangent:
+        self.activity_analysis()
+        ir = self.ir
+        body: list[ast.stmt] = []
+        for s in self.body:
+            if s in self.decls:
+                body.append(s)
+                if s.targets[0].id in self.active_arrays:
+                    for j in range(self.width):
+                        decl = copy.deepcopy(s)
+                        decl.targets = [name(self.dot(s.targets[0].id, j), True)]
+                        body.append(decl)
+            else:
+                body.extend(self.stmt(s))
+        params = list(ir.params)
+        tangent_params = []
+        for p in ir.params:
+            if self.activity[p] in ("dup", "active"):
+                for j in range(self.width):
+                    params.append(self.dot(p, j))
+                    tangent_params.append((p, j))
+        out = KernelIR(name=f"{ir.name}_tangent", params=params, body=body, filename=ir.filename,
+                       lineno=ir.lineno, is_kernel=True, funcs={**ir.funcs, **self.rules},
+                       generated=True)
+        return Tangent(out, tangent_params, self.width)
+
+    # -- statements -------------------------------------------------------------------------
+    def block(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for s in stmts:
+            out.extend(self.stmt(s))
+        return out
+
+    def stmt(self, s: ast.stmt) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        if isinstance(s, ast.Assign):
+            target = s.targets[0]
+            if isinstance(target, ast.Name) and target.id in self.active_names:
+                for j in range(self.width):
+                    out.append(assign(self.dot(target.id, j), self.tangent_or_zero(s.value, j)))
+            elif isinstance(target, ast.Subscript) and target.value.id in self.active_arrays:
+                for j in range(self.width):
+                    store = ast.Subscript(value=name(self.dot(target.value.id, j)),
+                                          slice=clone(target.slice), ctx=ast.Store())
+                    out.append(assign(store, self.tangent_or_zero(s.value, j)))
+            out.append(s)
+        elif isinstance(s, ast.AugAssign):   # A[idx] += e / -= e (the rest is normalized away)
+            array = s.target.value.id
+            if array in self.active_arrays and self.active(s.value):
+                for j in range(self.width):
+                    store = ast.Subscript(value=name(self.dot(array, j)),
+                                          slice=clone(s.target.slice), ctx=ast.Store())
+                    out.append(ast.AugAssign(target=store, op=s.op, value=self.tangent(s.value, j)))
+            out.append(s)
+        elif isinstance(s, ast.Expr):
+            call_name = tg_name(s.value)
+            if call_name and call_name.startswith("atomic_"):
+                out.extend(self.atomic(s, call_name))
+            out.append(s)
+        elif isinstance(s, ast.If):
+            out.append(ast.If(test=s.test, body=self.block(s.body) or [ast.Pass()],
+                              orelse=self.block(s.orelse)))
+        elif isinstance(s, ast.For):
+            out.append(ast.For(target=s.target, iter=s.iter, body=self.block(s.body) or
+                               [ast.Pass()], orelse=[]))
+        elif isinstance(s, ast.While):
+            out.append(ast.While(test=s.test, body=self.block(s.body) or [ast.Pass()], orelse=[]))
+        else:
+            out.append(s)
+        for node in out:   # generated statements carry the user's line
+            for n in ast.walk(node):
+                if "lineno" in n._attributes and getattr(n, "lineno", None) is None:
+                    ast.copy_location(n, s)
+        return out
+
+    def atomic(self, s: ast.Expr, call_name: str) -> list[ast.stmt]:
+        call = s.value
+        array = call.args[0].id
+        if array not in self.active_arrays or not self.active(call.args[2]):
+            return []
+        if call_name in ("atomic_min", "atomic_max"):
+            raise self.fail(s, f"the tangent of tg.{call_name} is not supported: it depends on "
+                               "which work-item wins")
+        return [ast.Expr(value=tg_call(call_name, [name(self.dot(array, j)), clone(call.args[1]),
+                                                   self.tangent(call.args[2], j)]))
+                for j in range(self.width)]
+
+    # -- expressions ------------------------------------------------------------------------
+    def tangent_or_zero(self, e: ast.expr, j: int) -> ast.expr:
+        t = self.tangent(e, j)
+        return t if t is not None else const(0.0)
+
+    def tangent(self, e: ast.expr, j: int) -> ast.expr | None:
+        """The tangent of ``e`` in direction ``j``, or None when it is zero."""
+        if not self.active(e):
+            return None
+        if isinstance(e, ast.Name):
+            return name(self.dot(e.id, j))
+        if isinstance(e, ast.Subscript):
+            return ast.Subscript(value=name(self.dot(e.value.id, j)), slice=clone(e.slice),
+                                 ctx=ast.Load())
+        if isinstance(e, ast.BinOp):
+            return self.binop(e, j)
+        if isinstance(e, ast.UnaryOp):
+            t = self.tangent(e.operand, j)
+            if t is None or isinstance(e.op, (ast.Not, ast.Invert)):
+                return None
+            return neg(t) if isinstance(e.op, ast.USub) else t
+        if isinstance(e, ast.IfExp):
+            return ast.IfExp(test=clone(e.test), body=self.tangent_or_zero(e.body, j),
+                             orelse=self.tangent_or_zero(e.orelse, j))
+        if isinstance(e, ast.Call):
+            return self.call(e, j)
+        return None
+
+    def binop(self, e: ast.BinOp, j: int) -> ast.expr | None:
+        a, b, op = e.left, e.right, e.op
+        ta, tb = self.tangent(a, j), self.tangent(b, j)
+        terms: list[ast.expr] = []
+        if isinstance(op, (ast.Add, ast.Sub)):
+            if ta is not None:
+                terms.append(ta)
+            if tb is not None:
+                terms.append(neg(tb) if isinstance(op, ast.Sub) else tb)
+        elif isinstance(op, ast.Mult):
+            if ta is not None:
+                terms.append(mul(ta, clone(b)))
+            if tb is not None:
+                terms.append(mul(clone(a), tb))
+        elif isinstance(op, ast.Div):
+            if ta is not None:
+                terms.append(ast.BinOp(left=ta, op=ast.Div(), right=clone(b)))
+            if tb is not None:
+                terms.append(neg(ast.BinOp(left=mul(clone(e), tb), op=ast.Div(), right=clone(b))))
+        elif isinstance(op, ast.Pow):
+            if isinstance(b, ast.Constant):
+                if ta is not None:
+                    power = ast.BinOp(left=clone(a), op=ast.Pow(), right=const(b.value - 1))
+                    terms.append(mul(mul(const(float(b.value)), power), ta))
+            else:
+                if ta is not None:
+                    power = ast.BinOp(left=clone(a), op=ast.Pow(), right=ast.BinOp(
+                        left=clone(b), op=ast.Sub(), right=const(1.0)))
+                    terms.append(mul(mul(clone(b), power), ta))
+                if tb is not None:
+                    terms.append(mul(mul(clone(e), tg_call("log", [clone(a)])), tb))
+        elif isinstance(op, ast.Mod):
+            if ta is not None:
+                terms.append(ta)
+            if tb is not None:
+                quotient = tg_call("floor", [ast.BinOp(left=clone(a), op=ast.Div(),
+                                                       right=clone(b))])
+                terms.append(neg(mul(quotient, tb)))
+        else:
+            return None   # // and bit operations: zero
+        return _sum(terms)
+
+    def call(self, e: ast.Call, j: int) -> ast.expr | None:
+        call_name = tg_name(e)
+        args = e.args
+        if call_name is None:   # a device function with a hand-written forward rule
+            func = self.ir.funcs[e.func.id]
+            rule = f"{e.func.id}_forward"
+            self.rules[rule] = func.forward_rule
+            scalars = [a for a in args if not isinstance(self.T(a), Array)]
+            dots = [self.tangent_or_zero(a, j) for a in scalars]
+            return ast.Call(func=name(rule), args=[clone(a) for a in args] + dots, keywords=[])
+        if call_name == "where":
+            return ast.IfExp(test=clone(args[0]), body=self.tangent_or_zero(args[1], j),
+                             orelse=self.tangent_or_zero(args[2], j))
+        if call_name in ("min", "max"):
+            first, rest = args[0], args[1:]
+            other = rest[0] if len(rest) == 1 else tg_call(call_name, [self.clone(a) for a in rest])
+            self.tk.types[id(other)] = self.T(e)
+            op = ast.GtE() if call_name == "max" else ast.LtE()
+            return ast.IfExp(test=ast.Compare(left=clone(first), ops=[op],
+                                              comparators=[clone(other)]),
+                             body=self.tangent_or_zero(first, j),
+                             orelse=self.tangent_or_zero(other, j))
+        try:
+            parts = partials(call_name, [clone(a) for a in args], clone(e))
+        except KeyError:
+            raise self.fail(e, f"tg.{call_name} has no derivative rule") from None
+        terms = []
+        for arg, p in zip(args, parts):
+            t = self.tangent(arg, j) if p is not None else None
+            if t is not None:
+                terms.append(mul(p, t))
+        if call_name in ("float32", "float64") and terms:
+            return tg_call(call_name, [_sum(terms)])
+        return _sum(terms)
+
+
+def _sum(terms: list[ast.expr]) -> ast.expr | None:
+    if not terms:
+        return None
+    out = terms[0]
+    for t in terms[1:]:
+        out = add(out, t)
+    return out

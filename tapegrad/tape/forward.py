@@ -1,0 +1,173 @@
+"""Forward mode on host functions: while a ``ForwardContext`` is active, every kernel launch
+runs its tangent kernel (values and tangents in one launch), host reductions return dual
+scalars, and arithmetic on those carries the tangents along.  Nothing is recorded.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from tapegrad import launch as L
+from tapegrad.errors import TapegradError
+from tapegrad.tape.tape import _zeros_like, array_key, is_array
+
+_active: list[ForwardContext] = []
+
+
+def current() -> ForwardContext | None:
+    return _active[-1] if _active else None
+
+
+class DualScalar(float):
+    """A float carrying ``width`` tangents (forward mode on the host)."""
+
+    def __new__(cls, value: float, tangents: tuple[float, ...]) -> DualScalar:
+        obj = float.__new__(cls, value)
+        obj.tangents = tuple(float(t) for t in tangents)
+        return obj
+
+    def __repr__(self) -> str:
+        return f"{float(self)!r}"
+
+    def _make(self, value: float, tangents: Any) -> DualScalar:
+        return DualScalar(value, tuple(tangents))
+
+    @staticmethod
+    def _t(x: Any, width: int) -> tuple[float, ...]:
+        return x.tangents if isinstance(x, DualScalar) else (0.0,) * width
+
+    def _binary(self, o: Any, value: float, da: float, db: float) -> DualScalar:
+        w = len(self.tangents)
+        ot = self._t(o, w)
+        return self._make(value, (da * a + db * b for a, b in zip(self.tangents, ot)))
+
+    def _rbinary(self, o: Any, value: float, da: float, db: float) -> DualScalar:
+        """``o (op) self``: ``da`` is the partial in ``o``, ``db`` in ``self``."""
+        w = len(self.tangents)
+        ot = self._t(o, w)
+        return self._make(value, (da * a + db * b for a, b in zip(ot, self.tangents)))
+
+    def __add__(self, o: Any) -> DualScalar:
+        return self._binary(o, float(self) + float(o), 1.0, 1.0)
+
+    __radd__ = __add__
+
+    def __sub__(self, o: Any) -> DualScalar:
+        return self._binary(o, float(self) - float(o), 1.0, -1.0)
+
+    def __rsub__(self, o: Any) -> DualScalar:
+        return self._rbinary(o, float(o) - float(self), 1.0, -1.0)
+
+    def __mul__(self, o: Any) -> DualScalar:
+        return self._binary(o, float(self) * float(o), float(o), float(self))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, o: Any) -> DualScalar:
+        a, b = float(self), float(o)
+        return self._binary(o, a / b, 1.0 / b, -a / (b * b))
+
+    def __rtruediv__(self, o: Any) -> DualScalar:
+        a, b = float(o), float(self)
+        return self._rbinary(o, a / b, 1.0 / b, -a / (b * b))
+
+    def __pow__(self, o: Any) -> DualScalar:
+        a, b = float(self), float(o)
+        r = a ** b
+        return self._binary(o, r, b * a ** (b - 1) if b != 0 else 0.0,
+                            r * math.log(a) if a > 0 else 0.0)
+
+    def __rpow__(self, o: Any) -> DualScalar:
+        a, b = float(o), float(self)
+        r = a ** b
+        return self._rbinary(o, r, b * a ** (b - 1) if b != 0 else 0.0,
+                             r * math.log(a) if a > 0 else 0.0)
+
+    def __neg__(self) -> DualScalar:
+        return self._make(-float(self), (-t for t in self.tangents))
+
+    def __pos__(self) -> DualScalar:
+        return self
+
+    def __abs__(self) -> DualScalar:
+        v = float(self)
+        s = math.copysign(1.0, v) if v else 0.0
+        return self._make(abs(v), (s * t for t in self.tangents))
+
+    def __tg_math__(self, name: str, args: tuple) -> Any:
+        from tapegrad.tape.hostops import _SCALAR_RULES
+        if name == "pow":
+            return args[0] ** args[1]
+        if name not in _SCALAR_RULES or len(args) != 1:
+            raise TapegradError(f"tg.{name} of a dual scalar has no forward rule on the host")
+        x = float(self)
+        value = getattr(math, name)(x)
+        d = _SCALAR_RULES[name](x, value)
+        return self._make(value, (d * t for t in self.tangents))
+
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        from tapegrad.tape.hostops import numpy_ufunc
+        return numpy_ufunc(ufunc, method, inputs, kwargs)
+
+
+class ForwardContext:
+    """Runs host code in forward mode with ``width`` tangent directions."""
+
+    def __init__(self, width: int = 1):
+        self.width = width
+        self.tangents: dict[tuple, list[Any]] = {}
+        self.arrays: dict[tuple, Any] = {}
+
+    def __enter__(self) -> ForwardContext:
+        if L.recorder is not None:
+            raise TapegradError("forward mode cannot run inside a recording tg.Tape")
+        _active.append(self)
+        L.recorder = self.launch
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _active.remove(self)
+        L.recorder = None
+
+    def seed(self, x: Any, tangents: list[Any]) -> None:
+        key = array_key(x)
+        self.arrays[key] = x
+        self.tangents[key] = list(tangents)
+
+    def tangent_of(self, x: Any) -> list[Any] | None:
+        return self.tangents.get(array_key(x))
+
+    def tangents_or_zero(self, x: Any) -> list[Any]:
+        t = self.tangent_of(x)
+        if t is None:
+            t = [_zeros_like(x) for _ in range(self.width)]
+            self.seed(x, t)
+        return t
+
+    def launch(self, cfg: Any, args: tuple, ndrange: Any) -> None:
+        kernel = cfg.kernel
+        nd = L._ndrange(kernel, ndrange)
+        plain = tuple(float(a) if isinstance(a, DualScalar) else a for a in args)
+        L.check_args(kernel, cfg.backend, plain)
+        reads, writes = L.access(kernel)
+        params = L.kernel_ir(kernel).params
+        varied = any((is_array(a) and p in reads and self.tangent_of(a) is not None)
+                     or isinstance(a, DualScalar) for p, a in zip(params, args))
+        activity, tangents = [], {}
+        for p, a in zip(params, args):
+            if isinstance(a, DualScalar):
+                activity.append("active")
+                tangents[p] = a.tangents
+            elif is_array(a) and np.dtype(a.dtype).kind == "f" and (
+                    self.tangent_of(a) is not None or (varied and p in writes)):
+                activity.append("dup")
+                tangents[p] = tuple(self.tangents_or_zero(a))
+            else:
+                activity.append("const")
+        if "dup" not in activity and "active" not in activity:
+            L.launch_now(cfg, plain, ndrange)      # nothing carries a tangent here
+            return
+        L.run_tangent(cfg, plain, tangents, tuple(activity), nd)

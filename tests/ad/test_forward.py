@@ -1,0 +1,181 @@
+"""Forward mode: tangents against finite differences, closed forms, and reverse mode
+(the dot-product test <J v, w> = <v, J^T w>)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tapegrad as tg
+from tests.ad.test_random_kernels import kernels, load_kernel
+from tests.ad.test_reverse import TILE, all_binary, all_unary, loops, matmul, mul, square
+
+rng = np.random.default_rng(3)
+CPU = tg.CPU()
+
+
+def r(*shape, lo=0.1, hi=0.9):
+    return rng.uniform(lo, hi, shape)
+
+
+def forward_vs_fd(cfg, args, ndrange, wrt, outputs, eps=1e-6):
+    """Tangents of the outputs along a random direction against central differences."""
+    dirs = {k: rng.standard_normal(np.shape(args[k])) for k in wrt}
+    values = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+    tangents = {k: np.zeros_like(args[k]) for k in outputs}
+    annotated = []
+    for k, x in enumerate(values):
+        if k in wrt:
+            annotated.append(tg.Duplicated(x, dirs[k].copy()))
+        elif k in outputs:
+            annotated.append(tg.Duplicated(x, tangents[k]))
+        else:
+            annotated.append(x)
+    assert tg.autodiff(tg.Forward, cfg, tg.Const, *annotated, ndrange=ndrange) == ()
+
+    def run(step):
+        vals = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        for k in wrt:
+            vals[k] = vals[k] + step * dirs[k]
+        cfg(*vals, ndrange=ndrange)
+        return vals
+
+    plus, minus = run(eps), run(-eps)
+    for k in outputs:
+        fd = (plus[k] - minus[k]) / (2 * eps)
+        np.testing.assert_allclose(tangents[k], fd, rtol=1e-5, atol=1e-7)
+
+
+def test_every_unary_rule_forward():
+    forward_vs_fd(all_unary(CPU, 4), [np.zeros((6, 25)), r(6)], 6, wrt=[1], outputs=[0])
+
+
+def test_every_binary_rule_forward():
+    forward_vs_fd(all_binary(CPU, 4), [np.zeros((7, 9)), r(7), r(7)], 7, wrt=[1, 2],
+                  outputs=[0])
+
+
+def test_loops_and_branches_forward():
+    forward_vs_fd(loops(CPU, 4), [np.zeros(6), r(6), 5], 6, wrt=[1], outputs=[0])
+
+
+def test_tiled_matmul_forward_closed_form():
+    A, B = r(8, 8), r(8, 4)
+    dA, dB = r(8, 8), r(8, 4)
+    C, dC = np.zeros((8, 4)), np.zeros((8, 4))
+    tg.autodiff(tg.Forward, matmul(CPU, (TILE, TILE)), tg.Const, tg.Duplicated(C, dC),
+                tg.Duplicated(A, dA), tg.Duplicated(B, dB), ndrange=(8, 4))
+    np.testing.assert_allclose(C, A @ B, rtol=1e-12)
+    np.testing.assert_allclose(dC, dA @ B + A @ dB, rtol=1e-12)
+
+
+def test_square_in_place_forward():
+    # KernelAbstractions' square! in forward mode: dA <- 2 A dA, using A before the overwrite
+    A = np.arange(1.0, 65.0)
+    dA = np.ones(64)
+    tg.autodiff(tg.Forward, square(CPU, 16), tg.Const, tg.Duplicated(A, dA), ndrange=64)
+    np.testing.assert_allclose(dA, 2 * np.arange(1.0, 65.0))
+    assert "A_dot[i] =" in square.source(mode="forward").replace("  ", " ")
+
+
+def test_batched_seeds_one_and_three():
+    # CUDA.jl's batched forward test: seeds 1 and 3 in one launch
+    A = np.zeros(64)
+    B = np.arange(1.0, 65.0)
+    dA1, dA3 = np.zeros(64), np.zeros(64)
+    tg.autodiff(tg.Forward, mul(CPU, 8), tg.Const, tg.BatchDuplicated(A, (dA1, dA3)), B,
+                tg.BatchDuplicated(2.0, (1.0, 3.0)), ndrange=64)
+    np.testing.assert_allclose(A, 2 * B)
+    np.testing.assert_allclose(dA1, B)
+    np.testing.assert_allclose(dA3, 3 * B)
+    src = mul.source(mode="forward")
+    assert "A_dot0" in src and "A_dot1" in src and "s_dot1" in src
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                 HealthCheck.too_slow])
+@given(kernels(), st.integers(0, 2 ** 32 - 1))
+def test_random_kernels_dot_product_test(tmp_path, kernel, seed):
+    """<J v, w> == <v, J^T w> on generated kernels: forward and reverse checked together."""
+    source, trips = kernel
+    k = load_kernel(source, tmp_path)
+    g = np.random.default_rng(seed)
+    A, B = g.uniform(-1, 1, 5), g.uniform(-1, 1, 5)
+    vA, vB, w = g.standard_normal(5), g.standard_normal(5), g.standard_normal(5)
+    Jv = np.zeros(5)
+    tg.autodiff(tg.Forward, k(CPU, 4), tg.Const, tg.Duplicated(np.zeros(5), Jv),
+                tg.Duplicated(A.copy(), vA.copy()), tg.Duplicated(B.copy(), vB.copy()), trips,
+                ndrange=5)
+    gA, gB = np.zeros(5), np.zeros(5)
+    tg.autodiff(tg.Reverse, k(CPU, 4), tg.Const, tg.Duplicated(np.zeros(5), w.copy()),
+                tg.Duplicated(A.copy(), gA), tg.Duplicated(B.copy(), gB), trips, ndrange=5)
+    lhs = float(Jv @ w)
+    rhs = float(vA @ gA + vB @ gB)
+    assert lhs == pytest.approx(rhs, rel=1e-9, abs=1e-11), source
+
+
+# -- host functions ------------------------------------------------------------------------
+
+@tg.kernel
+def sin_times(B, A, s):
+    i = tg.index()
+    B[i] = math.sin(A[i]) * s
+
+
+def program(A, s):
+    B = np.zeros_like(A)
+    sin_times(CPU)(B, A, s, ndrange=A.size)
+    C = np.zeros_like(A)
+    sin_times(CPU)(C, B, 2.0, ndrange=A.size)
+    return tg.dot(C, B) + tg.norm(A) * s
+
+
+def test_jvp_matches_reverse_gradient():
+    A, v = r(7), rng.standard_normal(7)
+    y, y_dot = tg.jvp(lambda a: program(a, 1.3), A, v)
+    (g,) = tg.gradient(lambda a: program(a, 1.3), A)
+    assert y == pytest.approx(float(program(A, 1.3)))
+    assert y_dot == pytest.approx(float(g @ v), rel=1e-10)
+
+
+def test_forward_with_scalar_direction():
+    A = r(5)
+    (ds,) = tg.autodiff(tg.Forward, program, tg.Duplicated, A, tg.Duplicated(0.7, 1.0))
+    (derivs,) = tg.autodiff(tg.Reverse, program, tg.Active, A, tg.Active(0.7))
+    assert ds == pytest.approx(derivs[1], rel=1e-10)
+
+
+def test_forward_jacobian_equals_reverse_jacobian():
+    x = r(11)
+
+    def f(x):
+        y = np.zeros_like(x)
+        sin_times(CPU)(y, x, 1.5, ndrange=x.size)
+        return y
+
+    Jf = tg.jacobian(f, x, mode=tg.Forward)        # in chunks of 8 directions
+    Jr = tg.jacobian(f, x, mode=tg.Reverse)
+    assert Jf.shape == (11, 11)
+    np.testing.assert_allclose(Jf, Jr, rtol=1e-12)
+    np.testing.assert_allclose(np.diag(Jf), 1.5 * np.cos(x), rtol=1e-12)
+
+
+def test_forward_with_primal_returns_the_value():
+    A = r(4)
+    tangent, value = tg.autodiff(tg.ForwardWithPrimal, program, tg.Duplicated,
+                                 tg.Duplicated(A, np.ones(4)), 0.5)
+    assert value == pytest.approx(float(program(A, 0.5)))
+
+
+def test_active_in_forward_mode_says_to_use_duplicated():
+    with pytest.raises(tg.TapegradError, match="tg.Duplicated"):
+        tg.autodiff(tg.Forward, program, tg.Duplicated, r(3), tg.Active(0.5))
+
+
+def test_hvp_says_clearly_that_it_is_not_available():
+    with pytest.raises(tg.TapegradError, match="not available"):
+        tg.hvp(lambda x: tg.dot(x, x), r(3), r(3))
