@@ -135,6 +135,13 @@ def _gradient_cases(quick: bool) -> list[dict]:
     tg.autodiff(tg.Reverse, axpy(cpu), tg.Const, tg.Duplicated(Z, dZ), tg.Active(2.0),
                 tg.Duplicated(X, dX), tg.Duplicated(Y, dY), ndrange=n)
     axpy_adjoint = axpy.cache[("last", "reverse", cpu)]
+    tA = rng.random(n)
+    tg.autodiff(tg.Forward, sin_kernel(cpu), tg.Const, tg.Duplicated(B, dB),
+                tg.Duplicated(A, tA), ndrange=n)
+    sin_tangent = sin_kernel.cache[("last", "forward", cpu)]
+    tg.autodiff(tg.Forward, axpy(cpu), tg.Const, tg.Duplicated(Z, dZ), tg.Duplicated(2.0, 1.0),
+                tg.Duplicated(X, dX), tg.Duplicated(Y, dY), ndrange=n)
+    axpy_tangent = axpy.cache[("last", "forward", cpu)]
     a_out = np.zeros(1)
     return [
         dict(name=f"sin, {n} float64",
@@ -142,14 +149,16 @@ def _gradient_cases(quick: bool) -> list[dict]:
              adjoint=lambda: sin_adjoint((B, A, dB, dA), (n,)),
              autodiff=lambda: tg.autodiff(tg.Reverse, sin_kernel(cpu), tg.Const,
                                           tg.Duplicated(B, dB), tg.Duplicated(A, dA), ndrange=n),
-             hand=lambda: _numba_sin_adjoint(dB, A, dA)),
+             hand=lambda: _numba_sin_adjoint(dB, A, dA),
+             tangent=lambda: sin_tangent((B, A, dB, tA), (n,))),
         dict(name=f"z = a x + y, Active a, {n} float64",
              primal=lambda: axpy(cpu)(Z, 2.0, X, Y, ndrange=n),
              adjoint=lambda: axpy_adjoint((Z, 2.0, X, Y, dZ, dX, dY, a_out), (n,)),
              autodiff=lambda: tg.autodiff(tg.Reverse, axpy(cpu), tg.Const, tg.Duplicated(Z, dZ),
                                           tg.Active(2.0), tg.Duplicated(X, dX),
                                           tg.Duplicated(Y, dY), ndrange=n),
-             hand=lambda: _numba_axpy_adjoint(dZ, 2.0, X, dX, dY)),
+             hand=lambda: _numba_axpy_adjoint(dZ, 2.0, X, dX, dY),
+             tangent=lambda: axpy_tangent((Z, 2.0, X, Y, dZ, 1.0, dX, dY), (n,))),
     ]
 
 
@@ -236,23 +245,27 @@ def main(quick: bool = False, json_path: str | None = None) -> int:
           "floor = bytes moved / bandwidth")
     print()
     header = (f"{'gradient':<38} {'primal':>10} {'adjoint':>10} {'autodiff':>10} "
-              f"{'by hand':>10} {'adj/primal':>10} {'adj/hand':>9}")
+              f"{'by hand':>10} {'adj/primal':>10} {'adj/hand':>9} {'tangent':>10} "
+              f"{'tan/primal':>10}")
     print(header)
     print("-" * len(header))
     gradients = []
     for case in _gradient_cases(quick):
         case["hand"]()
         row = {"kernel": case["name"]}
-        for impl in ("primal", "adjoint", "autodiff", "hand"):
+        for impl in ("primal", "adjoint", "autodiff", "hand", "tangent"):
             row[f"{impl}_ms"] = _median_ms(case[impl], repeats)
         row["adjoint_over_primal"] = row["adjoint_ms"] / row["primal_ms"]
         row["adjoint_over_hand"] = row["adjoint_ms"] / row["hand_ms"]
+        row["tangent_over_primal"] = row["tangent_ms"] / row["primal_ms"]
         gradients.append(row)
         print(f"{row['kernel']:<38} {row['primal_ms']:>7.3f} ms {row['adjoint_ms']:>7.3f} ms "
               f"{row['autodiff_ms']:>7.3f} ms {row['hand_ms']:>7.3f} ms "
-              f"{row['adjoint_over_primal']:>9.2f}x {row['adjoint_over_hand']:>8.2f}x")
+              f"{row['adjoint_over_primal']:>9.2f}x {row['adjoint_over_hand']:>8.2f}x "
+              f"{row['tangent_ms']:>7.3f} ms {row['tangent_over_primal']:>9.2f}x")
     print("adjoint = the generated adjoint kernel's launch; autodiff = tg.autodiff, i.e. the "
-          "primal launch, then the adjoint; by hand = the adjoint loop written with numba")
+          "primal launch, then the adjoint; by hand = the adjoint loop written with numba; "
+          "tangent = the forward-mode launch (outputs and tangents)")
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"bandwidth_gbs": gbs, "quick": quick, "results": results,
