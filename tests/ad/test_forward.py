@@ -179,3 +179,22 @@ def test_active_in_forward_mode_says_to_use_duplicated():
 def test_hvp_says_clearly_that_it_is_not_available():
     with pytest.raises(tg.TapegradError, match="not available"):
         tg.hvp(lambda x: tg.dot(x, x), r(3), r(3))
+
+
+@tg.kernel
+def histogram_weights(H, bins, w):
+    i = tg.index()
+    tg.atomic_add(H, bins[i], w[i] * w[i])
+
+
+def test_atomics_and_local_memory_reductions_forward():
+    from tests.ad.test_reverse import block_sum_of_squares
+    forward_vs_fd(block_sum_of_squares(CPU, 8), [np.zeros(4), r(32)], 32, wrt=[1], outputs=[0])
+    bins = rng.integers(0, 3, 40).astype(np.int64)
+    w = r(40)
+    H, dH = np.zeros(3), np.zeros(3)
+    dw = rng.standard_normal(40)
+    tg.autodiff(tg.Forward, histogram_weights(CPU, 8), tg.Const, tg.Duplicated(H, dH), bins,
+                tg.Duplicated(w, dw), ndrange=40)
+    np.testing.assert_allclose(dH, np.bincount(bins, 2 * w * dw, minlength=3), rtol=1e-12)
+    assert "atomic_add(H_dot" in histogram_weights.source(mode="forward", backend=CPU)
