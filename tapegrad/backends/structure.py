@@ -77,10 +77,17 @@ def is_index_only(node: ast.expr, uniform: set[str]) -> bool:
 
 
 @dataclass
+class Barrier:
+    """Where the kernel calls ``tg.synchronize()``."""
+    stmt: ast.stmt
+
+
+@dataclass
 class Segment:
     """Consecutive statements run by every work-item between two barriers."""
     stmts: list[ast.stmt]
     uses: set[str] = field(default_factory=set)
+    evaluates: list[str] = field(default_factory=list)   # per-item values group code needs
 
 
 @dataclass
@@ -90,6 +97,7 @@ class GroupStmt:
     stmt: ast.stmt
     blocks: list[list] = field(default_factory=list)
     header: str | None = None   # the control line, when its values were computed per item
+    values: list[str] = field(default_factory=list)     # those values, in header order
 
 
 class BarrierPlan:
@@ -251,7 +259,7 @@ class BarrierPlan:
                 continue
             if is_barrier(s):
                 flush()
-                blocks.append(Segment([]))   # marks the barrier: the next segment starts anew
+                blocks.append(Barrier(s))
             elif contains_barrier(s):
                 flush()
                 blocks.extend(self.group_control(s, uniform))
@@ -261,7 +269,7 @@ class BarrierPlan:
             else:
                 pending.append(s)
         flush()
-        return [b for b in blocks if not (isinstance(b, Segment) and not b.stmts)]
+        return blocks
 
     def group_control(self, s: ast.stmt, uniform: set[str]) -> list:
         """Blocks for control flow that holds a barrier (run once per group).
@@ -295,16 +303,18 @@ class BarrierPlan:
             names.append(name)
             evaluate.append(ast.copy_location(ast.Assign(targets=[ast.Name(id=name, ctx=ast.Store())],
                                                          value=e), s))
-        values = [f"{n}__items[0]" for n in names]
+        # the control line reads the values each backend shares: "{0}", "{1}"... stand for them
+        slots = [f"{{{k}}}" for k in range(len(names))]
         if isinstance(s, ast.For):
-            header = f"for {s.target.id} in range({', '.join(values)}):"
-            return [Segment(evaluate), GroupStmt(s, [self.structure(s.body, uniform)], header)]
+            header = f"for {s.target.id} in range({', '.join(slots)}):"
+            return [Segment(evaluate, evaluates=names),
+                    GroupStmt(s, [self.structure(s.body, uniform)], header, names)]
         if isinstance(s, ast.While):
-            body = self.structure(s.body, uniform) + [Segment(list(evaluate))]
-            return [Segment(evaluate), GroupStmt(s, [body], f"while {values[0]}:")]
-        return [Segment(evaluate), GroupStmt(s, [self.structure(s.body, uniform),
-                                                 self.structure(s.orelse, uniform)],
-                                             f"if {values[0]}:")]
+            body = self.structure(s.body, uniform) + [Segment(list(evaluate), evaluates=names)]
+            return [Segment(evaluate, evaluates=names), GroupStmt(s, [body], "while {0}:", names)]
+        return [Segment(evaluate, evaluates=names),
+                GroupStmt(s, [self.structure(s.body, uniform), self.structure(s.orelse, uniform)],
+                          "if {0}:", names)]
 
 def upward_exposed(stmts: list[ast.stmt]) -> set[str]:
     """Names that ``stmts`` may read before assigning them (so their value comes from before)."""
@@ -361,7 +371,7 @@ def segments_of(blocks: list):
     for b in blocks:
         if isinstance(b, Segment):
             yield b
-        else:
+        elif isinstance(b, GroupStmt):
             for inner in b.blocks:
                 yield from segments_of(inner)
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from tapegrad.backends.numba_lower import ExprLowering, Printer, emit_statements
 from tapegrad.backends.structure import (
+    Barrier,
     BarrierPlan,
     Segment,
     contains_barrier,
@@ -274,9 +275,11 @@ class _KernelWriter:
 
     def write_blocks(self, blocks: list, low: CPULowering, depth: int) -> None:
         out = self.out
-        if not blocks:
+        if all(isinstance(b, Barrier) for b in blocks):
             out.emit("pass", depth)
         for b in blocks:
+            if isinstance(b, Barrier):
+                continue   # the next segment is a new loop over the work-items
             if isinstance(b, Segment):
                 rebind = {n for n in self.private if n in b.uses}
                 recompute = self.plan.recomputed(b)
@@ -287,7 +290,7 @@ class _KernelWriter:
             if isinstance(s, (ast.Assign, ast.AugAssign)):
                 emit_statements([s], low, out, depth)
             elif b.header is not None:
-                out.emit(b.header, depth)
+                out.emit(b.header.format(*(f"{v}__items[0]" for v in b.values)), depth)
                 self.write_blocks(b.blocks[0], low, depth + 1)
                 if len(b.blocks) > 1 and b.blocks[1]:
                     out.emit("else:", depth)
