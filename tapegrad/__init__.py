@@ -14,7 +14,17 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from tapegrad.backends import CPU, Backend, allocate, asarray, get_backend, ones, to_numpy, zeros
+from tapegrad.backends import (
+                               CPU,
+                               CUDA,
+                               Backend,
+                               allocate,
+                               asarray,
+                               get_backend,
+                               ones,
+                               to_numpy,
+                               zeros,
+)
 from tapegrad.errors import (
                                BackendError,
                                KernelCompileError,
@@ -54,7 +64,7 @@ __all__ = [
     "index", "groupsize", "ndrange", "localmem", "private", "synchronize",
     "atomic_add", "atomic_sub", "atomic_min", "atomic_max", "where",
     "Global", "Local", "Group", "Linear", "NTuple",
-    "Backend", "CPU", "get_backend", "allocate", "zeros", "ones", "asarray", "to_numpy",
+    "Backend", "CPU", "CUDA", "get_backend", "allocate", "zeros", "ones", "asarray", "to_numpy",
     "TapegradError", "KernelError", "KernelSyntaxError", "KernelTypeError", "KernelCompileError",
     "KernelIndexError", "LaunchError", "BackendError", "OutsideKernelError",
 ] + sorted(MATH)

@@ -10,12 +10,13 @@ from tapegrad.backends.base import Backend
 from tapegrad.backends.cpu.backend import CPU
 from tapegrad.errors import BackendError
 
-__all__ = ["Backend", "CPU", "get_backend", "allocate", "zeros", "ones", "asarray",
+__all__ = ["Backend", "CPU", "CUDA", "get_backend", "allocate", "zeros", "ones", "asarray",
            "to_numpy", "synchronize_backend"]
 
 
 def get_backend(x: Any) -> Backend:
-    """The backend an array lives on: ``tg.CPU()`` for NumPy arrays.
+    """The backend an array lives on: ``tg.CPU()`` for NumPy arrays, ``tg.CUDA(device)`` for
+    CuPy arrays and other ``__cuda_array_interface__`` arrays (e.g. PyTorch CUDA tensors).
 
     >>> import numpy as np, tapegrad as tg
     >>> tg.get_backend(np.zeros(3))
@@ -24,11 +25,17 @@ def get_backend(x: Any) -> Backend:
     if isinstance(x, np.ndarray):
         return CPU()
     if hasattr(x, "__cuda_array_interface__"):
-        raise BackendError(
-            f"{type(x).__name__} is a GPU array; the CUDA backend is not available in this "
-            "version of tapegrad yet. Copy it to the host with tg.to_numpy(x) to use tg.CPU().")
+        device = getattr(x, "device", None)
+        index = getattr(device, "id", getattr(device, "index", 0)) or 0
+        return CUDA(index)
     raise BackendError(f"tg.get_backend expects an array (numpy.ndarray, or a GPU array), got "
                        f"{type(x).__name__}")
+
+
+def CUDA(device: int = 0) -> Backend:  # noqa: N802 - the public name is tg.CUDA
+    """An NVIDIA GPU backend: ``tg.CUDA()`` (needs numba-cuda and CuPy, or the simulator)."""
+    from tapegrad.backends.cuda.backend import CUDA as _CUDA  # imports numba.cuda lazily
+    return _CUDA(device)
 
 
 def _shape(shape: Any) -> tuple[int, ...]:

@@ -129,6 +129,21 @@ class BarrierPlan:
         return located(node, self.ir.filename, message)
 
     def check_returns(self) -> None:
+        """No segment may leave early: a return before a later barrier, or a break/continue
+        out of a loop that holds a barrier, would make work-items skip barriers."""
+        def walk(stmts: list[ast.stmt], depth: int) -> None:
+            for s in stmts:
+                if isinstance(s, (ast.Break, ast.Continue)) and depth == 0:
+                    raise self.fail(s, f"{type(s).__name__.lower()} here would leave a loop "
+                                       "that contains tg.synchronize(); such loops must run "
+                                       "the same iterations for every work-item of a group")
+                if isinstance(s, (ast.For, ast.While)):
+                    walk(s.body, depth + 1)
+                elif isinstance(s, ast.If):
+                    walk(s.body, depth)
+                    walk(s.orelse, depth)
+        for seg in self.segments:
+            walk(seg.stmts, 0)
         blocks = self.blocks
         for b in blocks[:-1] + [blk for blk in blocks[-1:] if not isinstance(blk, Segment)]:
             for seg in segments_of([b]):

@@ -223,24 +223,7 @@ class _KernelWriter:
         body, needs_flag = _eliminate_returns(body)
         if needs_flag:
             out.emit("_returned = False", inner)
-        self._check_no_loop_exits(body)
         emit_statements(body, low, out, inner, lambda s, d: self.special(s, d, low))
-
-    def _check_no_loop_exits(self, body: list[ast.stmt]) -> None:
-        """break/continue must have their loop inside the same work-item loop."""
-        def walk(stmts: list[ast.stmt], depth: int) -> None:
-            for s in stmts:
-                if isinstance(s, (ast.Break, ast.Continue)) and depth == 0 and not getattr(
-                        s, "_tg_item_exit", False):
-                    raise self.fail(s, f"{type(s).__name__.lower()} here would leave a loop "
-                                       "that contains tg.synchronize(); such loops must run "
-                                       "the same iterations for every work-item of a group")
-                if isinstance(s, (ast.For, ast.While)):
-                    walk(s.body, depth + 1)
-                elif isinstance(s, ast.If):
-                    walk(s.body, depth)
-                    walk(s.orelse, depth)
-        walk(body, 0)
 
     # -- kernels with barriers ----------------------------------------------------------
     def write_with_barriers(self, body: list[ast.stmt], decls: list[ast.stmt]) -> None:

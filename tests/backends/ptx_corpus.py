@@ -1,0 +1,70 @@
+"""Run in a subprocess without the CUDA simulator: compile the primal, tangent and adjoint
+kernels of a corpus to PTX for sm_90 and print one line per kernel."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+
+import numpy as np  # noqa: E402
+
+import tapegrad as tg  # noqa: E402
+from tapegrad import launch as L  # noqa: E402
+from tapegrad.backends.cuda.ptx import PTXTarget  # noqa: E402
+from tests.ad import test_forward as F  # noqa: E402
+from tests.ad import test_reverse as R  # noqa: E402
+
+F64 = np.zeros(8)
+CASES = [   # kernel, example arguments, ndrange, workgroup size, differentiated arguments
+    (R.sin_kernel, (F64, F64), 8, (64,), (0, 1)),
+    (R.saxpy, (F64, 1.0, F64), 8, (64,), (0, 1, 2)),
+    (R.all_unary, (np.zeros((8, 25)), F64), 8, (32,), (0, 1)),
+    (R.all_binary, (np.zeros((8, 9)), F64, F64), 8, (32,), (0, 1, 2)),
+    (R.stencil, (F64, F64), 8, (32,), (0, 1)),
+    (R.gather, (F64, F64, np.zeros(8, np.int64)), 8, (32,), (0, 1)),
+    (R.loops, (F64, F64, 3), 8, (32,), (0, 1)),
+    (R.fibonacci, (F64, F64, 3), 8, (32,), (0, 1)),
+    (R.nested_dynamic, (F64, F64, np.zeros(8, np.int64)), 8, (32,), (0, 1)),
+    (R.newton_sqrt, (F64, F64), 8, (32,), (0, 1)),
+    (R.early_exit, (F64, F64), 8, (32,), (0, 1)),
+    (R.uses_funcs, (F64, F64, F64), 8, (32,), (0, 1, 2)),
+    (R.uses_softplus, (F64, F64), 8, (32,), (0, 1)),
+    (R.matmul, (np.zeros((8, 8)), np.zeros((8, 8)), np.zeros((8, 8))), (8, 8), (4, 4), (0, 1, 2)),
+    (R.block_sum_of_squares, (np.zeros(4), np.zeros(32)), 32, (8,), (0, 1)),
+    (R.dense_tanh, (F64, np.zeros((8, 3)), np.zeros(3), F64), 8, (32,), (0, 1, 2, 3)),
+    (R.square, (F64,), 8, (32,), (0,)),
+    (F.histogram_weights, (np.zeros(3), np.zeros(8, np.int64), F64), 8, (32,), (0, 2)),
+]
+
+
+def main() -> int:
+    target = PTXTarget((9, 0))
+    failures = 0
+    for kernel, args, nd, wgs, diff in CASES:
+        nd_t = (nd,) if isinstance(nd, int) else nd
+        argtypes = L.check_args(kernel, tg.CPU(), args)
+        activity = tuple(("dup" if hasattr(a, "shape") else "active") if k in diff else "const"
+                         for k, a in enumerate(args))
+        for mode in ("primal", "forward", "reverse"):
+            try:
+                if mode == "primal":
+                    ptx = L.compile_kernel(kernel, mode, target, argtypes, len(nd_t), wgs)
+                elif mode == "forward":
+                    ptx = L.compile_tangent(kernel, target, argtypes, activity, len(nd_t), wgs, 2)[1]
+                else:
+                    ptx = L.compile_adjoint(kernel, target, argtypes, activity, len(nd_t), wgs,
+                                            None)[1]
+                ok = ".entry" in ptx and ".target sm_90" in ptx
+                print(f"{'ok' if ok else 'BAD'} {kernel.name} {mode} {len(ptx)} "
+                      f"atom={'atom.' in ptx} bar={'bar.sync' in ptx}")
+                failures += not ok
+            except Exception as exc:   # report every kernel, then fail
+                failures += 1
+                print(f"FAIL {kernel.name} {mode}: {type(exc).__name__}: {exc}".splitlines()[0])
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
