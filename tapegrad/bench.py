@@ -213,7 +213,84 @@ def _bandwidth_gbs(quick: bool) -> float:
     return 2 * src.nbytes / (ms * 1e-3) / 1e9
 
 
-def main(quick: bool = False, json_path: str | None = None) -> int:
+def _gpu_ms(fn: Callable[[], Any], repeats: int) -> float:
+    """Median GPU time of ``fn`` between CUDA events on CuPy's current stream."""
+    import cupy
+    times = []
+    for _ in range(repeats):
+        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, stop))
+    return float(np.median(times))
+
+
+def cuda_main(quick: bool = False, json_path: str | None = None) -> int:
+    """Elementwise kernels on the GPU: primal against the copy bandwidth, adjoint and tangent
+    launches against the primal."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        print("bench --backend cuda needs a GPU (the CUDA simulator is for correctness only)")
+        return 1
+    try:
+        import cupy
+    except ImportError:
+        print("bench --backend cuda needs CuPy: pip install 'tapegrad[cuda13]'")
+        return 1
+    gpu = tg.CUDA()
+    n = 1 << (20 if quick else 26)
+    repeats = 5 if quick else 20
+    rng = cupy.random.default_rng(0)
+    A, X, Y = (rng.random(n, dtype=cupy.float32) for _ in range(3))
+    B, Z = cupy.empty_like(A), cupy.empty_like(A)
+    dA, dB, dX, dY, dZ = (cupy.zeros_like(A) for _ in range(5))
+    tA = rng.random(n, dtype=cupy.float32)
+    src, dst = cupy.ones(n, cupy.float32), cupy.empty(n, cupy.float32)
+    copy_ms = _gpu_ms(lambda: dst.__setitem__(Ellipsis, src), repeats)
+    copy_gbs = 2 * src.nbytes / (copy_ms * 1e-3) / 1e9
+    props = cupy.cuda.runtime.getDeviceProperties(gpu.device)
+    print(f"tapegrad {tg.__version__} bench on {props['name'].decode()} "
+          f"(n = {n} float32); copy bandwidth {copy_gbs:.0f} GB/s")
+    tg.autodiff(tg.Reverse, sin_kernel(gpu), tg.Const, tg.Duplicated(B, dB),
+                tg.Duplicated(A, dA), ndrange=n)
+    sin_adj = sin_kernel.cache[("last", "reverse", gpu)]
+    tg.autodiff(tg.Forward, sin_kernel(gpu), tg.Const, tg.Duplicated(B, dB),
+                tg.Duplicated(A, tA), ndrange=n)
+    sin_tan = sin_kernel.cache[("last", "forward", gpu)]
+    tg.autodiff(tg.Reverse, axpy(gpu), tg.Const, tg.Duplicated(Z, dZ), tg.Active(2.0),
+                tg.Duplicated(X, dX), tg.Duplicated(Y, dY), ndrange=n)
+    axpy_adj = axpy.cache[("last", "reverse", gpu)]
+    a_out = cupy.zeros(1)
+    cases = [
+        ("sin", 2 * n * 4, lambda: sin_kernel(gpu)(B, A, ndrange=n),
+         lambda: sin_adj((B, A, dB, dA), (n,)), lambda: sin_tan((B, A, dB, tA), (n,))),
+        ("z = a x + y (Active a)", 3 * n * 4, lambda: axpy(gpu)(Z, 2.0, X, Y, ndrange=n),
+         lambda: axpy_adj((Z, 2.0, X, Y, dZ, dX, dY, a_out), (n,)), None),
+    ]
+    rows = []
+    print(f"{'kernel':<26} {'primal':>9} {'of copy bw':>10} {'adjoint':>9} {'adj/primal':>10} "
+          f"{'tangent':>9} {'tan/primal':>10}")
+    for name, nbytes, primal, adjoint, tangent in cases:
+        p_ms = _gpu_ms(primal, repeats)
+        a_ms = _gpu_ms(adjoint, repeats)
+        t_ms = _gpu_ms(tangent, repeats) if tangent else float("nan")
+        frac = nbytes / (p_ms * 1e-3) / 1e9 / copy_gbs
+        rows.append({"kernel": name, "primal_ms": p_ms, "adjoint_ms": a_ms, "tangent_ms": t_ms,
+                     "fraction_of_copy_bandwidth": frac, "adjoint_over_primal": a_ms / p_ms})
+        print(f"{name:<26} {p_ms:>6.3f} ms {frac:>9.0%} {a_ms:>6.3f} ms {a_ms / p_ms:>9.2f}x "
+              f"{t_ms:>6.3f} ms {t_ms / p_ms:>9.2f}x")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump({"device": props["name"].decode(), "n": n, "copy_gbs": copy_gbs,
+                       "results": rows}, f, indent=2)
+        print(f"wrote {json_path}")
+    return 0
+
+
+def main(quick: bool = False, json_path: str | None = None, backend: str = "cpu") -> int:
+    if backend == "cuda":
+        return cuda_main(quick, json_path)
     repeats = 5 if quick else 20
     print(f"tapegrad {tg.__version__} bench ({'quick' if quick else 'full'}): "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
