@@ -125,27 +125,53 @@ class _Writer:
         stmts = [s for s in body if not memory_decl(s)]
         low = CUDALowering(self.tk)
         special = lambda s, d: self.special(s, d, low)  # noqa: E731
-        if not any(contains_barrier(s) for s in body):
-            out.emit("if not _valid:", 1)
-            out.emit("return", 2)
-            emit_statements(stmts, low, out, 1, special)
-            return
-        self.plan = BarrierPlan(self.tk, body, decls)
         self.lid = _row_major([f"_l{d}" for d in range(r)], [str(w) for w in W])
-        if self.plan.runtime_values:
-            out.emit(f"_group_values = cuda.shared.array({len(self.plan.runtime_values)}, "
-                     "numba.int64)", 1)
-        self.write_blocks(self.plan.blocks, low, 1, special)
+        self.group_sums = [n for n in ast.walk(ast.Module(body=body, type_ignores=[]))
+                           if isinstance(n, ast.Expr) and tg_name(n.value) == "group_reduce_add"]
+        for k, _ in enumerate(self.group_sums):
+            out.emit(f"_group_sum{k} = 0.0", 1)
+        if not any(contains_barrier(s) for s in body):
+            if not self.group_sums:
+                out.emit("if not _valid:", 1)
+                out.emit("return", 2)
+                emit_statements(stmts, low, out, 1, special)
+                return
+            out.emit("if _valid:", 1)   # every thread must reach the block reduction below
+            emit_statements(stmts, low, out, 2, special)
+        else:
+            self.plan = BarrierPlan(self.tk, body, decls)
+            if self.plan.runtime_values:
+                out.emit(f"_group_values = cuda.shared.array({len(self.plan.runtime_values)}, "
+                         "numba.int64)", 1)
+            self.write_blocks(self.plan.blocks, low, 1, special)
+        self.block_reductions(low)
 
     def special(self, s: ast.stmt, depth: int, low: CUDALowering) -> bool:
-        """``tg.group_reduce_add``: one atomic per work-item for now (correct; a shared-memory
-        tree per block is the faster way)."""
+        """``tg.group_reduce_add(arr, idx, v)``: add ``v`` to this thread's sum; the block
+        reduces the sums after the body and adds them to ``arr[idx]`` with one atomic."""
         if isinstance(s, ast.Expr) and tg_name(s.value) == "group_reduce_add":
-            arr, idx, value = s.value.args
-            self.out.emit(f"cuda.atomic.add({ast.unparse(low.expr(arr))}, "
-                          f"{ast.unparse(low.index(idx))}, {ast.unparse(low.expr(value))})", depth)
+            k = next(k for k, c in enumerate(self.group_sums) if c is s)
+            self.out.emit(f"_group_sum{k} += {ast.unparse(low.expr(s.value.args[2]))}", depth)
             return True
         return False
+
+    def block_reductions(self, low: CUDALowering) -> None:
+        if not self.group_sums:
+            return
+        out, n = self.out, len(self.group_sums)
+        out.emit(f"_group_red = cuda.shared.array({n}, numba.float64)", 1)
+        out.emit(f"if {self.lid} == 0:", 1)
+        for k in range(n):
+            out.emit(f"_group_red[{k}] = 0.0", 2)
+        out.emit("cuda.syncthreads()", 1)
+        for k in range(n):   # shared-memory atomics: fast, and one global atomic per block
+            out.emit(f"cuda.atomic.add(_group_red, {k}, _group_sum{k})", 1)
+        out.emit("cuda.syncthreads()", 1)
+        out.emit(f"if {self.lid} == 0:", 1)
+        for k, call in enumerate(self.group_sums):
+            arr, idx = call.value.args[0], call.value.args[1]
+            out.emit(f"cuda.atomic.add({ast.unparse(low.expr(arr))}, "
+                     f"{ast.unparse(low.index(idx))}, _group_red[{k}])", 2)
 
     def write_blocks(self, blocks: list, low: CUDALowering, depth: int, special) -> None:
         out = self.out
