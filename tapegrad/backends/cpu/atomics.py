@@ -7,6 +7,7 @@ Indices are ints (1-D) or tuples of ints; as everywhere in kernels, they never w
 
 from __future__ import annotations
 
+import numba
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -49,3 +50,34 @@ atomic_add = _make("atomic_add", "fadd", "add")
 atomic_sub = _make("atomic_sub", "fsub", "sub")
 atomic_min = _make("atomic_min", "fmin", "min")
 atomic_max = _make("atomic_max", "fmax", "max")
+
+
+# Local and private memory belong to one workgroup, and one CPU thread runs a whole workgroup,
+# so their read-modify-writes need no atomic instruction.
+
+@numba.njit(inline="always")
+def plain_add(arr, idx, value):
+    old = arr[idx]
+    arr[idx] = old + value
+    return old
+
+
+@numba.njit(inline="always")
+def plain_sub(arr, idx, value):
+    old = arr[idx]
+    arr[idx] = old - value
+    return old
+
+
+@numba.njit(inline="always")
+def plain_min(arr, idx, value):
+    old = arr[idx]
+    arr[idx] = min(old, value)
+    return old
+
+
+@numba.njit(inline="always")
+def plain_max(arr, idx, value):
+    old = arr[idx]
+    arr[idx] = max(old, value)
+    return old

@@ -37,7 +37,7 @@ from tapegrad.backends.structure import (
 )
 from tapegrad.errors import KernelSyntaxError, located
 from tapegrad.frontend.ir import tg_name
-from tapegrad.frontend.types import TypedKernel
+from tapegrad.frontend.types import Array, TypedKernel
 
 ATOMICS = ("atomic_add", "atomic_sub", "atomic_min", "atomic_max")
 
@@ -67,6 +67,16 @@ class CPULowering(ExprLowering):
 
     def atomic_symbol(self, name: str) -> str:
         return name
+
+    def expr_Call(self, node: ast.Call) -> ast.expr:
+        name = tg_name(node)
+        if name and name.startswith("atomic_"):
+            array_t = self.T(node.args[0])
+            if isinstance(array_t, Array) and array_t.space != "global":   # one thread per group
+                call = super().expr_Call(node)
+                call.func = ast.Name(id=f"plain_{name[len('atomic_'):]}", ctx=ast.Load())
+                return call
+        return super().expr_Call(node)
 
     def index_expr(self, name: str, node: ast.Call) -> ast.expr:
         r, W = self.rank, self.W
@@ -123,6 +133,8 @@ class _KernelWriter:
         out.emit("import numba", 0)
         out.emit("import numpy as np", 0)
         out.emit("from tapegrad.backends.cpu.atomics import " + ", ".join(ATOMICS), 0)
+        out.emit("from tapegrad.backends.cpu.atomics import " + ", ".join(
+            f"plain_{a[len('atomic_'):]}" for a in ATOMICS), 0)
         for callee in device_functions(self.tk):
             out.blank()
             out.blank()
