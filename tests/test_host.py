@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -31,13 +32,21 @@ def test_get_backend_rejects_non_arrays(x):
         tg.get_backend(x)
 
 
-def test_get_backend_rejects_gpu_arrays_clearly():
+def test_get_backend_of_gpu_arrays_is_cuda():
     class FakeGpuArray:
         __cuda_array_interface__ = {"shape": (3,), "typestr": "<f8", "data": (0, False),
                                     "version": 3}
 
-    with pytest.raises(tg.BackendError, match="GPU array"):
-        tg.get_backend(FakeGpuArray())
+    class FakeCupyArray(FakeGpuArray):
+        device = SimpleNamespace(id=0)        # CuPy spells the device index .id
+
+    class FakeTorchTensor(FakeGpuArray):
+        device = SimpleNamespace(index=0)     # PyTorch spells it .index
+
+    for x in (FakeGpuArray(), FakeCupyArray(), FakeTorchTensor()):
+        b = tg.get_backend(x)
+        assert isinstance(b, tg.Backend) and b.name == "cuda" and b.device == 0
+        assert b == tg.CUDA() and b != tg.CPU()
 
 
 @pytest.mark.parametrize("shape, expected", [(5, (5,)), ((2, 3), (2, 3)), ([4, 1, 2], (4, 1, 2)),

@@ -7,8 +7,10 @@ import pytest
 
 import tapegrad as tg
 
-N_HEAVY = 1_000_000
+N_HEAVY = 1_000_000       # the CPU (and a real GPU): a million updates into 16 bins
 BINS = 16
+N_SIM = 512               # the CUDA simulator (~0.1 ms per work-item): 512 updates into 4 bins
+BINS_SIM = 4
 
 
 @tg.kernel
@@ -24,31 +26,33 @@ def histogram_literal(H, keys):
 
 
 @pytest.fixture(scope="module")
-def heavy_keys():
+def heavy_keys(size):
+    """Random bin numbers: many updates per bin, from every workgroup."""
     rng = np.random.default_rng(1234)
-    return rng.integers(0, BINS, N_HEAVY)
+    return rng.integers(0, size(BINS, BINS_SIM), size(N_HEAVY, N_SIM))
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.int32, np.int64],
                          ids=lambda d: d.__name__)
-def test_histogram_under_heavy_contention_loses_nothing(backend, heavy_keys, dtype):
+def test_histogram_under_heavy_contention_loses_nothing(backend, size, heavy_keys, dtype):
+    n, bins = heavy_keys.size, size(BINS, BINS_SIM)
     rng = np.random.default_rng(99)
-    weights = rng.integers(0, 4, N_HEAVY).astype(dtype)   # small integers: sums are exact
-    H = np.zeros(BINS, dtype)
-    histogram(backend, 256)(H, heavy_keys, weights, ndrange=N_HEAVY)
-    expected = np.bincount(heavy_keys, weights=weights.astype(np.float64), minlength=BINS)
+    weights = rng.integers(0, 4, n).astype(dtype)   # small integers: sums are exact
+    H = np.zeros(bins, dtype)
+    histogram(backend, size(256, 64))(H, heavy_keys, weights, ndrange=n)
+    expected = np.bincount(heavy_keys, weights=weights.astype(np.float64), minlength=bins)
     assert H.dtype == dtype
     np.testing.assert_array_equal(H.astype(np.float64), expected)
     # and again on top of existing contents (atomics add to what is there)
-    histogram(backend, 256)(H, heavy_keys, weights, ndrange=N_HEAVY)
+    histogram(backend, size(256, 64))(H, heavy_keys, weights, ndrange=n)
     np.testing.assert_array_equal(H.astype(np.float64), 2 * expected)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32], ids=lambda d: d.__name__)
-def test_histogram_counts_with_int_literal_increment(backend, heavy_keys, dtype):
-    H = np.zeros(BINS, dtype)
-    histogram_literal(backend, 1024)(H, heavy_keys, ndrange=N_HEAVY)
-    np.testing.assert_array_equal(H, np.bincount(heavy_keys, minlength=BINS).astype(dtype))
+def test_histogram_counts_with_int_literal_increment(backend, size, heavy_keys, dtype):
+    H = np.zeros(size(BINS, BINS_SIM), dtype)
+    histogram_literal(backend, size(1024, 128))(H, heavy_keys, ndrange=heavy_keys.size)
+    np.testing.assert_array_equal(H, np.bincount(heavy_keys, minlength=H.size).astype(dtype))
 
 
 @tg.kernel
@@ -59,12 +63,12 @@ def single_counter(C, Old, Slot):
     Slot[old] = i
 
 
-def test_atomic_add_returns_unique_old_values(backend):
-    n = 200_000
+def test_atomic_add_returns_unique_old_values(backend, size):
+    n = size(200_000, 300)   # not a multiple of the workgroup size
     C = np.zeros(1, np.int64)
     Old = np.full(n, -1, np.int64)
     Slot = np.full(n, -1, np.int64)
-    single_counter(backend, 128)(C, Old, Slot, ndrange=n)
+    single_counter(backend, size(128, 64))(C, Old, Slot, ndrange=n)
     assert C[0] == n
     np.testing.assert_array_equal(np.sort(Old), np.arange(n))     # a permutation of range(n)
     np.testing.assert_array_equal(Slot[Old], np.arange(n))        # each slot went to one item
@@ -77,11 +81,11 @@ def counter_sub(C, Old, start):
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.float64], ids=lambda d: d.__name__)
-def test_atomic_sub(backend, dtype):
-    n = 100_000
+def test_atomic_sub(backend, size, dtype):
+    n = size(100_000, 300)
     C = np.array([n], dtype)
     Old = np.zeros(n, dtype)
-    counter_sub(backend, 256)(C, Old, n, ndrange=n)
+    counter_sub(backend, size(256, 64))(C, Old, n, ndrange=n)
     assert C[0] == 0
     # the old values are n, n-1, ..., 1 in some order
     np.testing.assert_array_equal(np.sort(Old), np.arange(-n + 1, 1).astype(dtype))
@@ -96,14 +100,14 @@ def extremes(Mn, Mx, OldMn, OldMx, A):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.int64],
                          ids=lambda d: d.__name__)
-def test_atomic_min_max(backend, dtype):
+def test_atomic_min_max(backend, size, dtype):
     rng = np.random.default_rng(5)
-    n = 50_000
+    n = size(50_000, 400)   # a multiple of the 4 lanes
     A = rng.integers(-10**6, 10**6, n).astype(dtype)
     Mn = np.full(4, 10**7, dtype)
     Mx = np.full(4, -10**7, dtype)
     OldMn, OldMx = np.zeros(n, dtype), np.zeros(n, dtype)
-    extremes(backend, 256)(Mn, Mx, OldMn, OldMx, A, ndrange=n)
+    extremes(backend, size(256, 64))(Mn, Mx, OldMn, OldMx, A, ndrange=n)
     lanes = A.reshape(-1, 4)
     np.testing.assert_array_equal(Mn, lanes.min(0))
     np.testing.assert_array_equal(Mx, lanes.max(0))
@@ -131,14 +135,14 @@ def self_index_2d(H, G, M):
     tg.atomic_max(M, (r % 2, 0), r * 100 + c)
 
 
-def test_2d_atomics_with_tuple_indices(backend):
+def test_2d_atomics_with_tuple_indices(backend, size):
     rng = np.random.default_rng(3)
-    n = 300_000
+    n = size(300_000, 400)
     R = rng.integers(0, 5, n)
     C = rng.integers(0, 7, n)
     V = rng.integers(1, 3, n).astype(np.float64)
     H = np.zeros((5, 7))
-    scatter_2d(backend, 256)(H, R, C, V, ndrange=n)
+    scatter_2d(backend, size(256, 64))(H, R, C, V, ndrange=n)
     expected = np.zeros((5, 7))
     np.add.at(expected, (R, C), V)
     np.testing.assert_array_equal(H, expected)

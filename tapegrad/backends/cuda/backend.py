@@ -132,6 +132,10 @@ class _Launcher:
         return self.lowered.source
 
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
+        if self.backend.sim and any(isinstance(a, np.ndarray) and not (
+                a.flags.c_contiguous or a.flags.f_contiguous) for a in args):
+            self.strided(args, ndrange)
+            return
         grid = tuple(-(-n // w) for n, w in zip(reversed(ndrange), self.block))
         if self.backend.sim:
             configured = self.kernel[grid, self.block]
@@ -150,6 +154,15 @@ class _Launcher:
                 raise
             raise self.translate(exc) from None
         self.compiled = True
+
+    def strided(self, args: tuple, ndrange: tuple[int, ...]) -> None:
+        """The simulator takes only contiguous buffers: run on contiguous copies of strided
+        arrays and write the results back (real GPUs take strided CuPy views directly)."""
+        copies = [np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a for a in args]
+        self(tuple(copies), ndrange)
+        for a, c in zip(args, copies):
+            if isinstance(a, np.ndarray) and c is not a and a.flags.writeable:
+                a[...] = c
 
     def translate(self, exc: Exception) -> KernelCompileError:
         text = str(exc)

@@ -27,7 +27,7 @@ import ast
 import os
 
 from tapegrad.backends.cpu.lower import CPULowering, Lowered, _row_major
-from tapegrad.backends.numba_lower import Printer, emit_statements, name_call
+from tapegrad.backends.numba_lower import ExprLowering, Printer, emit_statements, name_call
 from tapegrad.backends.structure import (
     Barrier,
     BarrierPlan,
@@ -55,9 +55,16 @@ class CUDALowering(CPULowering):
         return f"cuda.atomic.{name[len('atomic_'):]}"
 
     def expr_Call(self, node: ast.Call) -> ast.expr:
-        if tg_name(node) == "fmod":   # numba-cuda has math.fmod (the CPU path uses np.fmod)
+        name = tg_name(node)
+        if name == "fmod":   # numba-cuda has math.fmod (the CPU path uses np.fmod)
             t = self.T(node)
             return name_call("math.fmod", [self.coerce(a, t) for a in node.args])
+        if name in ("floor", "ceil", "trunc") and simulated():
+            # the simulator runs Python, where numpy.float32 has no __trunc__ & co.
+            return name_call(f"math.{name}", [name_call("float", [self.expr(node.args[0])])])
+        if name and name.startswith("atomic_"):
+            # threads of a block share local memory: atomics stay atomic (unlike on the CPU)
+            return ExprLowering.expr_Call(self, node)
         return super().expr_Call(node)
 
 
