@@ -170,7 +170,7 @@ def _autodiff_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> 
     annotated = [annotate(a) for a in args]
     for k, a in enumerate(annotated):
         _check_host_annotation(f, k, a)
-    tape = Tape()
+    tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     sources: list[Any] = []
     with tape:
         call_args = []
@@ -277,7 +277,7 @@ def gradient(f: Callable[..., Any], *arrays: Any) -> tuple:
     >>> g.tolist()
     [2.0, 4.0]
     """
-    tape = Tape()
+    tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:
         result = f(*arrays)
     _check_scalar_result(tape, result)
@@ -292,7 +292,7 @@ def vjp(f: Callable[..., Any], x: Any, w: Any) -> tuple[Any, Any]:
     >>> float(y), x_bar.tolist()
     (9.0, [6.0])
     """
-    tape = Tape()
+    tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:
         y = f(x)
     x_bar = _zeros_like(x)
@@ -338,7 +338,7 @@ def jacobian(f: Callable[..., Any], x: Any, mode: Mode = Reverse) -> Any:
     """
     if not mode.reverse:
         return _jacobian_forward(f, x)
-    tape = Tape()
+    tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:
         y = f(x)
     size = 1 if isinstance(y, (TrackedScalar, float)) else y.size

@@ -86,7 +86,10 @@ class Tape:
     True
     """
 
-    def __init__(self):
+    def __init__(self, watch_changes: bool = True):
+        """``watch_changes=False`` skips fingerprinting the recorded arrays at the end of the
+        recording (for internal tapes whose gradient follows at once)."""
+        self.watch_changes = watch_changes
         self.records: list[Record] = []
         self.arrays: dict[tuple, Any] = {}          # identity -> the live array (kept alive)
         self.extents: list[tuple[int, int, tuple]] = []   # sorted memory ranges of arrays
@@ -115,9 +118,10 @@ class Tape:
         L.recorder = current().record_launch if current() else None
         self.recording = False
         # remember what every live input looked like, to catch changes before gradient()
-        for ident, refs in self.readers.items():
-            if refs:
-                self.fingerprints[ident] = fingerprint(self.arrays[ident])
+        if self.watch_changes:
+            for ident, refs in self.readers.items():
+                if refs:
+                    self.fingerprints[ident] = fingerprint(self.arrays[ident])
 
     def track(self, x: Any) -> tuple:
         ident = array_key(x)
