@@ -186,24 +186,71 @@ class _Reverse(Transform):
         return result
 
     # -- stacks -----------------------------------------------------------------------------
-    def push(self, value: ast.expr, is_float: bool) -> list[ast.stmt]:
+    def push(self, value: ast.expr, is_float: bool, saves: tuple | None = None
+             ) -> list[ast.stmt]:
+        """Save ``value`` on the per-work-item stack.  ``saves`` names the user value this
+        keeps (("local", x) or ("array", A)); such saves are dropped later when the reverse
+        sweep never reads that value (control-flow saves have none and always stay)."""
         kind = "f" if is_float else "i"
-        self.uses_stack[kind] = True
-        if self.loop_depth == 0:
-            self.static_pushes += 1
         stack, sp = f"_{kind}stack", f"_{kind}sp"
         store = ast.Subscript(value=_n(stack), slice=_n(sp), ctx=ast.Store())
         guard = ast.Compare(left=_n(sp), ops=[ast.Lt()], comparators=[_n("_stack_depth")])
-        return [ast.If(test=guard, body=[_assign(store, value)], orelse=[]),
-                _assign(sp, _add(_n(sp), _c(1)))]
+        out = [ast.If(test=guard, body=[_assign(store, value)], orelse=[]),
+               _assign(sp, _add(_n(sp), _c(1)))]
+        for node in out:
+            node._tg_save = saves
+            node._tg_push = (kind, self.loop_depth == 0)
+        return out
 
-    def pop(self, target: ast.expr, is_float: bool) -> list[ast.stmt]:
+    def pop(self, target: ast.expr, is_float: bool, saves: tuple | None = None
+            ) -> list[ast.stmt]:
         kind = "f" if is_float else "i"
         stack, sp = f"_{kind}stack", f"_{kind}sp"
         load = ast.Subscript(value=_n(stack), slice=_n(sp), ctx=ast.Load())
         guard = ast.Compare(left=_n(sp), ops=[ast.Lt()], comparators=[_n("_stack_depth")])
-        return [_assign(sp, ast.BinOp(left=_n(sp), op=ast.Sub(), right=_c(1))),
-                ast.If(test=guard, body=[_assign(target, load)], orelse=[])]
+        out = [_assign(sp, ast.BinOp(left=_n(sp), op=ast.Sub(), right=_c(1))),
+               ast.If(test=guard, body=[_assign(target, load)], orelse=[])]
+        for node in out:
+            node._tg_save = saves
+        return out
+
+    def drop_unneeded_saves(self, fwd: list[ast.stmt], rev: list[ast.stmt]
+                            ) -> tuple[list[ast.stmt], list[ast.stmt]]:
+        """A value needs saving before it is overwritten only if the reverse sweep reads it
+        (in a partial derivative, an index or a condition); drop the other saves.
+
+        E.g. ``acc = acc + a[k] * b[k]`` in a loop: the reverse reads a, b and k but never
+        acc, so acc is not pushed every iteration."""
+        read = set()
+        for n in ast.walk(ast.Module(body=rev, type_ignores=[])):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                read.add(("local", n.id))
+            if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load) \
+                    and isinstance(n.value, ast.Name):
+                read.add(("array", n.value.id))
+
+        def keep(stmts: list[ast.stmt]) -> list[ast.stmt]:
+            out = []
+            for s in stmts:
+                saves = getattr(s, "_tg_save", None)
+                if saves is not None and saves not in read:
+                    continue
+                for attr in ("body", "orelse"):
+                    if isinstance(s, (ast.If, ast.For, ast.While)) and not hasattr(s, "_tg_save"):
+                        setattr(s, attr, keep(getattr(s, attr)) or (
+                            [ast.Pass()] if attr == "body" else []))
+                out.append(s)
+            return out
+
+        fwd, rev = keep(fwd), keep(rev)
+        self.uses_stack = {"f": False, "i": False}
+        self.static_pushes = 0
+        for n in ast.walk(ast.Module(body=fwd, type_ignores=[])):
+            push = getattr(n, "_tg_push", None)
+            if push is not None and isinstance(n, ast.If):
+                self.uses_stack[push[0]] = True
+                self.static_pushes += push[1]
+        return fwd, rev
 
     def local_is_float(self, name: str) -> bool:
         t = self.tk.locals.get(name) or self.tk.argtypes[self.ir.params.index(name)]
@@ -221,6 +268,7 @@ class _Reverse(Transform):
         self.analyse()
         body = [s for s in self.body if s not in self.decls]
         fwd, rev = self.block(body)
+        fwd, rev = self.drop_unneeded_saves(fwd, rev)
         ir, tk = self.ir, self.tk
         shadow_params, shadow_of = [], {}
         for p in ir.params:
@@ -363,13 +411,13 @@ class _Reverse(Transform):
         if isinstance(target, ast.Name):
             name = target.id
             if name in self.saved:
-                fwd += self.push(_n(name), self.local_is_float(name))
+                fwd += self.push(_n(name), self.local_is_float(name), ("local", name))
             fwd.append(s)
             if name in self.active_names:
                 adj = self.fresh("a")
                 rev += [_assign(adj, _n(f"{name}_bar")), _assign(f"{name}_bar", _c(0.0))]
             if name in self.saved:
-                rev += self.pop(_n(name, True), self.local_is_float(name))
+                rev += self.pop(_n(name, True), self.local_is_float(name), ("local", name))
             if name in self.active_names:
                 rev += self.backprop(s.value, _n(adj))
             return fwd, rev
@@ -377,18 +425,18 @@ class _Reverse(Transform):
             names = [e.id for e in target.elts]
             for name in names:
                 if name in self.saved:
-                    fwd += self.push(_n(name), self.local_is_float(name))
+                    fwd += self.push(_n(name), self.local_is_float(name), ("local", name))
             fwd.append(s)
             for name in reversed(names):
                 if name in self.saved:
-                    rev += self.pop(_n(name, True), self.local_is_float(name))
+                    rev += self.pop(_n(name, True), self.local_is_float(name), ("local", name))
             return fwd, rev
         # a store A[idx] = e
         array = target.value.id
         replay = array in self.replayed
         if replay:
             old = ast.Subscript(value=_n(array), slice=_clone(target.slice), ctx=ast.Load())
-            fwd += self.push(old, self.element_is_float(array))
+            fwd += self.push(old, self.element_is_float(array), ("array", array))
             fwd.append(s)
         if array in self.active_arrays:
             adj = self.fresh("a")
@@ -398,7 +446,7 @@ class _Reverse(Transform):
                 value=_n(f"{array}_bar"), slice=_clone(target.slice), ctx=ast.Store()), _c(0.0))]
         if replay:
             restore = ast.Subscript(value=_n(array), slice=_clone(target.slice), ctx=ast.Store())
-            rev += self.pop(restore, self.element_is_float(array))
+            rev += self.pop(restore, self.element_is_float(array), ("array", array))
         if array in self.active_arrays:
             rev += self.backprop(s.value, _n(adj))
         return fwd, rev
@@ -412,10 +460,10 @@ class _Reverse(Transform):
         rev: list[ast.stmt] = []
         if array in self.replayed:
             old = ast.Subscript(value=_n(array), slice=_clone(target.slice), ctx=ast.Load())
-            fwd += self.push(old, self.element_is_float(array))
+            fwd += self.push(old, self.element_is_float(array), ("array", array))
             fwd.append(s)
             restore = ast.Subscript(value=_n(array), slice=_clone(target.slice), ctx=ast.Store())
-            rev += self.pop(restore, self.element_is_float(array))
+            rev += self.pop(restore, self.element_is_float(array), ("array", array))
         if array in self.active_arrays and self.active(s.value):
             adj = self.fresh("a")
             shadow = ast.Subscript(value=_n(f"{array}_bar"), slice=_clone(target.slice),
@@ -480,7 +528,7 @@ class _Reverse(Transform):
         fwd: list[ast.stmt] = []
         rev: list[ast.stmt] = []
         if k in self.saved:
-            fwd += self.push(_n(k), False)
+            fwd += self.push(_n(k), False, ("local", k))
         fwd += [_assign(first, copy.deepcopy(start)), _assign(stride, copy.deepcopy(step)),
                 _assign(count, _c(0))]
         loop = ast.For(target=_n(k, True), iter=ast.Call(
@@ -501,7 +549,7 @@ class _Reverse(Transform):
                                                                 keywords=[]),
                            body=[_assign(k, k_value)] + (r_body or []), orelse=[]))
         if k in self.saved:
-            rev += self.pop(_n(k, True), False)
+            rev += self.pop(_n(k, True), False, ("local", k))
         return fwd, rev
 
     def while_loop(self, s: ast.While) -> tuple[list[ast.stmt], list[ast.stmt]]:
