@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import numba
 import numpy as np
 
 from tapegrad.backends.base import Backend
@@ -77,11 +78,12 @@ class _Launcher:
 
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
         groups = tuple(-(-n // w) for n, w in zip(ndrange, self.groupsize))
+        chunks = numba.get_num_threads()   # one parallel task per thread
         if self.compiled and not self.checked:
-            self.dispatcher(*args, *ndrange, *groups)
+            self.dispatcher(*args, *ndrange, *groups, chunks)
             return
         try:
-            self.dispatcher(*args, *ndrange, *groups)
+            self.dispatcher(*args, *ndrange, *groups, chunks)
         except IndexError:
             raise KernelIndexError(
                 f"kernel {self.lowered.symbol} indexed outside an array (bounds checks are on: "

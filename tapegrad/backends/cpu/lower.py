@@ -37,7 +37,7 @@ from tapegrad.backends.structure import (
 )
 from tapegrad.errors import KernelSyntaxError, located
 from tapegrad.frontend.ir import tg_name
-from tapegrad.frontend.types import Array, TypedKernel
+from tapegrad.frontend.types import Array, Scalar, TypedKernel
 
 ATOMICS = ("atomic_add", "atomic_sub", "atomic_min", "atomic_max")
 
@@ -151,30 +151,23 @@ class _KernelWriter:
         emit_statements(callee.ir.body, CPULowering(callee), out, 1)
 
     def write_kernel(self) -> None:
-        out, ir, r, W = self.out, self.ir, self.rank, self.W
-        params = ir.params + [f"_n{d}" for d in range(r)] + [f"_groups{d}" for d in range(r)]
+        """The kernel: ``_nchunks`` parallel tasks (one per thread), each running a contiguous
+        run of workgroups, with its scratch memory (local memory, per-item slots, adjoint
+        stacks) allocated once per task rather than once per group."""
+        out, ir, r = self.out, self.ir, self.rank
+        params = (ir.params + [f"_n{d}" for d in range(r)] + [f"_groups{d}" for d in range(r)]
+                  + ["_nchunks"])
         debug = bool(_checks())   # bounds checks run serially: Numba cannot raise from threads
         out.emit(f"@numba.njit(parallel={not debug}, cache=True, nogil=True{_checks()})", 0)
         out.emit(f"def {ir.name}({', '.join(params)}):", 0)
-        total = " * ".join(f"_groups{d}" for d in range(r))
-        out.emit(f"for _g in {'range' if debug else 'numba.prange'}({total}):", 1)
-        # the group's position in the group grid (row-major) and its number of valid items
-        rest = "_g"
-        for d in range(r - 1, -1, -1):
-            if d == 0:
-                out.emit(f"_g0 = {rest}", 2)
-            else:
-                out.emit(f"_g{d} = {rest} % _groups{d}", 2)
-                out.emit(f"_r{d} = {rest} // _groups{d}", 2)
-                rest = f"_r{d}"
-        for d in range(r):
-            out.emit(f"_lim{d} = min({W[d]}, _n{d} - _g{d} * {W[d]})", 2)
+        self.private_sums = {} if debug else self.privatizable(ir.body)
+        self.privatize_start()
+        out.emit(f"_total = {' * '.join(f'_groups{d}' for d in range(r))}", 1)
+        out.emit(f"for _c in {'range' if debug else 'numba.prange'}(_nchunks):", 1)
 
         body = ir.body
         self.group_sums = [n for n in ast.walk(ast.Module(body=body, type_ignores=[]))
                            if isinstance(n, ast.Expr) and tg_name(n.value) == "group_reduce_add"]
-        for k, _ in enumerate(self.group_sums):
-            out.emit(f"_group_sum{k} = 0.0", 2)
         decls = [s for s in body if memory_decl(s)]
         for s in ast.walk(ast.Module(body=body, type_ignores=[])):
             if isinstance(s, ast.stmt) and memory_decl(s) and s not in decls:
@@ -185,16 +178,109 @@ class _KernelWriter:
         else:
             for s in decls:
                 self.allocate(s, per_item=False)
+            self.open_group_loop()
             stmts = [s for s in body if not memory_decl(s)]
             low = CPULowering(self.tk)
-            self.item_loop(stmts, low, 2, set())
+            self.item_loop(stmts, low, 3, set())
         for k, call in enumerate(self.group_sums):   # one atomic per workgroup
             low = CPULowering(self.tk)
             arr, idx = call.value.args[0], call.value.args[1]
             out.emit(f"atomic_add({ast.unparse(low.expr(arr))}, {ast.unparse(low.index(idx))}, "
-                     f"_group_sum{k})", 2)
+                     f"_group_sum{k})", 3)
+        self.privatize_merge()
+
+    def open_group_loop(self) -> None:
+        """This task's run of workgroups; a group's position in the grid (row-major) and its
+        number of valid work-items per dimension (work-items past the ndrange never run)."""
+        out, r, W = self.out, self.rank, self.W
+        out.emit("for _g in range(_c * _total // _nchunks, (_c + 1) * _total // _nchunks):", 2)
+        rest = "_g"
+        for d in range(r - 1, -1, -1):
+            if d == 0:
+                out.emit(f"_g0 = {rest}", 3)
+            else:
+                out.emit(f"_g{d} = {rest} % _groups{d}", 3)
+                out.emit(f"_r{d} = {rest} // _groups{d}", 3)
+                rest = f"_r{d}"
+        for d in range(r):
+            out.emit(f"_lim{d} = min({W[d]}, _n{d} - _g{d} * {W[d]})", 3)
+        for k, _ in enumerate(self.group_sums):
+            out.emit(f"_group_sum{k} = 0.0", 3)
+
+    # -- per-thread copies instead of atomics ---------------------------------------------
+    def privatizable(self, body: list[ast.stmt]) -> dict[str, int]:
+        """Argument arrays that the kernel updates only with atomic_add/atomic_sub statements
+        (their old values unused) and never reads or writes otherwise: each thread can add
+        into a private copy, merged after the launch, instead of contending on atomics.
+        Whether it pays is decided at run time (copies cost threads x size)."""
+        candidates: dict[str, int] = {}
+        spoiled: set[str] = set()
+        statements = set()
+        for n in ast.walk(ast.Module(body=body, type_ignores=[])):
+            if isinstance(n, ast.Expr) and tg_name(n.value) in ("atomic_add", "atomic_sub"):
+                statements.add(id(n.value))
+        for n in ast.walk(ast.Module(body=body, type_ignores=[])):
+            name = tg_name(n) if isinstance(n, ast.Call) else None
+            if name and name.startswith("atomic_"):
+                array = n.args[0].id
+                t = self.tk.types.get(id(n.args[0]))
+                if id(n) in statements and isinstance(t, Array) and t.space == "global" \
+                        and t.dtype != "bool":
+                    candidates[array] = t.ndim
+                else:
+                    spoiled.add(array)
+            elif isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name):
+                spoiled.add(n.value.id)
+            elif isinstance(n, ast.Call) and name is None:
+                spoiled.update(a.id for a in n.args if isinstance(a, ast.Name))
+        return {a: nd for a, nd in candidates.items() if a not in spoiled}
+
+    def privatize_start(self) -> None:
+        out = self.out
+        if not self.private_sums:
+            return
+        items = " * ".join(f"_n{d}" for d in range(self.rank))
+        for a, nd in self.private_sums.items():
+            # private copies pay when they are small next to the work: tasks x size <= 8 x items
+            out.emit(f"_private_{a} = _nchunks * {a}.size <= 8 * ({items})", 1)
+            out.emit(f"if _private_{a}:", 1)
+            out.emit(f"{a}__priv = np.zeros((_nchunks,) + {a}.shape, {a}.dtype)", 2)
+            out.emit("else:", 1)
+            out.emit(f"{a}__priv = np.zeros((1,) + (1,) * {nd}, {a}.dtype)", 2)
+
+    def privatize_merge(self) -> None:
+        out = self.out
+        for a, nd in self.private_sums.items():
+            out.emit(f"if _private_{a}:", 1)
+            idx = ", ".join(f"_m{d}" for d in range(nd))
+            out.emit(f"for _m0 in numba.prange({a}.shape[0]):", 2)
+            for d in range(1, nd):
+                out.emit(f"for _m{d} in range({a}.shape[{d}]):", 2 + d)
+            inner = 2 + nd
+            out.emit(f"_s = {a}__priv[0, {idx}]", inner)
+            out.emit("for _t in range(1, _nchunks):", inner)
+            out.emit(f"_s += {a}__priv[_t, {idx}]", inner + 1)
+            out.emit(f"{a}[{idx}] += _s", inner)
 
     def special(self, s: ast.stmt, depth: int, low: CPULowering) -> bool:
+        if isinstance(s, ast.Expr) and tg_name(s.value) in ("atomic_add", "atomic_sub") \
+                and s.value.args[0].id in self.private_sums:
+            arr, idx, value = s.value.args
+            a = arr.id
+            index = low.index(idx)
+            parts = index.elts if isinstance(index, ast.Tuple) else [index]
+            target = f"{a}__priv[_c, {', '.join(ast.unparse(p) for p in parts)}]"
+            op = "+=" if tg_name(s.value) == "atomic_add" else "-="
+            call = ast.unparse(low.expr(s.value))
+            self.out.emit(f"if _private_{a}:", depth)
+            element = Scalar(self.tk.types[id(arr)].dtype)
+            self.out.emit(f"{target} {op} {ast.unparse(low.coerce(value, element))}", depth + 1)
+            self.out.emit("else:", depth)
+            self.out.emit(call, depth + 1)
+            return True
+        return self.special_group_sum(s, depth, low)
+
+    def special_group_sum(self, s: ast.stmt, depth: int, low: CPULowering) -> bool:
         """``tg.group_reduce_add(arr, idx, v)``: add v to the group's private sum; the sum goes
         into arr[idx] with one atomic when the group is done."""
         if isinstance(s, ast.Expr) and tg_name(s.value) == "group_reduce_add":
@@ -263,10 +349,11 @@ class _KernelWriter:
             self.out.emit(f"{n}__items = np.empty({total}, np.{dtype})", 2)
         for s in decls:
             self.allocate(s, per_item=memory_decl(s) == "private")
+        self.open_group_loop()
         low = CPULowering(self.tk, promoted)
         self.plan = plan
         self.private = private
-        self.write_blocks(plan.blocks, low, 2)
+        self.write_blocks(plan.blocks, low, 3)
 
     def write_blocks(self, blocks: list, low: CPULowering, depth: int) -> None:
         out = self.out
