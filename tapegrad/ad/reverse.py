@@ -529,6 +529,22 @@ class _Reverse(Transform):
         rev: list[ast.stmt] = []
         if k in self.saved:
             fwd += self.push(_n(k), False, ("local", k))
+        if all(isinstance(a, ast.Constant) and type(a.value) is int for a in args):
+            # a trip count known at compile time: nothing to count or save
+            values = [a.value for a in args]
+            start_v = values[0] if len(values) > 1 else 0
+            step_v = values[2] if len(values) > 2 else 1
+            trips = len(range(*values))
+            fwd.append(ast.For(target=_n(k, True), iter=copy.deepcopy(s.iter), body=f_body or
+                               [ast.Pass()], orelse=[]))
+            back = self.fresh("r")
+            k_value = _add(_c(start_v + (trips - 1) * step_v), _mul(_n(back), _c(-step_v)))
+            rev.append(ast.For(target=_n(back, True), iter=ast.Call(
+                func=_n("range"), args=[_c(trips)], keywords=[]),
+                body=[_assign(k, k_value)] + (r_body or []), orelse=[]))
+            if k in self.saved:
+                rev += self.pop(_n(k, True), False, ("local", k))
+            return fwd, rev
         fwd += [_assign(first, copy.deepcopy(start)), _assign(stride, copy.deepcopy(step)),
                 _assign(count, _c(0))]
         loop = ast.For(target=_n(k, True), iter=ast.Call(

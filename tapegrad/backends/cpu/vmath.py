@@ -175,8 +175,8 @@ _Q32_0, _Q32_1, _Q32_2, _Q32_3, _Q32_4 = (_F(_h(s)) for s in (
 
 @numba.njit(inline="always")
 def _em_core64(x):
-    """For finite ``|x| < 1100``: ``(k, em)`` with ``exp(x) = 2**k * (1 + em)``, ``k`` an
-    integer-valued float, ``em`` accurate to about 0.7 ulp."""
+    """For finite ``|x| < 1100``: ``(k, eh, el)`` with ``exp(x) = 2**k * (1 + eh + el)``, ``k``
+    an integer-valued float and ``eh + el`` accurate to a few units of 2**-60 relative."""
     kf = (x * _LOG2E + _SHIFT) - _SHIFT
     hi = x - kf * _LN2_HI                  # exact (Sterbenz)
     lo = kf * _LN2_LO
@@ -192,9 +192,11 @@ def _em_core64(x):
     q = q * r + _Q64_2
     q = q * r + _Q64_1
     q = q * r + _Q64_0
-    em = r + (z * 0.5 + z * r * q)
-    em = em + (c + c * em)                 # expm1(r + c) = expm1(r) + c * (1 + expm1(r))
-    return kf, em
+    # expm1(r + c) = r + r^2/2 + r^3 Q(r) + c (1 + r)
+    p = z * 0.5 + (z * r * q + (c + c * r))
+    eh = r + p
+    el = (r - eh) + p
+    return kf, eh, el
 
 
 @numba.njit(inline="always")
@@ -209,9 +211,23 @@ def _em_core32(x):
     q = q * r + _Q32_2
     q = q * r + _Q32_1
     q = q * r + _Q32_0
-    em = r + (z * _HALF_F + z * r * q)
-    em = em + (c + c * em)
-    return kf, em
+    p = z * _HALF_F + (z * r * q + (c + c * r))
+    eh = r + p
+    el = (r - eh) + p
+    return kf, eh, el
+
+
+@numba.njit(inline="always")
+def _one_plus64(eh, el):
+    """``1 + eh + el`` with one rounding (``|eh| < 1/2``)."""
+    s = 1.0 + eh
+    return s + (((1.0 - s) + eh) + el)
+
+
+@numba.njit(inline="always")
+def _one_plus32(eh, el):
+    s = _ONE_F + eh
+    return s + (((_ONE_F - s) + eh) + el)
 
 
 @numba.njit(inline="always")
@@ -242,19 +258,29 @@ def _scale32(y, kf):
 
 
 @numba.njit(inline="always")
-def _expm1_from64(kf, em):
-    """``2**k * (1 + em) - 1`` for ``-60 <= k <= 1024``."""
+def _expm1_from64(kf, eh, el):
+    """``2**k * (1 + eh + el) - 1`` for ``-60 <= k <= 1024``."""
     t = _pow2_64(np.int64(kf if kf < 60.0 else 60.0))
-    small = em * t + (t - 1.0)             # t - 1 is exact for k <= 53
-    big = _scale64(1.0 + em, kf) - 1.0
+    a = t - 1.0                            # exact for k <= 53
+    b = t * eh                             # exact
+    s = a + b                              # two-sum: s + e = a + b
+    bb = s - a
+    e = (a - (s - bb)) + (b - bb)
+    small = s + (e + t * el)
+    big = _scale64(_one_plus64(eh, el), kf) - 1.0
     return small if kf <= 53.0 else big
 
 
 @numba.njit(inline="always")
-def _expm1_from32(kf, em):
+def _expm1_from32(kf, eh, el):
     t = _pow2_32(np.int64(kf if kf < _F(30.0) else _F(30.0)))
-    small = em * t + (t - _ONE_F)
-    big = _scale32(_ONE_F + em, kf) - _ONE_F
+    a = t - _ONE_F
+    b = t * eh
+    s = a + b
+    bb = s - a
+    e = (a - (s - bb)) + (b - bb)
+    small = s + (e + t * el)
+    big = _scale32(_one_plus32(eh, el), kf) - _ONE_F
     return small if kf <= _F(24.0) else big
 
 
@@ -262,8 +288,8 @@ def _expm1_from32(kf, em):
 def _exp64(x):
     xc = x if x > -746.0 else -746.0
     xc = xc if xc < 710.0 else 710.0
-    kf, em = _em_core64(xc)
-    y = _scale64(1.0 + em, kf)
+    kf, eh, el = _em_core64(xc)
+    y = _scale64(_one_plus64(eh, el), kf)
     return y if x == x else x
 
 
@@ -271,8 +297,8 @@ def _exp64(x):
 def _exp32(x):
     xc = x if x > _F(-104.0) else _F(-104.0)
     xc = xc if xc < _F(89.0) else _F(89.0)
-    kf, em = _em_core32(xc)
-    y = _scale32(_ONE_F + em, kf)
+    kf, eh, el = _em_core32(xc)
+    y = _scale32(_one_plus32(eh, el), kf)
     return y if x == x else x
 
 
@@ -280,8 +306,8 @@ def _exp32(x):
 def _expm1_64(x):
     xc = x if x > -45.0 else -45.0
     xc = xc if xc < 710.0 else 710.0
-    kf, em = _em_core64(xc)
-    y = _expm1_from64(kf, em)
+    kf, eh, el = _em_core64(xc)
+    y = _expm1_from64(kf, eh, el)
     return x if not (abs(x) >= _P2M54) else y    # tiny, +-0, subnormal and nan: x
 
 
@@ -289,8 +315,8 @@ def _expm1_64(x):
 def _expm1_32(x):
     xc = x if x > _F(-20.0) else _F(-20.0)
     xc = xc if xc < _F(89.0) else _F(89.0)
-    kf, em = _em_core32(xc)
-    y = _expm1_from32(kf, em)
+    kf, eh, el = _em_core32(xc)
+    y = _expm1_from32(kf, eh, el)
     return x if not (abs(x) >= _F(_P2M25)) else y
 
 
@@ -298,9 +324,9 @@ def _expm1_32(x):
 def _cosh64(x):
     a = abs(x)
     ac = a if a < 711.0 else 711.0
-    kf, em = _em_core64(ac)
-    eh = _scale64(1.0 + em, kf - 1.0)    # exp(a) / 2, overflows only when cosh does
-    y = eh + _div(0.25, eh)
+    kf, eh, el = _em_core64(ac)
+    h = _scale64(_one_plus64(eh, el), kf - 1.0)    # exp(a) / 2, overflows only when cosh does
+    y = h + _div(0.25, h)
     return y if x == x else x
 
 
@@ -308,62 +334,109 @@ def _cosh64(x):
 def _cosh32(x):
     a = abs(x)
     ac = a if a < _F(90.0) else _F(90.0)
-    kf, em = _em_core32(ac)
-    eh = _scale32(_ONE_F + em, kf - _ONE_F)
-    y = eh + _div(_QUARTER_F, eh)
+    kf, eh, el = _em_core32(ac)
+    h = _scale32(_one_plus32(eh, el), kf - _ONE_F)
+    y = h + _div(_QUARTER_F, h)
     return y if x == x else x
+
+
+# minimax sinh(x) = x + x^3 H(x^2) on |x| <= 1, tanh(x) = x + x^3 T(x^2) on |x| <= 0.5625
+_H64_0, _H64_1, _H64_2, _H64_3, _H64_4, _H64_5, _H64_6 = (_h(s) for s in (
+    "0x1.5555555555555p-3", "0x1.11111111110fep-7", "0x1.a01a01a01ed75p-13",
+    "0x1.71de3a4e25c14p-19", "0x1.ae6460eaa9624p-26", "0x1.611cba694c838p-33",
+    "0x1.b40fca013a9f0p-41"))
+_H32_0, _H32_1, _H32_2, _H32_3 = (_F(_h(s)) for s in (
+    "0x1.5555554eab2e5p-3", "0x1.11111e8552a90p-7", "0x1.a0091c3d6c9ffp-13",
+    "0x1.78a24b881db25p-19"))
+_T64 = tuple(_h(s) for s in (
+    "-0x1.5555555555555p-2", "0x1.1111111110fbep-3", "-0x1.ba1ba1b9f19fdp-5",
+    "0x1.664f48727d932p-6", "-0x1.226e32217a495p-7", "0x1.d6d30f9f4a769p-9",
+    "-0x1.7d95464821852p-10", "0x1.34ad364c02fc9p-11", "-0x1.eaf4c18f887fep-13",
+    "0x1.616ff0ea41529p-14", "-0x1.500055795686cp-16"))
+_T64_0, _T64_1, _T64_2, _T64_3, _T64_4, _T64_5, _T64_6, _T64_7, _T64_8, _T64_9, _T64_10 = _T64
+_T32_0, _T32_1, _T32_2, _T32_3, _T32_4, _T32_5 = (_F(_h(s)) for s in (
+    "-0x1.5555554cdaa8cp-2", "0x1.111101f63cf1fp-3", "-0x1.ba12d8fec1358p-5",
+    "0x1.655dcec1de1afp-6", "-0x1.168145395f2dcp-7", "0x1.461092cbec37cp-9"))
 
 
 @numba.njit(inline="always")
 def _sinh64(x):
     a = abs(x)
     ac = a if a < 711.0 else 711.0
-    kf, em = _em_core64(ac)
-    small = a < 1.0
-    eh = _scale64(1.0 + em, kf - 1.0)
-    e1 = em * _pow2_64(np.int64(kf if kf < 1.0 else 1.0)) + (1.0 if kf > 0.0 else 0.0)
-    # |x| < 1: (e1 + e1/(e1+1))/2 with e1 = expm1(|x|); else eh - 1/(4 eh)
-    q = _div(e1 if small else 0.25, (e1 + 1.0) if small else eh)
-    y = (e1 + q) * 0.5 if small else eh - q
+    kf, eh, el = _em_core64(ac)
+    h = _scale64(_one_plus64(eh, el), kf - 1.0)     # exp(|x|) / 2
+    big = h - _div(0.25, h)
+    z = a * a
+    p = _H64_6 * z + _H64_5
+    p = p * z + _H64_4
+    p = p * z + _H64_3
+    p = p * z + _H64_2
+    p = p * z + _H64_1
+    p = p * z + _H64_0
+    small = a + a * z * p
+    y = small if a < 1.0 else big
     y = _xorsign64(y, _sign_of64(x))
-    return x if not (a >= _P2M28) else y
+    return y if x == x else x
 
 
 @numba.njit(inline="always")
 def _sinh32(x):
     a = abs(x)
     ac = a if a < _F(90.0) else _F(90.0)
-    kf, em = _em_core32(ac)
-    small = a < _ONE_F
-    eh = _scale32(_ONE_F + em, kf - _ONE_F)
-    e1 = em * _pow2_32(np.int64(kf if kf < _ONE_F else _ONE_F)) + (
-        _ONE_F if kf > _ZERO_F else _ZERO_F)
-    q = _div(e1 if small else _QUARTER_F, (e1 + _ONE_F) if small else eh)
-    y = (e1 + q) * _HALF_F if small else eh - q
-    y = -y if x < _ZERO_F else y
-    return x if not (a >= _F(_P2M12)) else y
+    kf, eh, el = _em_core32(ac)
+    h = _scale32(_one_plus32(eh, el), kf - _ONE_F)
+    big = h - _div(_QUARTER_F, h)
+    z = a * a
+    p = _H32_3 * z + _H32_2
+    p = p * z + _H32_1
+    p = p * z + _H32_0
+    small = a + a * z * p
+    y = small if a < _ONE_F else big
+    y = _xorsign32(y, x)
+    return y if x == x else x
 
 
 @numba.njit(inline="always")
 def _tanh64(x):
     a = abs(x)
     ac = a if a < 40.0 else 40.0
-    kf, em = _em_core64(ac + ac)
-    e = _expm1_from64(kf, em)              # expm1(2|x|)
-    y = _div(e, e + 2.0)
+    kf, eh, el = _em_core64(ac + ac)
+    e = _expm1_from64(kf, eh, el)          # expm1(2|x|)
+    big = _div(e, e + 2.0)
+    z = a * a
+    p = _T64_10 * z + _T64_9
+    p = p * z + _T64_8
+    p = p * z + _T64_7
+    p = p * z + _T64_6
+    p = p * z + _T64_5
+    p = p * z + _T64_4
+    p = p * z + _T64_3
+    p = p * z + _T64_2
+    p = p * z + _T64_1
+    p = p * z + _T64_0
+    small = a + a * z * p
+    y = small if a < 0.5625 else big
     y = _xorsign64(y, _sign_of64(x))
-    return x if not (a >= _P2M28) else y
+    return y if x == x else x
 
 
 @numba.njit(inline="always")
 def _tanh32(x):
     a = abs(x)
     ac = a if a < _F(20.0) else _F(20.0)
-    kf, em = _em_core32(ac + ac)
-    e = _expm1_from32(kf, em)
-    y = _div(e, e + _TWO_F)
-    y = -y if x < _ZERO_F else y
-    return x if not (a >= _F(_P2M12)) else y
+    kf, eh, el = _em_core32(ac + ac)
+    e = _expm1_from32(kf, eh, el)
+    big = _div(e, e + _TWO_F)
+    z = a * a
+    p = _T32_5 * z + _T32_4
+    p = p * z + _T32_3
+    p = p * z + _T32_2
+    p = p * z + _T32_1
+    p = p * z + _T32_0
+    small = a + a * z * p
+    y = small if a < _F(0.5625) else big
+    y = _xorsign32(y, x)
+    return y if x == x else x
 
 
 # ---------------------------------------------------------------------------------------------
