@@ -11,8 +11,11 @@ from __future__ import annotations
 import ast
 import linecache
 import os
+import re
 from collections.abc import Callable
+from typing import Any
 
+from tapegrad.errors import KernelCompileError
 from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import Scalar, TupleT, Type, TypedKernel
 from tapegrad.lang import intrinsics as L
@@ -339,3 +342,18 @@ _AUG = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "
 def _arith_type(low: ExprLowering, s: ast.AugAssign) -> Type:
     from tapegrad.frontend.types import arith
     return arith(s.op, low.T(s.target), low.T(s.value))
+
+
+def compile_error(exc: Exception, lowered: Any, path: str, compiler: str) -> KernelCompileError:
+    """A Numba failure on generated code, reported at the user's line (via the line map)."""
+    text = str(exc)
+    user_line = None
+    for m in re.finditer(r'File "([^"]+)", line (\d+)', text):
+        if m.group(1).endswith(os.path.basename(path)):
+            user_line = lowered.user_line.get(int(m.group(2)))
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "compilation failed")
+    first = re.sub(r"\x1b\[[0-9;]*m", "", first)
+    return KernelCompileError(
+        f"{compiler} could not compile the generated code for this line: {first}. The generated "
+        f"kernel is {path}; if your kernel is valid, this is a tapegrad bug.",
+        lowered.filename, user_line)

@@ -27,46 +27,17 @@ import numba
 import numpy as np
 
 import tapegrad as tg
-
-TILE = 16
+from tapegrad.bench.problems import TILE
+from tapegrad.bench.problems import matmul_k as matmul
+from tapegrad.bench.problems import saxpy_k as axpy
+from tapegrad.bench.problems import sin_k as sin_kernel
+from tapegrad.bench.problems import stencil2d_k as stencil
 
 
 @tg.kernel
 def saxpy(Y, a, X):
     i = tg.index()
     Y[i] = a * X[i] + Y[i]
-
-
-@tg.kernel
-def sin_kernel(B, A):
-    i = tg.index()
-    B[i] = math.sin(A[i])
-
-
-@tg.kernel
-def stencil(T_new, T, alpha):
-    i, j = tg.index(tg.Global, tg.NTuple)
-    n, m = T.shape
-    if i > 0 and j > 0 and i < n - 1 and j < m - 1:
-        T_new[i, j] = T[i, j] + alpha * (T[i - 1, j] + T[i + 1, j] + T[i, j - 1]
-                                         + T[i, j + 1] - 4.0 * T[i, j])
-
-
-@tg.kernel
-def matmul(C, A, B):
-    i, j = tg.index(tg.Global, tg.NTuple)
-    li, lj = tg.index(tg.Local, tg.NTuple)
-    tile_a = tg.localmem(A.dtype, (TILE, TILE))
-    tile_b = tg.localmem(A.dtype, (TILE, TILE))
-    acc = 0.0
-    for t in range(A.shape[1] // TILE):
-        tile_a[li, lj] = A[i, t * TILE + lj]
-        tile_b[li, lj] = B[t * TILE + li, j]
-        tg.synchronize()
-        for k in range(TILE):
-            acc += tile_a[li, k] * tile_b[k, lj]
-        tg.synchronize()
-    C[i, j] = acc
 
 
 @numba.njit(parallel=True, cache=True)
@@ -121,12 +92,6 @@ def _numba_axpy_adjoint(Z_bar, a, X, X_bar, Y_bar):
         X_bar[i] += g * a
         Y_bar[i] += g
     return a_bar
-
-
-@tg.kernel
-def axpy(Z, a, X, Y):
-    i = tg.index()
-    Z[i] = a * X[i] + Y[i]
 
 
 def _gradient_cases(quick: bool) -> list[dict]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +11,7 @@ import numpy as np
 from tapegrad.backends.base import Backend
 from tapegrad.backends.cache import load_source
 from tapegrad.backends.cpu.lower import Lowered, lower_kernel
+from tapegrad.backends.numba_lower import compile_error
 from tapegrad.errors import KernelCompileError, KernelIndexError
 from tapegrad.frontend.types import TypedKernel
 
@@ -97,14 +97,4 @@ class _Launcher:
         self.compiled = True
 
     def translate(self, exc: Exception) -> KernelCompileError:
-        text = str(exc)
-        user_line = None
-        for m in re.finditer(r'File "([^"]+)", line (\d+)', text):
-            if m.group(1).endswith(self.path.rsplit("/", 1)[-1]):
-                user_line = self.lowered.user_line.get(int(m.group(2)))
-        first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "compilation failed")
-        first = re.sub(r"\x1b\[[0-9;]*m", "", first)
-        return KernelCompileError(
-            f"Numba could not compile the generated code for this line: {first}. The generated "
-            f"kernel is {self.path}; if your kernel is valid, this is a tapegrad bug.",
-            self.lowered.filename, user_line)
+        return compile_error(exc, self.lowered, self.path, "Numba")

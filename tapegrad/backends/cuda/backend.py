@@ -7,7 +7,6 @@ simulator, on NumPy arrays (slowly: keep grids to hundreds of work-items).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
@@ -16,6 +15,7 @@ from tapegrad.backends.base import Backend
 from tapegrad.backends.cache import load_source
 from tapegrad.backends.cpu.lower import Lowered
 from tapegrad.backends.cuda.lower import lower_kernel, simulated
+from tapegrad.backends.numba_lower import compile_error
 from tapegrad.errors import BackendError, KernelCompileError
 from tapegrad.frontend.types import TypedKernel
 
@@ -165,14 +165,4 @@ class _Launcher:
                 a[...] = c
 
     def translate(self, exc: Exception) -> KernelCompileError:
-        text = str(exc)
-        user_line = None
-        for m in re.finditer(r'File "([^"]+)", line (\d+)', text):
-            if m.group(1).endswith(self.path.rsplit("/", 1)[-1]):
-                user_line = self.lowered.user_line.get(int(m.group(2)))
-        first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "compilation failed")
-        first = re.sub(r"\x1b\[[0-9;]*m", "", first)
-        return KernelCompileError(
-            f"numba-cuda could not compile the generated code for this line: {first}. The "
-            f"generated kernel is {self.path}; if your kernel is valid, this is a tapegrad bug.",
-            self.lowered.filename, user_line)
+        return compile_error(exc, self.lowered, self.path, "numba-cuda")
