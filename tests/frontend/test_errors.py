@@ -450,7 +450,6 @@ def test_failed_launch_leaves_arrays_untouched():
 
 # -- host API inside kernels ----------------------------------------------------------------
 
-@pytest.mark.skipif(not hasattr(tg, "autodiff"), reason="tg.autodiff is not implemented yet")
 def test_autodiff_inside_kernel_is_rejected():
     @tg.kernel
     def k(B):
