@@ -50,7 +50,7 @@ float64: 10**7 random bit patterns and uniform samples per function, against lon
 
     function   exp   expm1  log   log1p  sin   cos   tanh  sinh  cosh  atan
     float32    0.75  1.08   0.85  0.88   0.51  0.51  1.50  1.59  1.07  0.86
-    float64    0.75  1.05   0.83  0.82   0.87  0.86  1.50  1.58  1.05  0.81
+    float64    0.75  1.05   0.83  0.86   0.87  0.86  1.50  1.58  1.05  0.81
 
 Special values follow C99 Annex F: ``inf``/``nan`` propagation, ``exp(-inf) = 0``,
 ``log(0) = -inf``, ``log(x < 0) = nan``, ``sin(inf) = nan``, signed zeros preserved by odd
