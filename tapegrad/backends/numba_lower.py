@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from tapegrad.errors import KernelCompileError
+from tapegrad.errors import KernelCompileError, KernelSyntaxError, located
 from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import Scalar, TupleT, Type, TypedKernel
 from tapegrad.lang import intrinsics as L
@@ -357,3 +357,17 @@ def compile_error(exc: Exception, lowered: Any, path: str, compiler: str) -> Ker
         f"{compiler} could not compile the generated code for this line: {first}. The generated "
         f"kernel is {path}; if your kernel is valid, this is a tapegrad bug.",
         lowered.filename, user_line)
+
+
+class ModuleWriter:
+    """What the backends' module writers share: the typed kernel, the printer, the shape."""
+
+    def __init__(self, tk: TypedKernel):
+        self.tk = tk
+        self.ir = tk.ir
+        self.out = Printer(tk.ir.filename)
+        self.rank = tk.rank
+        self.W = tk.groupsize
+
+    def fail(self, node: ast.AST, message: str) -> KernelSyntaxError:
+        return located(node, self.ir.filename, message)

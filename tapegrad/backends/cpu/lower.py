@@ -26,7 +26,7 @@ import ast
 import os
 from dataclasses import dataclass
 
-from tapegrad.backends.numba_lower import ExprLowering, Printer, emit_statements
+from tapegrad.backends.numba_lower import ExprLowering, ModuleWriter, emit_statements
 from tapegrad.backends.structure import (
     Barrier,
     BarrierPlan,
@@ -35,7 +35,6 @@ from tapegrad.backends.structure import (
     device_functions,
     memory_decl,
 )
-from tapegrad.errors import KernelSyntaxError, located
 from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import Array, Scalar, TypedKernel
 
@@ -112,17 +111,7 @@ def lower_kernel(tk: TypedKernel) -> Lowered:
     return _KernelWriter(tk).write()
 
 
-class _KernelWriter:
-    def __init__(self, tk: TypedKernel):
-        self.tk = tk
-        self.ir = tk.ir
-        self.out = Printer(tk.ir.filename)
-        self.rank = tk.rank
-        self.W = tk.groupsize
-
-    def fail(self, node: ast.AST, message: str) -> KernelSyntaxError:
-        return located(node, self.ir.filename, message)
-
+class _KernelWriter(ModuleWriter):
     # -- the whole module ---------------------------------------------------------------
     def write(self) -> Lowered:
         out, ir = self.out, self.ir

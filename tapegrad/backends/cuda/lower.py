@@ -27,7 +27,12 @@ import ast
 import os
 
 from tapegrad.backends.cpu.lower import CPULowering, Lowered, _row_major
-from tapegrad.backends.numba_lower import ExprLowering, Printer, emit_statements, name_call
+from tapegrad.backends.numba_lower import (
+    ExprLowering,
+    ModuleWriter,
+    emit_statements,
+    name_call,
+)
 from tapegrad.backends.structure import (
     Barrier,
     BarrierPlan,
@@ -37,7 +42,6 @@ from tapegrad.backends.structure import (
     device_functions,
     memory_decl,
 )
-from tapegrad.errors import KernelSyntaxError, located
 from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import TypedKernel
 
@@ -73,17 +77,7 @@ def lower_kernel(tk: TypedKernel) -> Lowered:
     return _Writer(tk).write()
 
 
-class _Writer:
-    def __init__(self, tk: TypedKernel):
-        self.tk = tk
-        self.ir = tk.ir
-        self.out = Printer(tk.ir.filename)
-        self.rank = tk.rank
-        self.W = tk.groupsize
-
-    def fail(self, node: ast.AST, message: str) -> KernelSyntaxError:
-        return located(node, self.ir.filename, message)
-
+class _Writer(ModuleWriter):
     def write(self) -> Lowered:
         out, ir = self.out, self.ir
         where = "the CUDA simulator" if simulated() else "CUDA"
