@@ -16,6 +16,7 @@ from tapegrad.tape.activity import (
     BatchDuplicated,
     Const,
     Duplicated,
+    DuplicatedNoNeed,
     Forward,
     ForwardWithPrimal,
     Mode,
@@ -396,11 +397,14 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
     values = tuple(a.val for a in annotated)
     nd = L._ndrange(kernel, ndrange)
     L.check_args(kernel, backend, values)
-    # arrays the kernel reads and overwrites: the adjoint needs their contents from before
-    old = {p: values[params.index(p)].copy()
-           for p in L.overwritten_inputs(cfg, values, activity, nd)}
-    cfg(*values, ndrange=nd)                                        # the primal launch
-    seen = tuple(old.get(p, v) for p, v in zip(params, values))
+    if _primal_needed(kernel, params, annotated):
+        # arrays the kernel reads and overwrites: the adjoint needs their contents from before
+        old = {p: values[params.index(p)].copy()
+               for p in L.overwritten_inputs(cfg, values, activity, nd)}
+        cfg(*values, ndrange=nd)                                    # the primal launch
+        seen = tuple(old.get(p, v) for p, v in zip(params, values))
+    else:
+        seen = values
     shadows = {p: a.dval for p, a in zip(params, annotated) if isinstance(a, Duplicated)}
     scalars = L.run_adjoint(cfg, seen, shadows, activity, nd)       # the adjoint launch
     derivs = []
@@ -411,6 +415,15 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
         else:
             derivs.append(None)
     return (tuple(derivs),) if not mode.with_primal else (tuple(derivs), None)
+
+
+def _primal_needed(kernel: Any, params: list[str], annotated: list[Annotation]) -> bool:
+    """False when every array the kernel writes is ``DuplicatedNoNeed``: nobody wants its
+    primal results, and the adjoint launch recomputes whatever it needs from the inputs, so
+    the primal launch is skipped (as ``jax.grad`` computes no value) and those arrays keep
+    their old contents."""
+    _, written = L.access(kernel)
+    return any(not isinstance(annotated[params.index(p)], DuplicatedNoNeed) for p in written)
 
 
 def _check_annotation(kernel: Any, backend: Any, name: str, a: Annotation) -> str:

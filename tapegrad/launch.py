@@ -14,6 +14,7 @@ import numpy as np
 
 from tapegrad.ad import normalize, reverse_kernel, tangent_kernel
 from tapegrad.ad.access import array_access
+from tapegrad.ad.gather import split_gathers
 from tapegrad.errors import AdjointStackOverflow, LaunchError
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import (
@@ -50,8 +51,36 @@ def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
     extra = [argtypes[ir.params.index(p)] for p in adjoint.shadow_of.values()]
     extra += [Array("float64", 1)] * len(adjoint.active_scalars)
     extra += [Array("int64", 1)] if adjoint.uses_status else []
-    typed_adjoint = specialize(adjoint.ir, argtypes + tuple(extra), rank, groupsize, kernel_ir)
-    return adjoint, backend.compile(typed_adjoint)                  # lower, cache, compile
+    if not adjoint.uses_status:                                     # stencils: no atomics
+        adjoint.ir, adjoint.gathers = split_gathers(adjoint.ir, list(adjoint.shadow_of), rank)
+    full = argtypes + tuple(extra)
+    typed_adjoint = specialize(adjoint.ir, full, rank, groupsize, kernel_ir)
+    launcher = backend.compile(typed_adjoint)                       # lower, cache, compile
+    if adjoint.gathers:
+        typed_gathers = [specialize(g.ir, full + (INT64,) * rank, rank, groupsize, kernel_ir)
+                         for g in adjoint.gathers]
+        launcher = _GathersThenRest(
+            [(adjoint.ir.params.index(g.target), backend.compile(t))
+             for g, t in zip(adjoint.gathers, typed_gathers)], launcher)
+    return adjoint, launcher
+
+
+class _GathersThenRest:
+    """Launches an adjoint split by ``tapegrad.ad.gather``: each gather kernel over its
+    shadow's shape (the original ndrange as extra arguments), then the rest over the ndrange."""
+
+    def __init__(self, gathers: list[tuple[int, Any]], rest: Any):
+        self.gathers = gathers
+        self.rest = rest
+
+    @property
+    def source(self) -> str:
+        return "\n\n".join([g.source for _, g in self.gathers] + [self.rest.source])
+
+    def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
+        for position, gather in self.gathers:
+            gather(tuple(args) + tuple(ndrange), tuple(args[position].shape))
+        self.rest(args, ndrange)
 
 
 # While a tape records, it sees every launch first (set by tapegrad.tape; None otherwise).
@@ -100,7 +129,7 @@ def source_of(kernel: Any, mode: str, backend: Any) -> str:
                               "once with tg.autodiff, then ask for its source")
         if backend is not None:
             return last.source
-        return _unparse(last)
+        return "\n\n".join(_unparse(ir) for ir in (last if isinstance(last, list) else [last]))
     if backend is None:
         return _unparse(kernel_ir(kernel))
     launcher = kernel.cache.get(("last", mode, backend))
@@ -233,7 +262,7 @@ def adjoint_of(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
         kernel.cache[key] = entry
     adjoint, launcher = entry
     kernel.cache[("last", "reverse", backend)] = launcher
-    kernel.cache[("last adjoint",)] = adjoint.ir
+    kernel.cache[("last adjoint",)] = [g.ir for g in adjoint.gathers] + [adjoint.ir]
     return adjoint, launcher, key
 
 

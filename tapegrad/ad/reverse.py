@@ -47,6 +47,7 @@ class Adjoint:
     stack_depth: int                   # 0 when no stack is needed
     uses_status: bool
     notes: list[str] = field(default_factory=list)
+    gathers: list = field(default_factory=list)   # tapegrad.ad.gather.Gather, run first
 
 
 def reverse_kernel(tk: TypedKernel, activity: tuple[str, ...], stack_depth: int | None = None
