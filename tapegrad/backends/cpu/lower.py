@@ -23,6 +23,8 @@ Generated layout (1-D, groupsize 256):
 from __future__ import annotations
 
 import ast
+import functools
+import hashlib
 import os
 from dataclasses import dataclass
 
@@ -39,6 +41,10 @@ from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import Array, Scalar, TypedKernel
 
 ATOMICS = ("atomic_add", "atomic_sub", "atomic_min", "atomic_max")
+
+# Lowered to tapegrad's vectorising implementations instead of libm calls (a loop with a libm
+# call in it does not vectorise; see vmath.py for methods and accuracy).
+VMATH = ("exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "sinh", "cosh", "atan")
 
 
 @dataclass
@@ -69,6 +75,10 @@ class CPULowering(ExprLowering):
 
     def expr_Call(self, node: ast.Call) -> ast.expr:
         name = tg_name(node)
+        if name in VMATH:
+            return ast.Call(func=ast.Attribute(value=ast.Name(id="vmath", ctx=ast.Load()),
+                                               attr=name, ctx=ast.Load()),
+                            args=[self.expr(node.args[0])], keywords=[])
         if name and name.startswith("atomic_"):
             array_t = self.T(node.args[0])
             if isinstance(array_t, Array) and array_t.space != "global":   # one thread per group
@@ -99,6 +109,15 @@ class CPULowering(ExprLowering):
         return ast.parse(text, mode="eval").body
 
 
+@functools.cache
+def vmath_version() -> str:
+    """A digest of vmath.py, written into every generated module: its functions are inlined
+    into the kernels, so a change to them must change the module (and Numba's cache key)."""
+    from tapegrad.backends.cpu import vmath
+    with open(vmath.__file__, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()[:12]
+
+
 def _row_major(idx: list[str], dims: list[str]) -> str:
     text = idx[0]
     for d in range(1, len(idx)):
@@ -121,6 +140,7 @@ class _KernelWriter(ModuleWriter):
         out.emit("import math", 0)
         out.emit("import numba", 0)
         out.emit("import numpy as np", 0)
+        out.emit(f"from tapegrad.backends.cpu import vmath  # version {vmath_version()}", 0)
         out.emit("from tapegrad.backends.cpu.atomics import " + ", ".join(ATOMICS), 0)
         out.emit("from tapegrad.backends.cpu.atomics import " + ", ".join(
             f"plain_{a[len('atomic_'):]}" for a in ATOMICS), 0)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import ast
 import os
 
-from tapegrad.backends.cpu.lower import CPULowering, Lowered, _row_major
+from tapegrad.backends.cpu.lower import VMATH, CPULowering, Lowered, _row_major
 from tapegrad.backends.numba_lower import (
     ExprLowering,
     ModuleWriter,
@@ -66,8 +66,9 @@ class CUDALowering(CPULowering):
         if name in ("floor", "ceil", "trunc") and simulated():
             # the simulator runs Python, where numpy.float32 has no __trunc__ & co.
             return name_call(f"math.{name}", [name_call("float", [self.expr(node.args[0])])])
-        if name and name.startswith("atomic_"):
-            # threads of a block share local memory: atomics stay atomic (unlike on the CPU)
+        if name and (name.startswith("atomic_") or name in VMATH):
+            # threads of a block share local memory: atomics stay atomic (unlike on the CPU);
+            # math goes to CUDA's libdevice, already vectorised across threads
             return ExprLowering.expr_Call(self, node)
         return super().expr_Call(node)
 
