@@ -94,12 +94,14 @@ class Tape:
         self.arrays: dict[tuple, Any] = {}          # identity -> the live array (kept alive)
         self.extents: list[tuple[int, int, tuple]] = []   # sorted memory ranges of arrays
         self.readers: dict[int, list[tuple[Record, int]]] = {}   # live references to redirect
+        self.known: dict[int, tuple] = {}   # id(array) -> (array, shape, strides, identity)
         self.nodes: list[TrackedScalar] = []
         self.fingerprints: dict[int, int] = {}
         self.recording = False
         self.used = False
         # filled by a reverse sweep
         self.shadows: dict[int, Any] = {}
+        self.free: dict[tuple, list[Any]] = {}   # finished shadows, by shape and dtype
         self.scalar_bar: dict[int, float] = {}
         self.active_ids: set[int] = set()
         self.active_nodes: set[int] = set()
@@ -124,7 +126,11 @@ class Tape:
                     self.fingerprints[ident] = fingerprint(self.arrays[ident])
 
     def track(self, x: Any) -> tuple:
+        known = self.known.get(id(x))   # held below, so the id cannot be reused meanwhile
+        if known is not None and known[1] == x.shape and known[2] == x.strides:
+            return known[3]
         ident = array_key(x)
+        self.known[id(x)] = (x, x.shape, x.strides, ident)
         if ident not in self.arrays:
             lo, hi = _extent(x)
             k = bisect.bisect_right(self.extents, (lo, hi))
@@ -145,10 +151,10 @@ class Tape:
     def key(self, x: Any) -> tuple:
         return array_key(x)
 
-    def will_overwrite(self, x: Any, also_read_now: bool) -> Any:
+    def will_overwrite(self, x: Any, also_read_now: bool, ident: tuple | None = None) -> Any:
         """Before ``x`` is overwritten: if someone still needs its contents, copy them and
         point those readers at the copy.  Returns the copy, or ``x`` when none was needed."""
-        ident = self.track(x)
+        ident = ident or self.track(x)
         refs = self.readers.get(ident, [])
         if not refs and not also_read_now:
             return x
@@ -180,7 +186,7 @@ class Tape:
             if is_array(a):
                 ids[pos] = self.track(a)
                 if p in writes:
-                    seen[pos] = self.will_overwrite(a, also_read_now=p in reads)
+                    seen[pos] = self.will_overwrite(a, p in reads, ids[pos])
         L.launch_now(cfg, plain, ndrange)
         record = LaunchRecord(
             reads=[ids[k] for k, p in enumerate(params) if ids[k] is not None and p in reads],
@@ -192,7 +198,7 @@ class Tape:
         self.records.append(record)
         for pos, (p, a) in enumerate(zip(params, args)):
             if ids[pos] is not None and p in reads and seen[pos] is a:
-                self.read_live(a, record, pos)
+                self.readers.setdefault(ids[pos], []).append((record, pos))
 
     def record_host(self, record: Record, live_inputs: list[tuple[Any, int]]) -> None:
         self.records.append(record)
@@ -234,19 +240,28 @@ class Tape:
         self.check_unchanged()
         self.check_sources_seen(sources)
         self.shadows = dict(shadows)
+        self.free = {}
         self.scalar_bar = {}
         self.activity_from(sources)
         if seed_target:
             self.seed(target)
         useful_ids, useful_nodes = self.useful_from([target] if seed_target else list(seeded))
-        for record in reversed(self.records):
-            if not (set(record.writes) & useful_ids or
-                    (record.scalar_out is not None and record.scalar_out in useful_nodes)):
-                continue
-            if not (set(record.reads) & self.active_ids or set(record.scalars_in) & self.active_nodes
+        first_use: dict[Any, int] = {}
+        for k, record in enumerate(self.records):
+            for ident in (*record.reads, *record.writes):
+                first_use.setdefault(ident, k)
+        for k in range(len(self.records) - 1, -1, -1):
+            record = self.records[k]
+            if (set(record.writes) & useful_ids or
+                    (record.scalar_out is not None and record.scalar_out in useful_nodes)) and (
+                    set(record.reads) & self.active_ids or set(record.scalars_in) & self.active_nodes
                     or set(record.writes) & self.active_ids):
-                continue
-            record.backward(self)
+                record.backward(self)
+            # no earlier record touches what this one made: its shadow is done, reuse the memory
+            for ident in record.writes:
+                if first_use[ident] == k and ident not in shadows and ident in self.shadows:
+                    sh = self.shadows.pop(ident)
+                    self.free.setdefault(_pool_key(sh), []).append(sh)
 
     def seed(self, target: Any) -> None:
         if isinstance(target, TrackedScalar) and target.tape is self:
@@ -280,7 +295,14 @@ class Tape:
     def shadow(self, ident: int) -> Any:
         sh = self.shadows.get(ident)
         if sh is None:
-            sh = self.shadows[ident] = _zeros_like(self.arrays[ident])
+            x = self.arrays[ident]
+            pool = self.free.get(_pool_key(x))
+            if pool:          # a finished shadow: cleaning it beats fresh pages from the OS
+                sh = pool.pop()
+                sh.fill(0)
+            else:
+                sh = _zeros_like(x)
+            self.shadows[ident] = sh
         return sh
 
     def add_scalar_bar(self, node: int, value: float) -> None:
@@ -327,6 +349,10 @@ def _extent(x: Any) -> tuple[int, int]:
     if not isinstance(x, np.ndarray):
         lo, hi = lo + (1 << 64), hi + (1 << 64)
     return lo, hi
+
+
+def _pool_key(x: Any) -> tuple:
+    return (type(x), tuple(x.shape), x.dtype.str)
 
 
 def _zeros_like(x: Any) -> Any:

@@ -313,3 +313,24 @@ def test_wrong_registered_rule_is_caught_by_finite_differences():
 
     (g,) = tg.gradient(f, x)
     assert not np.allclose(g, fd_gradient(f, x), rtol=1e-4)
+
+
+def test_reused_shadows_of_finished_temporaries_start_from_zero():
+    """The sweep hands a temporary's shadow to the next temporary of the same shape once no
+    earlier record needs it.  Here each temporary is written only on its first half, so its
+    shadow is only half consumed when it is handed on: it must be cleaned, not reused as is."""
+    def f(x):
+        total = tg.sum(x)
+        t = x
+        for _ in range(4):
+            u = tg.copy(x)                       # a fresh temporary, fully defined
+            scale(CPU, 4)(u, t, 1.5, ndrange=x.size // 2)   # first half only
+            total = total + tg.dot(u, u)
+            t = u
+        return total
+
+    x = rng.random(10)
+    (g,) = tg.gradient(f, x)
+    np.testing.assert_allclose(g, fd_gradient(f, x), rtol=1e-6, atol=1e-9)
+    (again,) = tg.gradient(f, x)
+    np.testing.assert_array_equal(g, again)
