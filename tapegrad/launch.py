@@ -148,8 +148,12 @@ def _unparse(ir: Any) -> str:
 
 
 def _arg_key(args: tuple) -> tuple:
+    """What a compiled kernel depends on: each argument's type, and for arrays (NumPy, CuPy,
+    any ``__cuda_array_interface__``) also dtype and rank."""
     return tuple((type(a), a.dtype.num, a.ndim, a.flags.writeable, a.dtype.isnative)
-                 if isinstance(a, np.ndarray) else type(a) for a in args)
+                 if isinstance(a, np.ndarray) else
+                 (type(a), np.dtype(a.dtype).num, a.ndim) if hasattr(a, "__cuda_array_interface__")
+                 else type(a) for a in args)
 
 
 def _ndrange(kernel: Any, ndrange: Any) -> tuple[int, ...]:
@@ -183,12 +187,18 @@ def _groupsize(cfg: Any, rank: int) -> tuple[int, ...]:
 
 
 def check_args(kernel: Any, backend: Any, args: tuple) -> tuple[Type, ...]:
-    """Check a launch's arguments and return their kernel types (no array is touched)."""
-    params = kernel_ir(kernel).params
-    if len(args) != len(params):
-        raise LaunchError(f"{kernel.name} takes {len(params)} argument(s) ({', '.join(params)}), "
-                          f"got {len(args)}")
-    return tuple(argtype(kernel, backend, name, a) for name, a in zip(params, args))
+    """Check a launch's arguments and return their kernel types (no array is touched);
+    remembered per argument key, since a tape checks every launch it records."""
+    key = ("argtypes", backend, _arg_key(args))
+    types = kernel.cache.get(key)
+    if types is None:
+        params = kernel_ir(kernel).params
+        if len(args) != len(params):
+            raise LaunchError(f"{kernel.name} takes {len(params)} argument(s) "
+                              f"({', '.join(params)}), got {len(args)}")
+        types = tuple(argtype(kernel, backend, name, a) for name, a in zip(params, args))
+        kernel.cache[key] = types
+    return types
 
 
 def check_writable(kernel: Any, args: tuple) -> None:
