@@ -1,8 +1,9 @@
 """The benchmark problems (float32 data) and tapegrad's version of each.
 
 Every gradient is that of ``loss = <w, output>`` with respect to the problem's inputs: one
-``tg.autodiff`` with the output's shadow seeded with ``w`` (primal launch + adjoint launch),
-or, for the simulation, the tape over all its launches.
+``tg.autodiff`` with the output ``DuplicatedNoNeed`` and its shadow seeded with ``w`` (the
+value of the output is not wanted, so only the adjoint launch runs, as ``jax.grad`` computes
+no value), or, for the simulation, the tape over all its launches.
 """
 
 from __future__ import annotations
@@ -116,33 +117,33 @@ def make_tapegrad(p: dict, backend: Any = None) -> Pair:
     if kind == "sin":
         cfg = sin_k(cpu)
         return (lambda: cfg(out, x, ndrange=x.size),
-                lambda: reverse(cfg, tg.Duplicated(out, seed), tg.Duplicated(x, dx),
+                lambda: reverse(cfg, tg.DuplicatedNoNeed(out, seed), tg.Duplicated(x, dx),
                                 ndrange=x.size))
     if kind == "saxpy":
         cfg, y, dy = saxpy_k(cpu), p["y"], np.zeros_like(p["y"])
         a = np.float32(p["a"])
         return (lambda: cfg(out, a, x, y, ndrange=x.size),
-                lambda: reverse(cfg, tg.Duplicated(out, seed), tg.Active(a),
+                lambda: reverse(cfg, tg.DuplicatedNoNeed(out, seed), tg.Active(a),
                                 tg.Duplicated(x, dx), tg.Duplicated(y, dy), ndrange=x.size))
     if kind == "stencil1d":
         cfg = stencil1d_k(cpu)
         return (lambda: cfg(out, x, ndrange=x.size),
-                lambda: reverse(cfg, tg.Duplicated(out, seed), tg.Duplicated(x, dx),
+                lambda: reverse(cfg, tg.DuplicatedNoNeed(out, seed), tg.Duplicated(x, dx),
                                 ndrange=x.size))
     if kind == "stencil2d":
         cfg = stencil2d_k(cpu, (4, 256))
         return (lambda: cfg(out, x, p["alpha"], ndrange=x.shape),
-                lambda: reverse(cfg, tg.Duplicated(out, seed), tg.Duplicated(x, dx),
+                lambda: reverse(cfg, tg.DuplicatedNoNeed(out, seed), tg.Duplicated(x, dx),
                                 p["alpha"], ndrange=x.shape))
     if kind == "gather":
         cfg, idx = gather_k(cpu), p["idx"]
         return (lambda: cfg(out, x, idx, ndrange=idx.size),
-                lambda: reverse(cfg, tg.Duplicated(out, seed), tg.Duplicated(x, dx), idx,
+                lambda: reverse(cfg, tg.DuplicatedNoNeed(out, seed), tg.Duplicated(x, dx), idx,
                                 ndrange=idx.size))
     if kind == "matmul":
         cfg, b, db = matmul_k(cpu, (TILE, TILE)), p["b"], np.zeros_like(p["b"])
         return (lambda: cfg(out, x, b, ndrange=out.shape),
-                lambda: reverse(cfg, tg.Duplicated(out, seed), tg.Duplicated(x, dx),
+                lambda: reverse(cfg, tg.DuplicatedNoNeed(out, seed), tg.Duplicated(x, dx),
                                 tg.Duplicated(b, db), ndrange=out.shape))
     if kind == "heat":
         cfg, steps, alpha = stencil2d_k(cpu, (8, 64)), p["steps"], p["alpha"]
