@@ -9,6 +9,7 @@ from typing import Any
 
 from tapegrad.frontend.checks import check_syntax
 from tapegrad.frontend.ir import KernelIR
+from tapegrad.frontend.params import local_copies_of_assigned_params
 from tapegrad.frontend.parse import parse_function
 from tapegrad.frontend.resolve import resolve
 
@@ -22,5 +23,7 @@ def kernel_ir(obj: Any) -> KernelIR:
         is_kernel = type(obj).__name__ == "Kernel"
         check_syntax(obj.pyfunc, is_kernel=is_kernel)
         ir = resolve(parse_function(obj.pyfunc), is_kernel=is_kernel)
+        if is_kernel:
+            ir = local_copies_of_assigned_params(ir)
         obj.cache["ir"] = ir
     return ir

@@ -543,3 +543,15 @@ def long_loop(B, A, n):
 def test_stack_grows_for_long_loops():
     A = r(4)
     kernel_vjp_error(long_loop(tg.CPU()), [np.zeros(4), A, 1000], 4, wrt=[1], outputs=[0])
+
+
+@tg.kernel
+def reassigns_its_argument(Y, X, a):
+    i = tg.index()
+    a = a * X[i]
+    Y[i] = a * a
+
+
+def test_assigned_active_argument_is_per_work_item():
+    kernel_vjp_error(reassigns_its_argument(tg.CPU(), 4), [np.zeros(9), r(9), 0.7], 9, wrt=[1],
+                     outputs=[0], active=[2])
