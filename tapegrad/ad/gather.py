@@ -218,11 +218,8 @@ def _gather_kernel(ir: KernelIR, target: str, index_vars: list[str],
                   for v, n in zip(index_vars, nd)]
         inside += _replay(copy.deepcopy(ir.body), target, index_vars, item, o, None)
         edge += _replay(copy.deepcopy(ir.body), target, index_vars, item, o, _conj(exists))
-    if rank == 1:
-        body = head + [ast.If(test=_group_inside(offsets, nd), body=inside or [ast.Pass()],
-                              orelse=edge)]
-    else:   # measured: LLVM does not unswitch the larger 2-D loops, and both versions cost
-        body = head + edge
+    body = head + [ast.If(test=_group_inside(offsets, nd), body=inside or [ast.Pass()],
+                          orelse=edge)]
     at = ast.Tuple(elts=[name(g) for g in own], ctx=ast.Load()) if rank > 1 else name(own[0])
     store = ast.Subscript(value=name(target), slice=at, ctx=ast.Store())
     body.append(assign(store, add(ast.Subscript(value=name(target), slice=copy.deepcopy(at),

@@ -1,0 +1,114 @@
+"""Group-uniform branches decided once per workgroup on the CPU (one work-item loop each)."""
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+
+@tg.kernel
+def by_flag(Y, X, flag):
+    i = tg.index()
+    x = X[i]
+    if flag > 0:
+        Y[i] = 2.0 * x
+    else:
+        Y[i] = -x
+    Y[i] += 1.0
+
+
+@tg.kernel
+def by_group(Y, X):
+    i = tg.index()
+    if tg.index(tg.Group) % 2 == 0:
+        Y[i] = X[i] + 10.0
+
+
+@tg.kernel
+def flag_reassigned(Y, X, flag):
+    i = tg.index()
+    flag = flag - X[i]            # no longer the same for every work-item
+    if flag > 0:
+        Y[i] = 1.0
+    else:
+        Y[i] = 2.0
+
+
+def _loop_inside_branch(source: str) -> bool:
+    lines = source.splitlines()
+    first_if = next(k for k, ln in enumerate(lines) if ln.strip().startswith("if "))
+    first_loop = next(k for k, ln in enumerate(lines) if ln.strip().startswith("for _l0"))
+    return first_if < first_loop
+
+
+@pytest.mark.parametrize("flag", [1, -1])
+def test_argument_branch_is_decided_per_group(flag):
+    x = np.arange(37, dtype=np.float64)
+    y = np.zeros_like(x)
+    cpu = tg.CPU()
+    by_flag(cpu, 8)(y, x, flag, ndrange=x.size)
+    np.testing.assert_array_equal(y, (2 * x if flag > 0 else -x) + 1)
+    assert _loop_inside_branch(by_flag.source(backend=cpu))
+
+
+def test_group_index_branch():
+    x = np.arange(40, dtype=np.float64)
+    y = np.zeros_like(x)
+    cpu = tg.CPU()
+    by_group(cpu, 8)(y, x, ndrange=x.size)
+    even_group = (np.arange(40) // 8) % 2 == 0
+    np.testing.assert_array_equal(y, np.where(even_group, x + 10, 0))
+    assert _loop_inside_branch(by_group.source(backend=cpu))
+
+
+def test_reassigned_argument_stays_per_item(backend):
+    """Each work-item starts from the argument (on the CPU, where one thread runs many
+    work-items, the assignment once leaked into the next work-item)."""
+    x = np.array([0.0, 2.0, 0.5, 3.0])
+    y = np.zeros_like(x)
+    flag_reassigned(backend, 4)(y, x, 1.0, ndrange=x.size)
+    np.testing.assert_array_equal(y, np.where(1.0 - x > 0, 1.0, 2.0))
+    if backend.name == "cpu":
+        assert not _loop_inside_branch(flag_reassigned.source(backend=backend))
+
+
+@tg.kernel
+def laplace(Y, X):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    n, m = X.shape
+    if 0 < i < n - 1 and 1 <= j and j + 1 < m:
+        Y[i, j] = X[i - 1, j] + X[i + 1, j] + X[i, j - 1] + X[i, j + 1] - 4.0 * X[i, j]
+    else:
+        Y[i, j] = -1.0
+
+
+@tg.kernel
+def shifted(Y, X):
+    i = tg.index()
+    if i - 2 >= 0 and X.size > i + 1:
+        Y[i] = X[i - 2] * X[i + 1]
+    else:
+        Y[i] = 7.0
+
+
+@pytest.mark.parametrize("shape", [(1, 5), (9, 13), (16, 16), (33, 20)])
+def test_stencil_interior_groups_skip_the_test(shape):
+    x = np.random.default_rng(0).random(shape)
+    y = np.zeros_like(x)
+    cpu = tg.CPU()
+    laplace(cpu, (4, 4))(y, x, ndrange=shape)
+    ref = np.full_like(x, -1.0)
+    ref[1:-1, 1:-1] = (x[:-2, 1:-1] + x[2:, 1:-1] + x[1:-1, :-2] + x[1:-1, 2:]
+                       - 4 * x[1:-1, 1:-1])
+    np.testing.assert_array_equal(y, ref)
+    assert "_lim0 - 1 < n - 1" in laplace.source(backend=cpu)   # decided per group
+
+
+@pytest.mark.parametrize("n", [1, 3, 8, 29])
+def test_shifted_index_tests(n):
+    x = np.random.default_rng(1).random(n)
+    y = np.zeros_like(x)
+    shifted(tg.CPU(), 4)(y, x, ndrange=n)
+    ref = np.full(n, 7.0)
+    ref[2:n - 1] = x[:n - 3] * x[3:]
+    np.testing.assert_array_equal(y, ref)
