@@ -19,10 +19,15 @@ from tapegrad.frontend.ir import KernelIR
 
 
 def local_copies_of_assigned_params(ir: KernelIR) -> KernelIR:
-    """Rename every parameter the body assigns to a local initialised from it."""
+    """Rename every scalar parameter the body assigns to a local initialised from it."""
     body = ast.Module(body=ir.body, type_ignores=[])
     assigned = {n.id for n in ast.walk(body)
                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id in ir.params}
+    # arrays (indexed, or asked for .shape & co.) keep their name: the type checker says
+    # that an array argument cannot be reassigned, at the user's line
+    arrays = {n.value.id for n in ast.walk(body)
+              if isinstance(n, (ast.Subscript, ast.Attribute)) and isinstance(n.value, ast.Name)}
+    assigned -= arrays
     if not assigned:
         return ir
     renamed = {p: f"{p}__local" for p in assigned}
