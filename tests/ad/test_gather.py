@@ -128,3 +128,28 @@ def test_no_need_skips_the_primal_launch():
                 tg.Duplicated(x, dx_need), ndrange=n)
     assert not (y == 7.0).all()
     np.testing.assert_array_equal(dx_need, dx_noneed)
+
+
+@tg.kernel
+def scale_in_place(Y, X):
+    i = tg.index()
+    Y[i] = Y[i] * X[i] + math.sin(X[i])
+
+
+def test_no_need_in_place_kernel_keeps_contents_and_derivatives():
+    rng = np.random.default_rng(7)
+    n = 20
+    x, y0, w = rng.standard_normal(n), rng.standard_normal(n), rng.standard_normal(n)
+    cfg = scale_in_place(tg.CPU(), 8)
+    grads = []
+    for annotation in (tg.Duplicated, tg.DuplicatedNoNeed):
+        y, dy, dx = y0.copy(), w.copy(), np.zeros(n)
+        tg.autodiff(tg.Reverse, cfg, tg.Const, annotation(y, dy), tg.Duplicated(x, dx), ndrange=n)
+        grads.append((dx, dy))
+        if annotation is tg.DuplicatedNoNeed:
+            np.testing.assert_array_equal(y, y0)          # the primal launch was skipped
+    (dx1, dy1), (dx2, dy2) = grads
+    np.testing.assert_allclose(dx1, w * y0 + w * np.cos(x), rtol=1e-12)   # closed form
+    np.testing.assert_array_equal(dx1, dx2)
+    np.testing.assert_allclose(dy1, w * x, rtol=1e-12)
+    np.testing.assert_array_equal(dy1, dy2)
