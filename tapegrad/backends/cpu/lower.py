@@ -28,6 +28,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 
+from tapegrad.backends.cpu.versioning import plan_versions
 from tapegrad.backends.numba_lower import ExprLowering, ModuleWriter, emit_statements
 from tapegrad.backends.structure import (
     Barrier,
@@ -35,7 +36,6 @@ from tapegrad.backends.structure import (
     Segment,
     contains_barrier,
     device_functions,
-    is_uniform,
     memory_decl,
 )
 from tapegrad.frontend.ir import tg_name
@@ -133,18 +133,6 @@ def vmath_version() -> str:
         return hashlib.sha256(f.read()).hexdigest()[:12]
 
 
-def _index_offset(e: ast.expr, index_dims: dict[str, int]) -> tuple[int, int] | None:
-    """``i`` -> (dim of i, 0); ``i + c`` / ``i - c`` -> (dim, +-c) for an int literal c."""
-    if isinstance(e, ast.Name) and e.id in index_dims:
-        return index_dims[e.id], 0
-    if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)) \
-            and isinstance(e.left, ast.Name) and e.left.id in index_dims \
-            and isinstance(e.right, ast.Constant) and type(e.right.value) is int:
-        c = e.right.value
-        return index_dims[e.left.id], (c if isinstance(e.op, ast.Add) else -c)
-    return None
-
-
 def _row_major(idx: list[str], dims: list[str]) -> str:
     text = idx[0]
     for d in range(1, len(idx)):
@@ -217,7 +205,7 @@ class _KernelWriter(ModuleWriter):
             self.open_group_loop()
             stmts = [s for s in body if not memory_decl(s)]
             low = CPULowering(self.tk)
-            self.unswitched_item_loop(stmts, low, 3)
+            self.versioned_item_loop(stmts, low, 3)
         for k, call in enumerate(self.group_sums):   # one atomic per workgroup
             low = CPULowering(self.tk)
             arr, idx = call.value.args[0], call.value.args[1]
@@ -338,115 +326,34 @@ class _KernelWriter(ModuleWriter):
             self.out.emit(f"{name} = np.empty({shape}, np.{dtype})", 2)
 
     # -- work-item loops ----------------------------------------------------------------
-    def unswitched_item_loop(self, stmts: list[ast.stmt], low: CPULowering, depth: int) -> None:
-        """The work-item loop, versioned once per group on the first top-level ``if`` that
-        can be decided for the whole group:
-
-        - a test that is the same for every work-item (arguments never reassigned, group
-          indices, ndrange, groupsize): one work-item loop per branch;
-        - a range test on the global index (``i > 0 and j < m - 1``, bounds the same for the
-          whole group) that holds for every work-item of this group: a loop without the
-          ``if`` (the interior of a stencil), else the loop as written.
-
-        LLVM vectorises a loop without the test, but does not version large loops by itself.
-        """
-        if any(isinstance(n, ast.Return) for st in stmts for n in ast.walk(st)):
+    def versioned_item_loop(self, stmts: list[ast.stmt], low: CPULowering, depth: int) -> None:
+        """The work-item loop, with its first ``if`` decided once per group where possible
+        (see versioning.py)."""
+        plan = plan_versions(stmts, self.ir.params, self.rank)
+        if plan is None:
             self.item_loop(stmts, low, depth, set())
             return
-        assigned: dict[str, int] = {}
-        for st in stmts:
-            for n in ast.walk(st):
-                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                    assigned[n.id] = assigned.get(n.id, 0) + 1
-        fixed = set(self.ir.params) - set(assigned)
-        index_dims: dict[str, int] = {}
-        prelude: list[ast.stmt] = []       # uniform locals (n, m = T.shape) for group tests
-        for k, st in enumerate(stmts):
-            if isinstance(st, ast.Assign):
-                t, name = st.targets[0], tg_name(st.value)
-                elts = t.elts if isinstance(t, ast.Tuple) else [t]
-                names = [e.id for e in elts if isinstance(e, ast.Name)]
-                once = len(names) == len(elts) and all(assigned.get(n) == 1 for n in names)
-                if once and name == "global_index" and self.rank == 1 and len(names) == 1:
-                    index_dims[names[0]] = 0
-                elif once and name == "global_indices" and isinstance(t, ast.Tuple):
-                    index_dims.update({n: d for d, n in enumerate(names)})
-                elif once and is_uniform(st.value, fixed):
-                    fixed |= set(names)
-                    prelude.append(st)
-                continue
-            if not isinstance(st, ast.If) or not st.body:
-                continue
-            if is_uniform(st.test, fixed):
-                self.versions(st.test, prelude, stmts[:k] + st.body + stmts[k + 1:],
-                              stmts[:k] + st.orelse + stmts[k + 1:], low, depth, uniform=True)
-                return
-            whole_group = self.range_test(st.test, index_dims, fixed, low)
-            if whole_group is not None:
-                self.versions(whole_group, prelude, stmts[:k] + st.body + stmts[k + 1:], stmts,
-                              low, depth, uniform=False)
-                return
-            break    # only tests ahead of any other work are decided per group
-        self.item_loop(stmts, low, depth, set())
-
-    def versions(self, test: ast.expr | str, prelude: list[ast.stmt], then: list[ast.stmt],
-                 otherwise: list[ast.stmt], low: CPULowering, depth: int, uniform: bool
-                 ) -> None:
         out = self.out
-        if prelude:
-            emit_statements(prelude, low, out, depth)
-        cond = ast.unparse(low.truth(test)) if uniform else test
+        if plan.prelude:
+            emit_statements(plan.prelude, low, out, depth)
+        if plan.uniform is not None:
+            cond = ast.unparse(low.truth(plan.uniform))
+        else:
+            parts = []
+            for r in plan.ranges:   # the group's first or last work-item decides
+                W, d = self.W[r.dim], r.dim
+                shift = f" + {r.offset}" if r.offset > 0 else f" - {-r.offset}" if r.offset else ""
+                extreme = (f"_g{d} * {W} + _lim{d} - 1{shift}" if r.symbol in ("<", "<=")
+                           else f"_g{d} * {W}{shift}")
+                parts.append(f"({extreme} {r.symbol} {ast.unparse(low.expr(r.bound))})")
+            cond = " and ".join(parts)
         out.emit(f"if {cond}:", depth)
-        self.item_loop(then, low, depth + 1, set())
-        if not then:
-            out.emit("pass", depth + 1)
-        out.emit("else:", depth)
-        self.item_loop(otherwise, low, depth + 1, set())
-        if not otherwise:
-            out.emit("pass", depth + 1)
-
-    def range_test(self, test: ast.expr, index_dims: dict[str, int], fixed: set[str],
-                   low: CPULowering) -> str | None:
-        """``test`` evaluated for the whole group at once, if it is a conjunction of
-        comparisons between a global index (plus a constant) and values uniform in the group:
-        the text of a group-level condition that is true when every work-item passes."""
-        atoms: list[tuple[ast.expr, ast.cmpop, ast.expr]] = []
-
-        def collect(e: ast.expr) -> bool:
-            if tg_name(e) == "bool" and len(e.args) == 1:
-                return collect(e.args[0])
-            if isinstance(e, ast.BoolOp) and isinstance(e.op, ast.And):
-                return all(collect(v) for v in e.values)
-            if isinstance(e, ast.Compare):
-                left = e.left
-                for op, right in zip(e.ops, e.comparators):
-                    atoms.append((left, op, right))
-                    left = right
-                return True
-            return False
-
-        if not collect(test) or not atoms:
-            return None
-        flip = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE}
-        parts = []
-        for left, op, right in atoms:
-            if type(op) not in flip:
-                return None
-            side = _index_offset(left, index_dims)
-            if side is None:
-                side, op, right = _index_offset(right, index_dims), flip[type(op)](), left
-            if side is None or not is_uniform(right, fixed):
-                return None
-            d, c = side
-            W = self.W[d]
-            shift = f" + {c}" if c > 0 else f" - {-c}" if c < 0 else ""
-            first = f"_g{d} * {W}{shift}"
-            last = f"_g{d} * {W} + _lim{d} - 1{shift}"
-            bound = ast.unparse(low.expr(right))
-            sym = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}[type(op)]
-            extreme = last if sym in ("<", "<=") else first
-            parts.append(f"({extreme} {sym} {bound})")
-        return " and ".join(parts)
+        for k, stmts_k in enumerate((plan.then, plan.otherwise)):
+            if k:
+                out.emit("else:", depth)
+            self.item_loop(stmts_k, low, depth + 1, set())
+            if not stmts_k:
+                out.emit("pass", depth + 1)
 
     def item_loop(self, stmts: list[ast.stmt], low: CPULowering, depth: int,
                   rebind: set[str], recompute: list[ast.stmt] = ()) -> None:

@@ -1,0 +1,129 @@
+"""Deciding a work-item loop's first ``if`` once per workgroup (loop versioning).
+
+The CPU runs a workgroup's work-items as a loop.  When the first top-level ``if`` of the
+kernel can be decided for the whole group, the lowering emits one work-item loop per outcome
+and LLVM vectorises each on its own (it does not version loops this large by itself):
+
+- a test that is the same for every work-item (arguments never reassigned, group indices,
+  ndrange, groupsize, array shapes): one loop with the ``if`` branch, one with the ``else``;
+- a range test on the global index (``0 < i < n - 1 and j + 1 < m``, bounds the same for the
+  whole group): where every work-item of the group passes it, a loop without the ``if`` (a
+  stencil's interior); elsewhere the loop as written.
+
+This module finds the ``if`` and says how to decide it; ``lower.py`` emits the loops.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from tapegrad.backends.structure import is_uniform
+from tapegrad.frontend.ir import tg_name
+
+_FLIP = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE}
+_SYMBOL = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+
+
+@dataclass
+class RangeTest:
+    """``index[dim] + offset <symbol> bound`` for every work-item of the group."""
+
+    dim: int
+    offset: int
+    symbol: str
+    bound: ast.expr
+
+
+@dataclass
+class Versions:
+    prelude: list[ast.stmt]            # uniform locals the test reads (n, m = T.shape)
+    uniform: ast.expr | None           # a test the same for every work-item, or
+    ranges: list[RangeTest]            # range tests that must hold for the whole group
+    then: list[ast.stmt]               # the work-items' statements when it holds
+    otherwise: list[ast.stmt]          # ... and when it does not
+
+
+def plan_versions(stmts: list[ast.stmt], params: list[str], rank: int) -> Versions | None:
+    """The versions of the work-item statements ``stmts``, or None (one plain loop)."""
+    if any(isinstance(n, ast.Return) for st in stmts for n in ast.walk(st)):
+        return None
+    assigned: dict[str, int] = {}
+    for st in stmts:
+        for n in ast.walk(st):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                assigned[n.id] = assigned.get(n.id, 0) + 1
+    fixed = set(params) - set(assigned)
+    index_dims: dict[str, int] = {}
+    prelude: list[ast.stmt] = []
+    for k, st in enumerate(stmts):
+        if isinstance(st, ast.Assign):
+            t, name = st.targets[0], tg_name(st.value)
+            elts = t.elts if isinstance(t, ast.Tuple) else [t]
+            names = [e.id for e in elts if isinstance(e, ast.Name)]
+            once = len(names) == len(elts) and all(assigned.get(n) == 1 for n in names)
+            if once and name == "global_index" and rank == 1 and len(names) == 1:
+                index_dims[names[0]] = 0
+            elif once and name == "global_indices" and isinstance(t, ast.Tuple):
+                index_dims.update({n: d for d, n in enumerate(names)})
+            elif once and is_uniform(st.value, fixed):
+                fixed |= set(names)
+                prelude.append(st)
+            continue
+        if not isinstance(st, ast.If) or not st.body:
+            continue
+        rest_before, rest_after = stmts[:k], stmts[k + 1:]
+        if is_uniform(st.test, fixed):
+            return Versions(prelude, st.test, [], rest_before + st.body + rest_after,
+                            rest_before + st.orelse + rest_after)
+        ranges = range_tests(st.test, index_dims, fixed)
+        if ranges is not None:
+            return Versions(prelude, None, ranges, rest_before + st.body + rest_after, stmts)
+        return None    # only the first if is considered (bounded code size)
+    return None
+
+
+def range_tests(test: ast.expr, index_dims: dict[str, int], fixed: set[str]
+                ) -> list[RangeTest] | None:
+    """``test`` as range tests, if it is a conjunction of comparisons between a global index
+    (plus a constant) and values uniform in the group."""
+    atoms: list[tuple[ast.expr, ast.cmpop, ast.expr]] = []
+
+    def collect(e: ast.expr) -> bool:
+        if tg_name(e) == "bool" and len(e.args) == 1:
+            return collect(e.args[0])
+        if isinstance(e, ast.BoolOp) and isinstance(e.op, ast.And):
+            return all(collect(v) for v in e.values)
+        if isinstance(e, ast.Compare):
+            left = e.left
+            for op, right in zip(e.ops, e.comparators):
+                atoms.append((left, op, right))
+                left = right
+            return True
+        return False
+
+    if not collect(test) or not atoms:
+        return None
+    out = []
+    for left, op, right in atoms:
+        if type(op) not in _FLIP:
+            return None
+        side = _index_offset(left, index_dims)
+        if side is None:
+            side, op, right = _index_offset(right, index_dims), _FLIP[type(op)](), left
+        if side is None or not is_uniform(right, fixed):
+            return None
+        out.append(RangeTest(side[0], side[1], _SYMBOL[type(op)], right))
+    return out
+
+
+def _index_offset(e: ast.expr, index_dims: dict[str, int]) -> tuple[int, int] | None:
+    """``i`` -> (dim of i, 0); ``i + c`` / ``i - c`` -> (dim, +-c) for an int literal c."""
+    if isinstance(e, ast.Name) and e.id in index_dims:
+        return index_dims[e.id], 0
+    if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)) \
+            and isinstance(e.left, ast.Name) and e.left.id in index_dims \
+            and isinstance(e.right, ast.Constant) and type(e.right.value) is int:
+        c = e.right.value
+        return index_dims[e.left.id], (c if isinstance(e.op, ast.Add) else -c)
+    return None
