@@ -112,3 +112,24 @@ def test_shifted_index_tests(n):
     ref = np.full(n, 7.0)
     ref[2:n - 1] = x[:n - 3] * x[3:]
     np.testing.assert_array_equal(y, ref)
+
+
+@tg.kernel
+def guarded_square(Y, X):
+    i = tg.index()
+    if i < X.size - 3:
+        Y[i] = X[i] * X[i]
+
+
+def test_generated_flag_tests_are_decided_per_group():
+    """Adjoints spell a branch as ``_branch1 = tg.bool(...)`` and test the flag in both
+    sweeps; interior groups run without those tests, and the derivative is unchanged."""
+    n = 29
+    x, w = np.random.default_rng(2).random(n), np.random.default_rng(3).random(n)
+    dx = np.zeros(n)
+    cpu = tg.CPU()
+    tg.autodiff(tg.Reverse, guarded_square(cpu, 4), tg.Const, tg.Duplicated(np.zeros(n), w.copy()),
+                tg.Duplicated(x, dx), ndrange=n)
+    expected = np.where(np.arange(n) < n - 3, 2 * x * w, 0.0)     # closed form
+    np.testing.assert_allclose(dx, expected, rtol=1e-14)
+    assert "_lim0 - 1 < X.size - 3" in guarded_square.source(mode="reverse", backend=cpu)

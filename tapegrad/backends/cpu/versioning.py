@@ -8,7 +8,9 @@ and LLVM vectorises each on its own (it does not version loops this large by its
   ndrange, groupsize, array shapes): one loop with the ``if`` branch, one with the ``else``;
 - a range test on the global index (``0 < i < n - 1 and j + 1 < m``, bounds the same for the
   whole group): where every work-item of the group passes it, a loop without the ``if`` (a
-  stencil's interior); elsewhere the loop as written.
+  stencil's interior); elsewhere the loop as written.  Generated kernels spell the test
+  ``_branch1 = tg.bool(...)`` once and test ``if _branch1:`` in both sweeps: every such
+  top-level ``if`` goes.
 
 This module finds the ``if`` and says how to decide it; ``lower.py`` emits the loops.
 """
@@ -56,6 +58,7 @@ def plan_versions(stmts: list[ast.stmt], params: list[str], rank: int) -> Versio
     fixed = set(params) - set(assigned)
     index_dims: dict[str, int] = {}
     prelude: list[ast.stmt] = []
+    flags: dict[str, ast.expr] = {}    # _branch1 = tg.bool(test): how transforms spell an if
     for k, st in enumerate(stmts):
         if isinstance(st, ast.Assign):
             t, name = st.targets[0], tg_name(st.value)
@@ -69,6 +72,8 @@ def plan_versions(stmts: list[ast.stmt], params: list[str], rank: int) -> Versio
             elif once and is_uniform(st.value, fixed):
                 fixed |= set(names)
                 prelude.append(st)
+            elif once and isinstance(t, ast.Name):
+                flags[t.id] = st.value
             continue
         if not isinstance(st, ast.If) or not st.body:
             continue
@@ -79,6 +84,14 @@ def plan_versions(stmts: list[ast.stmt], params: list[str], rank: int) -> Versio
         ranges = range_tests(st.test, index_dims, fixed)
         if ranges is not None:
             return Versions(prelude, None, ranges, rest_before + st.body + rest_after, stmts)
+        if isinstance(st.test, ast.Name) and st.test.id in flags:
+            ranges = range_tests(flags[st.test.id], index_dims, fixed)
+            if ranges is not None:   # every top-level `if flag:` becomes its body
+                flag = st.test.id
+                then = [x for y in stmts for x in (
+                    y.body if isinstance(y, ast.If) and isinstance(y.test, ast.Name)
+                    and y.test.id == flag else [y])]
+                return Versions(prelude, None, ranges, then, stmts)
         return None    # only the first if is considered (bounded code size)
     return None
 
