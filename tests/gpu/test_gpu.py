@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
+from tapegrad.bench.problems import TILE
+from tapegrad.bench.problems import matmul_k as matmul  # the benchmark's tiled matmul
 
 pytestmark = pytest.mark.skipif(os.environ.get("TAPEGRAD_TEST_GPU") != "1",
                                 reason="needs an NVIDIA GPU (set TAPEGRAD_TEST_GPU=1 there)")
@@ -20,26 +22,6 @@ pytestmark = pytest.mark.skipif(os.environ.get("TAPEGRAD_TEST_GPU") != "1",
 def sin_kernel(B, A):
     i = tg.index()
     B[i] = math.sin(A[i])
-
-
-TILE = 16
-
-
-@tg.kernel
-def matmul(C, A, B):
-    i, j = tg.index(tg.Global, tg.NTuple)
-    li, lj = tg.index(tg.Local, tg.NTuple)
-    ta = tg.localmem(A.dtype, (TILE, TILE))
-    tb = tg.localmem(A.dtype, (TILE, TILE))
-    acc = 0.0
-    for t in range(A.shape[1] // TILE):
-        ta[li, lj] = A[i, t * TILE + lj]
-        tb[li, lj] = B[t * TILE + li, j]
-        tg.synchronize()
-        for k in range(TILE):
-            acc += ta[li, k] * tb[k, lj]
-        tg.synchronize()
-    C[i, j] = acc
 
 
 @pytest.fixture(scope="module")
