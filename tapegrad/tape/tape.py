@@ -11,6 +11,8 @@ overwrite consumes the shadow of what it overwrote (Enzyme's semantics).
 from __future__ import annotations
 
 import bisect
+import sys
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,11 +46,9 @@ def is_array(x: Any) -> bool:
 
 
 def fingerprint(x: Any) -> int:
-    """A cheap exact-change detector: the wrapping sum of the array's bit patterns."""
-    a = np.ascontiguousarray(_host(x))
-    view = a.view(np.uint8) if a.dtype.itemsize == 1 else a.view(f"u{a.dtype.itemsize}")
-    weights = (np.arange(view.size, dtype=np.uint64) * np.uint64(2654435761) + np.uint64(1))
-    return int(np.sum(view.ravel().astype(np.uint64) * weights, dtype=np.uint64))
+    """A cheap change detector: the CRC-32 of the array's bytes (7 GB/s; a weighted sum of the
+    bit patterns in NumPy ran at 0.7-1.6 GB/s)."""
+    return zlib.crc32(np.ascontiguousarray(_host(x)).reshape(-1).view(np.uint8))
 
 
 def _host(x: Any) -> np.ndarray:
@@ -119,11 +119,35 @@ class Tape:
         _recording.remove(self)
         L.recorder = current().record_launch if current() else None
         self.recording = False
-        # remember what every live input looked like, to catch changes before gradient()
+        # remember what every live input looked like, to catch changes before gradient();
+        # arrays only the tape still holds (a simulation's intermediate states) cannot change
         if self.watch_changes:
-            for ident, refs in self.readers.items():
-                if refs:
-                    self.fingerprints[ident] = fingerprint(self.arrays[ident])
+            watched = [ident for ident, refs in self.readers.items() if refs]
+            held = self.references_held({id(self.arrays[ident]) for ident in watched})
+            for ident in watched:
+                x = self.arrays[ident]
+                if not _only_tape_holds(x, held[id(x)]):
+                    self.fingerprints[ident] = fingerprint(x)
+
+    def references_held(self, candidates: set[int]) -> dict[int, int]:
+        """How many references the tape's own structures hold to each of the arrays whose
+        ``id`` is in ``candidates`` (a lower bound: references held elsewhere, e.g. in a
+        derivative rule's closure, are not counted, which can only make an array look
+        reachable from outside)."""
+        held = dict.fromkeys(candidates, 0)
+        for x in self.arrays.values():
+            if id(x) in held:
+                held[id(x)] += 1
+        for x, *_ in self.known.values():
+            if id(x) in held:
+                held[id(x)] += 1
+        for record in self.records:
+            fields = (record.values,) if isinstance(record, LaunchRecord) else vars(record).values()
+            for value in fields:
+                for v in value if isinstance(value, (list, tuple)) else (value,):
+                    if id(v) in held:
+                        held[id(v)] += 1
+        return held
 
     def track(self, x: Any) -> tuple:
         known = self.known.get(id(x))   # held below, so the id cannot be reused meanwhile
@@ -333,6 +357,14 @@ class Tape:
                     "recording and before gradient(), so the recorded derivatives no longer "
                     "match its contents; compute the gradient before changing it, or pass a "
                     "copy into the recorded code")
+
+
+def _only_tape_holds(x: Any, held: int) -> bool:
+    """True when every reference to ``x`` is one of the ``held`` the tape keeps and ``x`` owns
+    its memory (no user view or base can reach it), so user code can no longer change it."""
+    # besides the held ones getrefcount sees the caller's variable, this function's parameter
+    # and its own argument (tests/tape/test_tape.py checks both outcomes)
+    return getattr(x, "base", None) is None and sys.getrefcount(x) - 3 <= held
 
 
 def _extent(x: Any) -> tuple[int, int]:
