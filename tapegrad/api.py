@@ -25,7 +25,14 @@ from tapegrad.tape.activity import (
 )
 from tapegrad.tape.forward import DualScalar, ForwardContext
 from tapegrad.tape.scalars import TrackedScalar
-from tapegrad.tape.tape import Tape, _zeros_like, array_key, is_array, not_a_scalar
+from tapegrad.tape.tape import (
+    Tape,
+    _empty_like,
+    _zeros_like,
+    array_key,
+    is_array,
+    not_a_scalar,
+)
 
 
 def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = None) -> tuple:
@@ -310,10 +317,11 @@ def _seeded_sweep(tape: Tape, y: Any, w: Any, x: Any, x_bar: Any) -> None:
     if not is_array(y) or array_key(y) not in tape.arrays:
         raise TapegradError("tg.vjp / tg.jacobian need f(x) to return an array its kernels "
                             "wrote, or a scalar from tg.sum/tg.dot/...")
-    seed = _zeros_like(y)
+    seed = _empty_like(y)
     seed[...] = w
+    # x_bar is ours and new: the sweep may store into it rather than add to its zeros
     tape.backward(y, {}, {array_key(x): x_bar, array_key(y): seed}, [x], seed_target=False,
-                  seeded=[y])
+                  seeded=[y], unwritten={array_key(x)} - {array_key(y)})
 
 
 def _rerun(tape: Tape, y: TrackedScalar, x: Any, x_bar: Any) -> None:

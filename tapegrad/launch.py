@@ -17,6 +17,7 @@ from tapegrad.ad.access import array_access
 from tapegrad.ad.gather import split_gathers
 from tapegrad.errors import AdjointStackOverflow, LaunchError
 from tapegrad.frontend import kernel_ir
+from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import (
     BOOL,
     FLOAT32,
@@ -42,12 +43,13 @@ def compile_kernel(kernel: Any, mode: str, backend: Any, argtypes: tuple[Type, .
 
 def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
                     activity: tuple[str, ...], rank: int, groupsize: tuple[int, ...],
-                    stack_depth: int | None) -> tuple[Any, Any]:
+                    stack_depth: int | None, discard: frozenset[str] = frozenset()
+                    ) -> tuple[Any, Any]:
     """The reverse-mode pipeline: kernel IR -> normalized, typed -> adjoint IR -> compiled."""
     ir = kernel_ir(kernel)                                          # parse, check, resolve
     flat = normalize(ir, kernel_ir, keep=lambda f: f.reverse_rule is not None)  # inline...
     typed = specialize(flat, argtypes, rank, groupsize, kernel_ir)  # infer types
-    adjoint = reverse_kernel(typed, activity, stack_depth)          # generate the adjoint
+    adjoint = reverse_kernel(typed, activity, stack_depth, discard)  # generate the adjoint
     extra = [argtypes[ir.params.index(p)] for p in adjoint.shadow_of.values()]
     extra += [Array("float64", 1)] * len(adjoint.active_scalars)
     extra += [Array("int64", 1)] if adjoint.uses_status else []
@@ -55,32 +57,77 @@ def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
         adjoint.ir, adjoint.gathers = split_gathers(adjoint.ir, list(adjoint.shadow_of), rank)
     full = argtypes + tuple(extra)
     typed_adjoint = specialize(adjoint.ir, full, rank, groupsize, kernel_ir)
-    launcher = backend.compile(typed_adjoint)                       # lower, cache, compile
+    if adjoint.gathers and not has_effects(adjoint.ir):
+        launcher = None                  # the gathers did everything (a tape's stencils)
+    else:
+        launcher = backend.compile(typed_adjoint)                   # lower, cache, compile
     if adjoint.gathers:
-        typed_gathers = [specialize(g.ir, full + (INT64,) * rank, rank, groupsize, kernel_ir)
-                         for g in adjoint.gathers]
-        launcher = _GathersThenRest(
-            [(adjoint.ir.params.index(g.target), backend.compile(t))
-             for g, t in zip(adjoint.gathers, typed_gathers)], launcher)
+        gathers = []
+        for g in adjoint.gathers:
+            at = adjoint.ir.params.index(g.target)
+            both = [specialize(v, full + (INT64,) * rank, rank, groupsize, kernel_ir)
+                    for v in (g.ir, g.fresh_ir)]
+            gathers.append(_Gather(at, backend.compile(both[0]), backend, both[1]))
+        launcher = _GathersThenRest(gathers, launcher)
     return adjoint, launcher
+
+
+def has_effects(ir: Any) -> bool:
+    """Whether a kernel stores into an array or calls anything but pure intrinsics (the rest
+    of an adjoint whose updates all went to gathers, and whose output shadows need no
+    zeroing, has none)."""
+    for n in ast.walk(ast.Module(body=ir.body, type_ignores=[])):
+        if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store):
+            return True
+        if isinstance(n, ast.Call):
+            called = tg_name(n)
+            if called is None or called.startswith("atomic_") or called in (
+                    "group_reduce_add", "synchronize", "localmem", "private"):
+                return True
+    return False
+
+
+class _Gather:
+    """One gather kernel of a split adjoint: adds into shadow argument ``position``, or, for
+    a shadow with no values yet, stores (that variant compiled on first use)."""
+
+    def __init__(self, position: int, adding: Any, backend: Any, storing_typed: Any):
+        self.position = position
+        self.adding = adding
+        self.backend = backend
+        self.storing_typed = storing_typed
+        self.storing: Any = None
+
+    def __call__(self, args: tuple, fresh: bool) -> None:
+        if fresh and self.storing is None:
+            self.storing = self.backend.compile(self.storing_typed)
+        run = self.storing if fresh else self.adding
+        run(args, tuple(args[self.position].shape))
 
 
 class _GathersThenRest:
     """Launches an adjoint split by ``tapegrad.ad.gather``: each gather kernel over its
-    shadow's shape (the original ndrange as extra arguments), then the rest over the ndrange."""
+    shadow's shape (the original ndrange as extra arguments), then the rest over the ndrange
+    (unless it has nothing left to do)."""
 
-    def __init__(self, gathers: list[tuple[int, Any]], rest: Any):
+    def __init__(self, gathers: list[_Gather], rest: Any):
         self.gathers = gathers
         self.rest = rest
 
     @property
     def source(self) -> str:
-        return "\n\n".join([g.source for _, g in self.gathers] + [self.rest.source])
+        parts = [g.adding.source for g in self.gathers]
+        return "\n\n".join(parts + ([self.rest.source] if self.rest is not None else []))
 
-    def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
-        for position, gather in self.gathers:
-            gather(tuple(args) + tuple(ndrange), tuple(args[position].shape))
-        self.rest(args, ndrange)
+    def __call__(self, args: tuple, ndrange: tuple[int, ...], fresh: set[int] = frozenset()
+                 ) -> None:
+        for g in self.gathers:
+            g(tuple(args) + tuple(ndrange), g.position in fresh)
+        if self.rest is not None:
+            self.rest(args, ndrange)
+
+    def gathered(self) -> set[int]:
+        return {g.position for g in self.gathers}
 
 
 # While a tape records, it sees every launch first (set by tapegrad.tape; None otherwise).
@@ -258,17 +305,18 @@ def argtype(kernel: Any, backend: Any, name: str, a: Any) -> Type:
 
 # -- reverse mode ---------------------------------------------------------------------------
 
-def adjoint_of(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int, ...]
-               ) -> tuple[Any, Any, tuple]:
+def adjoint_of(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int, ...],
+               discard: frozenset[str] = frozenset()) -> tuple[Any, Any, tuple]:
     """The compiled adjoint of a configured kernel for these arguments (cached)."""
     kernel, backend = cfg.kernel, cfg.backend
     wgs = _groupsize(cfg, len(nd))
-    key = ("reverse", backend, _arg_key(values), activity, len(nd), wgs)
+    key = ("reverse", backend, _arg_key(values), activity, len(nd), wgs, discard)
     entry = kernel.cache.get(key)
     if entry is None:
         argtypes = check_args(kernel, backend, values)
         depth = kernel.cache.get(("stack depth", key))
-        entry = compile_adjoint(kernel, backend, argtypes, activity, len(nd), wgs, depth)
+        entry = compile_adjoint(kernel, backend, argtypes, activity, len(nd), wgs, depth,
+                                discard)
         kernel.cache[key] = entry
     adjoint, launcher = entry
     kernel.cache[("last", "reverse", backend)] = launcher
@@ -277,7 +325,8 @@ def adjoint_of(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
 
 
 def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tuple[str, ...],
-                nd: tuple[int, ...]) -> dict[str, float]:
+                nd: tuple[int, ...], discard: frozenset[str] = frozenset(),
+                fresh: frozenset[str] = frozenset()) -> dict[str, float]:
     """Launch the adjoint of ``cfg`` once; return the derivatives of its Active scalars.
 
     ``values`` are the arguments as the primal launch saw them (arrays it overwrote as copies
@@ -285,10 +334,24 @@ def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tupl
     the adjoint adds into (and consumes where the kernel overwrote).  When a kernel's loops
     need a deeper per-work-item stack than it was compiled with, the partial result is
     undone, the adjoint is recompiled with the depth the launch reported, and run again.
+
+    For a tape's sweep: the shadows of the ``discard`` parameters are not read afterwards
+    (consumed elements need not be zeroed), and those of the ``fresh`` parameters hold no
+    values yet (a gather kernel stores into them; any other is zeroed first).
     """
     kernel, backend = cfg.kernel, cfg.backend
     params = kernel_ir(kernel).params
-    adjoint, launcher, key = adjoint_of(cfg, values, activity, nd)
+    adjoint, launcher, key = adjoint_of(cfg, values, activity, nd, discard)
+    fresh_at: set[int] = set()
+    if fresh:
+        gathered = launcher.gathered() if isinstance(launcher, _GathersThenRest) else set()
+        base = len(params)
+        for k, p in enumerate(adjoint.shadow_of.values()):
+            if p in fresh:
+                if base + k in gathered:
+                    fresh_at.add(base + k)
+                else:
+                    shadows[p][...] = 0
     backup = {p: d.copy() for p, d in shadows.items()} if adjoint.uses_status else None
     for attempt in range(2):
         args = [v.copy() if p in adjoint.scratch else v for p, v in zip(params, values)]
@@ -299,7 +362,13 @@ def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tupl
         if status is not None:
             args.append(status)
         if 0 not in nd:
-            launcher(tuple(args), nd)
+            if fresh_at:
+                launcher(tuple(args), nd, fresh_at)
+            else:
+                launcher(tuple(args), nd)
+        elif fresh_at:                 # nothing ran: a fresh shadow still needs its zeros
+            for k in fresh_at:
+                args[k][...] = 0
         needed = int(backend.to_numpy(status)[0]) if status is not None else 0
         if needed == 0:
             return {p: float(backend.to_numpy(o)[0]) for p, o in zip(adjoint.active_scalars, outs)}
@@ -313,7 +382,7 @@ def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tupl
         depth = 1 << max(needed - 1, 1).bit_length()
         kernel.cache[("stack depth", key)] = depth
         del kernel.cache[key]
-        adjoint, launcher, key = adjoint_of(cfg, values, activity, nd)
+        adjoint, launcher, key = adjoint_of(cfg, values, activity, nd, discard)
     raise AssertionError("unreachable")
 
 

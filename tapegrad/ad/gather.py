@@ -57,6 +57,7 @@ class Gather:
 
     target: str          # the shadow parameter it adds into
     ir: KernelIR
+    fresh_ir: KernelIR   # the same storing instead of adding, for a shadow not yet written
 
 
 def split_gathers(ir: KernelIR, shadows: list[str], rank: int) -> tuple[KernelIR, list[Gather]]:
@@ -71,7 +72,8 @@ def split_gathers(ir: KernelIR, shadows: list[str], rank: int) -> tuple[KernelIR
         offsets = _offsets(ir.body, target, index_vars)
         if offsets is None or not any(any(o) for o in offsets):
             continue
-        gathers.append(Gather(target, _gather_kernel(ir, target, index_vars, offsets)))
+        gathers.append(Gather(target, _gather_kernel(ir, target, index_vars, offsets, False),
+                              _gather_kernel(ir, target, index_vars, offsets, True)))
     if not gathers:
         return ir, []
     gathered = {g.target for g in gathers}
@@ -203,7 +205,9 @@ def _int(e: ast.expr) -> int | None:
 # -- the generated kernels ------------------------------------------------------------------
 
 def _gather_kernel(ir: KernelIR, target: str, index_vars: list[str],
-                   offsets: list[tuple[int, ...]]) -> KernelIR:
+                   offsets: list[tuple[int, ...]], fresh: bool) -> KernelIR:
+    """The gather kernel of ``target``; with ``fresh`` it stores its sums instead of adding
+    them (every element is written once, so a shadow with no values yet needs no zeroing)."""
     rank = len(index_vars)
     own = [f"_gi{d}" if rank > 1 else "_gi" for d in range(rank)]
     nd = [f"_nd{d}" for d in range(rank)]
@@ -228,13 +232,14 @@ def _gather_kernel(ir: KernelIR, target: str, index_vars: list[str],
                           orelse=edge)]
     at = ast.Tuple(elts=[name(g) for g in own], ctx=ast.Load()) if rank > 1 else name(own[0])
     store = ast.Subscript(value=name(target), slice=at, ctx=ast.Store())
-    body.append(assign(store, add(ast.Subscript(value=name(target), slice=copy.deepcopy(at),
-                                                ctx=ast.Load()), name("_acc"))))
+    total = name("_acc") if fresh else add(ast.Subscript(
+        value=name(target), slice=copy.deepcopy(at), ctx=ast.Load()), name("_acc"))
+    body.append(assign(store, total))
     for s in body:
         for n in ast.walk(s):
             if "lineno" in n._attributes and not hasattr(n, "lineno"):
                 ast.copy_location(n, first)
-    return KernelIR(name=f"{ir.name}_gather_{target}", params=ir.params + nd, body=body,
+    return KernelIR(name=f"{ir.name}_{'store' if fresh else 'gather'}_{target}", params=ir.params + nd, body=body,
                     filename=ir.filename, lineno=ir.lineno, is_kernel=True, funcs=ir.funcs,
                     generated=True)
 

@@ -50,19 +50,23 @@ class Adjoint:
     gathers: list = field(default_factory=list)   # tapegrad.ad.gather.Gather, run first
 
 
-def reverse_kernel(tk: TypedKernel, activity: tuple[str, ...], stack_depth: int | None = None
-                   ) -> Adjoint:
+def reverse_kernel(tk: TypedKernel, activity: tuple[str, ...], stack_depth: int | None = None,
+                   discard: frozenset[str] = frozenset()) -> Adjoint:
     """Build the adjoint of ``tk`` (a typed, normalized kernel).
 
     ``activity[k]`` is ``"const"``, ``"dup"`` (an array with a shadow) or ``"active"`` (a float
-    scalar whose derivative is wanted) for parameter ``k``.
+    scalar whose derivative is wanted) for parameter ``k``.  Overwritten elements of the
+    shadows of the ``discard`` parameters are left as they are instead of being zeroed (a
+    tape's reverse sweep asks for this when nothing reads those shadows afterwards).
     """
-    return _Reverse(tk, activity, stack_depth).build()
+    return _Reverse(tk, activity, stack_depth, discard).build()
 
 
 class _Reverse(Transform):
-    def __init__(self, tk: TypedKernel, activity: tuple[str, ...], stack_depth: int | None):
+    def __init__(self, tk: TypedKernel, activity: tuple[str, ...], stack_depth: int | None,
+                 discard: frozenset[str] = frozenset()):
         super().__init__(tk, activity)
+        self.discard = discard
         self.requested_depth = stack_depth
         self.loop_depth = 0
         self.uses_stack = {"f": False, "i": False}
@@ -92,6 +96,10 @@ class _Reverse(Transform):
         self.replayed = {a for a in self.written | self.atomic_targets
                          if a in self.loaded or a not in arrays}
         self.scratch = sorted(a for a in arrays if a in self.replayed)
+        # not zeroing a consumed shadow is only safe when nothing in this adjoint reads that
+        # element again: the array is never read, and each work-item stores to it once
+        self.discard = {a for a in self.discard if _only_stored(mod, a)
+                        and _stores_per_path(body, a) <= 1}
         self.activity_analysis()
         self.saved = self.saved_locals()
         self.own = self.own_indices()
@@ -443,8 +451,11 @@ class _Reverse(Transform):
             adj = self.fresh("a")
             shadow = ast.Subscript(value=_n(f"{array}_bar"), slice=_clone(target.slice),
                                    ctx=ast.Load())
-            rev += [_assign(adj, shadow), _assign(ast.Subscript(
-                value=_n(f"{array}_bar"), slice=_clone(target.slice), ctx=ast.Store()), _c(0.0))]
+            rev.append(_assign(adj, shadow))
+            if array not in self.discard:     # consumed: the old value's shadow starts at 0
+                rev.append(_assign(ast.Subscript(value=_n(f"{array}_bar"),
+                                                 slice=_clone(target.slice), ctx=ast.Store()),
+                                   _c(0.0)))
         if replay:
             restore = ast.Subscript(value=_n(array), slice=_clone(target.slice), ctx=ast.Store())
             rev += self.pop(restore, self.element_is_float(array), ("array", array))
@@ -684,3 +695,31 @@ class _Reverse(Transform):
             if p is not None and self.active(arg):
                 out += self.backprop(arg, _mul(_clone(g), p))
         return out
+
+
+def _stores_per_path(stmts: list[ast.stmt], array: str) -> int:
+    """The most stores (plain or augmented) to ``array`` that one work-item can run on one
+    path through ``stmts``; 2 for any store inside a loop."""
+    most = 0
+    for s in stmts:
+        if isinstance(s, ast.If):
+            most += max(_stores_per_path(s.body, array), _stores_per_path(s.orelse, array))
+        elif isinstance(s, (ast.For, ast.While)):
+            most += 2 * min(1, _stores_per_path(s.body, array))
+        elif isinstance(s, (ast.Assign, ast.AugAssign)):
+            t = s.targets[0] if isinstance(s, ast.Assign) else s.target
+            most += isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) \
+                and t.value.id == array
+    return most
+
+
+def _only_stored(mod: ast.Module, array: str) -> bool:
+    """``array`` appears only as the target of stores and in ``array.shape``."""
+    allowed = set()
+    for n in ast.walk(mod):
+        if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store):
+            allowed.add(id(n.value))
+        if isinstance(n, ast.Attribute) and n.attr == "shape":
+            allowed.add(id(n.value))
+    return all(id(n) in allowed for n in ast.walk(mod)
+               if isinstance(n, ast.Name) and n.id == array)

@@ -43,7 +43,12 @@ class ReductionRecord(T.Record):
             return
         for ident, g in zip(self.reads, self.grad(bar, *self.views)):
             if ident in tape.active_ids and g is not None:
-                tape.shadow(ident)[...] += g
+                shadow = tape.shadow(ident, unwritten_ok=True)
+                if ident in tape.fresh:
+                    shadow[...] = g
+                    tape.written(ident)
+                else:
+                    shadow[...] += g
 
 
 def _reduce(name: str, arrays: tuple, value: float, grad: Callable[..., list[Any]],

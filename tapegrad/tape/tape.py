@@ -244,8 +244,8 @@ class Tape:
             if not is_array(s):
                 raise TapegradError(f"tape.gradient sources are arrays or scalars from "
                                     f"tg.Active / tg.sum(...), got {type(s).__name__}")
-            grads[array_key(s)] = _zeros_like(s)
-        self.backward(target, seeds, grads, sources)
+            grads[array_key(s)] = _empty_like(s)
+        self.backward(target, seeds, grads, sources, unwritten=set(grads))
         out = []
         for s in sources:
             if isinstance(s, TrackedScalar):
@@ -255,15 +255,20 @@ class Tape:
         return out
 
     def backward(self, target: Any, seeds: dict, shadows: dict[int, Any], sources: list[Any],
-                 seed_target: bool = True, seeded: list[Any] = ()) -> None:
+                 seed_target: bool = True, seeded: list[Any] = (),
+                 unwritten: set[Any] = frozenset()) -> None:
         """Run every adjoint in reverse order.  ``shadows`` maps array identities to the
-        shadows to accumulate into (others are made when needed); with ``seed_target`` the
-        scalar ``target`` gets adjoint 1, else the caller seeded the shadows of ``seeded``."""
+        shadows to accumulate into (others are made when needed; those in ``unwritten`` are
+        new and hold no values yet: the sweep writes or zeroes them); with ``seed_target``
+        the scalar ``target`` gets adjoint 1, else the caller seeded the shadows of
+        ``seeded``."""
         if self.recording:
             raise TapegradError("ask for gradients after the `with tg.Tape()` block ends")
         self.check_unchanged()
         self.check_sources_seen(sources)
         self.shadows = dict(shadows)
+        self.given = set(shadows)        # the caller's shadows: every value in them counts
+        self.fresh = set(unwritten)      # shadows holding no values yet (not even zeros)
         self.free = {}
         self.scalar_bar = {}
         self.activity_from(sources)
@@ -274,8 +279,10 @@ class Tape:
         for k, record in enumerate(self.records):
             for ident in (*record.reads, *record.writes):
                 first_use.setdefault(ident, k)
+        self.first_use = first_use
         for k in range(len(self.records) - 1, -1, -1):
             record = self.records[k]
+            self.position = k
             if (set(record.writes) & useful_ids or
                     (record.scalar_out is not None and record.scalar_out in useful_nodes)) and (
                     set(record.reads) & self.active_ids or set(record.scalars_in) & self.active_nodes
@@ -286,6 +293,10 @@ class Tape:
                 if first_use[ident] == k and ident not in shadows and ident in self.shadows:
                     sh = self.shadows.pop(ident)
                     self.free.setdefault(_pool_key(sh), []).append(sh)
+        self.position = None
+        for ident in self.fresh:         # given shadows no adjoint reached: zero gradients
+            self.shadows[ident].fill(0)
+        self.fresh = set()
 
     def seed(self, target: Any) -> None:
         if isinstance(target, TrackedScalar) and target.tape is self:
@@ -316,18 +327,36 @@ class Tape:
                 nodes |= set(record.scalars_in)
         return ids, nodes
 
-    def shadow(self, ident: int) -> Any:
+    def shadow(self, ident: int, unwritten_ok: bool = False) -> Any:
+        """The shadow of array ``ident``, zeros until an adjoint adds into it.  With
+        ``unwritten_ok`` it may come without its zeros (``ident`` is then in ``self.fresh``,
+        and the caller must write every element or zero it, then call ``written``)."""
         sh = self.shadows.get(ident)
         if sh is None:
             x = self.arrays[ident]
             pool = self.free.get(_pool_key(x))
-            if pool:          # a finished shadow: cleaning it beats fresh pages from the OS
+            if pool:          # a finished shadow: reusing it beats fresh pages from the OS
                 sh = pool.pop()
-                sh.fill(0)
+                self.fresh.add(ident)
+            elif unwritten_ok:
+                sh = _empty_like(x)
+                self.fresh.add(ident)
             else:
                 sh = _zeros_like(x)
             self.shadows[ident] = sh
+        if ident in self.fresh and not unwritten_ok:
+            sh.fill(0)
+            self.fresh.discard(ident)
         return sh
+
+    def written(self, ident: Any) -> None:
+        self.fresh.discard(ident)
+
+    def discardable(self, ident: Any) -> bool:
+        """Whether nothing reads the shadow of ``ident`` after the current record's adjoint:
+        no earlier record touched the array and the caller did not give that shadow."""
+        return (getattr(self, "position", None) is not None and ident not in self.given
+                and self.first_use.get(ident) == self.position)
 
     def add_scalar_bar(self, node: int, value: float) -> None:
         self.scalar_bar[node] = self.scalar_bar.get(node, 0.0) + value
@@ -387,6 +416,13 @@ def _pool_key(x: Any) -> tuple:
     return (type(x), tuple(x.shape), x.dtype.str)
 
 
+def _empty_like(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return np.empty_like(x)
+    import cupy
+    return cupy.empty_like(x)
+
+
 def _zeros_like(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return np.zeros_like(x)
@@ -421,16 +457,23 @@ class LaunchRecord(Record):
     def backward(self, tape: Tape) -> None:
         activity = []
         shadows = {}
+        discard, fresh = [], []
         for p, v, ident, node in zip(self.params, self.values, self.ids, self.nodes):
             if ident is not None and ident in tape.active_ids and \
                     np.dtype(v.dtype).kind == "f":
                 activity.append("dup")
-                shadows[p] = tape.shadow(ident)
+                shadows[p] = tape.shadow(ident, unwritten_ok=True)
+                if ident in tape.fresh:
+                    fresh.append(p)
+                    tape.written(ident)        # run_adjoint writes or zeroes it
+                if tape.discardable(ident):
+                    discard.append(p)
             elif node is not None and node in tape.active_nodes:
                 activity.append("active")
             else:
                 activity.append("const")
-        scalars = L.run_adjoint(self.cfg, tuple(self.values), shadows, tuple(activity), self.nd)
+        scalars = L.run_adjoint(self.cfg, tuple(self.values), shadows, tuple(activity), self.nd,
+                                frozenset(discard), frozenset(fresh))
         for p, node in zip(self.params, self.nodes):
             if p in scalars:
                 tape.add_scalar_bar(node, scalars[p])

@@ -57,7 +57,9 @@ def main() -> int:
                     ptx = L.compile_adjoint(kernel, target, argtypes, activity, len(nd_t), wgs,
                                             None)[1]
                     if not isinstance(ptx, str):   # a stencil adjoint: gather kernels + rest
-                        ptx = "\n".join([g for _, g in ptx.gathers] + [ptx.rest])
+                        ptx = "\n".join([g.adding for g in ptx.gathers]
+                                        + [target.compile(g.storing_typed) for g in ptx.gathers]
+                                        + [ptx.rest])
                 ok = ".entry" in ptx and ".target sm_90" in ptx
                 print(f"{'ok' if ok else 'BAD'} {kernel.name} {mode} {len(ptx)} "
                       f"atom={'atom.' in ptx} bar={'bar.sync' in ptx}")
