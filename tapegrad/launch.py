@@ -145,6 +145,14 @@ def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
 
 def launch_now(cfg: Any, args: tuple, ndrange: Any) -> None:
     """Run a configured kernel now, unrecorded."""
+    launcher, nd = prepare(cfg, args, ndrange)
+    if 0 not in nd:
+        launcher(args, nd)
+
+
+def prepare(cfg: Any, args: tuple, ndrange: Any) -> tuple[Any, tuple[int, ...]]:
+    """The compiled primal launcher for these arguments (checked and compiled on first use)
+    and the launch's ndrange as a tuple."""
     kernel, backend = cfg.kernel, cfg.backend
     nd = _ndrange(kernel, ndrange)
     wgs = _groupsize(cfg, len(nd))
@@ -156,9 +164,7 @@ def launch_now(cfg: Any, args: tuple, ndrange: Any) -> None:
         check_writable(kernel, args)
         kernel.cache[key] = launcher
         kernel.cache[("last", "primal", backend)] = launcher
-    if 0 in nd:
-        return
-    launcher(args, nd)
+    return launcher, nd
 
 
 def source_of(kernel: Any, mode: str, backend: Any) -> str:
@@ -204,6 +210,9 @@ def _arg_key(args: tuple) -> tuple:
 
 
 def _ndrange(kernel: Any, ndrange: Any) -> tuple[int, ...]:
+    if type(ndrange) is tuple and 0 < len(ndrange) < 4 and all(
+            type(n) is int and n >= 0 for n in ndrange):
+        return ndrange                   # the common case, checked in one pass
     if ndrange is None:
         raise LaunchError(f"{kernel.name}(backend)(...) needs ndrange=: the number of "
                           "work-items, e.g. ndrange=B.size or ndrange=B.shape")
@@ -220,6 +229,16 @@ def _ndrange(kernel: Any, ndrange: Any) -> tuple[int, ...]:
 
 
 def _groupsize(cfg: Any, rank: int) -> tuple[int, ...]:
+    known = cfg.__dict__.get("_groupsizes")
+    if known is None:
+        known = cfg._groupsizes = {}
+    wgs = known.get(rank)
+    if wgs is None:
+        wgs = known[rank] = _checked_groupsize(cfg, rank)
+    return wgs
+
+
+def _checked_groupsize(cfg: Any, rank: int) -> tuple[int, ...]:
     wgs = cfg.workgroupsize
     if wgs is None:
         return cfg.backend.default_groupsize(rank)

@@ -197,32 +197,40 @@ class Tape:
         return node
 
     def record_launch(self, cfg: Any, args: tuple, ndrange: Any) -> None:
-        """Called for every kernel launch while this tape records."""
+        """Called for every kernel launch while this tape records (the hot path of a
+        recorded simulation: one pass over the arguments)."""
         kernel = cfg.kernel
-        plain = tuple(float(a) if isinstance(a, TrackedScalar) else a for a in args)
-        nd = L._ndrange(kernel, ndrange)              # bad launches fail before any copy
-        L.check_args(kernel, cfg.backend, plain)
+        plain = tuple(float(a) if type(a) is TrackedScalar else a for a in args)
+        launcher, nd = L.prepare(cfg, plain, ndrange)   # bad launches fail before any copy
         reads, writes = L.access(kernel)
         params = L.kernel_ir(kernel).params
         seen = list(plain)
-        ids: list[int | None] = [None] * len(args)
+        ids: list[tuple | None] = [None] * len(args)
+        nodes: list[int | None] = [None] * len(args)
+        read_ids, write_ids, live = [], [], []
         for pos, (p, a) in enumerate(zip(params, args)):
-            if is_array(a):
-                ids[pos] = self.track(a)
+            if type(a) is TrackedScalar:
+                if a.tape is self:
+                    nodes[pos] = a.node
+            elif isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__"):
+                ident = ids[pos] = self.track(a)
                 if p in writes:
-                    seen[pos] = self.will_overwrite(a, p in reads, ids[pos])
-        L.launch_now(cfg, plain, ndrange)
+                    seen[pos] = self.will_overwrite(a, p in reads, ident)
+                    write_ids.append(ident)
+                if p in reads:
+                    read_ids.append(ident)
+                    if seen[pos] is a:
+                        live.append((ident, pos))
+        if 0 not in nd:
+            launcher(plain, nd)
         record = LaunchRecord(
-            reads=[ids[k] for k, p in enumerate(params) if ids[k] is not None and p in reads],
-            writes=[ids[k] for k, p in enumerate(params) if ids[k] is not None and p in writes],
-            scalars_in=[a.node for a in args if isinstance(a, TrackedScalar) and a.tape is self],
+            reads=read_ids, writes=write_ids,
+            scalars_in=[n for n in nodes if n is not None],
             name=kernel.name, cfg=cfg, params=params, values=seen, ids=ids, nd=nd,
-            nodes=[a.node if isinstance(a, TrackedScalar) and a.tape is self else None
-                   for a in args])
+            nodes=nodes)
         self.records.append(record)
-        for pos, (p, a) in enumerate(zip(params, args)):
-            if ids[pos] is not None and p in reads and seen[pos] is a:
-                self.readers.setdefault(ids[pos], []).append((record, pos))
+        for ident, pos in live:
+            self.readers.setdefault(ident, []).append((record, pos))
 
     def record_host(self, record: Record, live_inputs: list[tuple[Any, int]]) -> None:
         self.records.append(record)
