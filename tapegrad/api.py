@@ -29,7 +29,6 @@ from tapegrad.tape.tape import (
     Tape,
     _empty_like,
     _zeros_like,
-    array_key,
     is_array,
     not_a_scalar,
 )
@@ -192,7 +191,7 @@ def _autodiff_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> 
                     sources.append(a.val)
                 call_args.append(a.val)
         result = f(*call_args)
-    shadows = {array_key(a.val): a.dval for a in annotated if isinstance(a, Duplicated)}
+    shadows = {tape.key(a.val): a.dval for a in annotated if isinstance(a, Duplicated)}
     seeded = [a.val for a in annotated if isinstance(a, Duplicated)]
     if ret_kind == "active":
         _check_scalar_result(tape, result)
@@ -246,7 +245,7 @@ def _return_kind(ret: Any) -> str:
 def _check_scalar_result(tape: Tape, result: Any) -> None:
     if isinstance(result, TrackedScalar) and result.tape is tape:
         return
-    if is_array(result) and getattr(result, "size", 0) == 1 and array_key(result) in tape.arrays:
+    if is_array(result) and getattr(result, "size", 0) == 1 and tape.tracks(result):
         return
     if isinstance(result, (float, int, np.floating, np.integer)):
         raise TapegradError(
@@ -310,24 +309,24 @@ def vjp(f: Callable[..., Any], x: Any, w: Any) -> tuple[Any, Any]:
 
 def _seeded_sweep(tape: Tape, y: Any, w: Any, x: Any, x_bar: Any) -> None:
     if isinstance(y, TrackedScalar):
-        tape.backward(y, {}, {array_key(x): x_bar}, [x], seed_target=False, seeded=[y])
+        tape.backward(y, {}, {tape.key(x): x_bar}, [x], seed_target=False, seeded=[y])
         tape.scalar_bar[y.node] = float(w)
         _rerun(tape, y, x, x_bar)
         return
-    if not is_array(y) or array_key(y) not in tape.arrays:
+    if not is_array(y) or not tape.tracks(y):
         raise TapegradError("tg.vjp / tg.jacobian need f(x) to return an array its kernels "
                             "wrote, or a scalar from tg.sum/tg.dot/...")
     seed = _empty_like(y)
     seed[...] = w
     # x_bar is ours and new: the sweep may store into it rather than add to its zeros
-    tape.backward(y, {}, {array_key(x): x_bar, array_key(y): seed}, [x], seed_target=False,
-                  seeded=[y], unwritten={array_key(x)} - {array_key(y)})
+    tape.backward(y, {}, {tape.key(x): x_bar, tape.key(y): seed}, [x], seed_target=False,
+                  seeded=[y], unwritten={tape.key(x)} - {tape.key(y)})
 
 
 def _rerun(tape: Tape, y: TrackedScalar, x: Any, x_bar: Any) -> None:
     """Sweep again with the scalar output's adjoint set (scalar outputs have no shadow)."""
     bar = tape.scalar_bar[y.node]
-    tape.shadows = {array_key(x): x_bar}
+    tape.shadows = {tape.key(x): x_bar}
     tape.scalar_bar = {y.node: bar}
     useful_ids, useful_nodes = tape.useful_from([y])
     for record in reversed(tape.records):

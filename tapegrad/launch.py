@@ -46,16 +46,8 @@ def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
                     stack_depth: int | None, discard: frozenset[str] = frozenset()
                     ) -> tuple[Any, Any]:
     """The reverse-mode pipeline: kernel IR -> normalized, typed -> adjoint IR -> compiled."""
-    ir = kernel_ir(kernel)                                          # parse, check, resolve
-    flat = normalize(ir, kernel_ir, keep=lambda f: f.reverse_rule is not None)  # inline...
-    typed = specialize(flat, argtypes, rank, groupsize, kernel_ir)  # infer types
-    adjoint = reverse_kernel(typed, activity, stack_depth, discard)  # generate the adjoint
-    extra = [argtypes[ir.params.index(p)] for p in adjoint.shadow_of.values()]
-    extra += [Array("float64", 1)] * len(adjoint.active_scalars)
-    extra += [Array("int64", 1)] if adjoint.uses_status else []
-    if not adjoint.uses_status:                                     # stencils: no atomics
-        adjoint.ir, adjoint.gathers = split_gathers(adjoint.ir, list(adjoint.shadow_of), rank)
-    full = argtypes + tuple(extra)
+    adjoint = adjoint_ir(kernel, argtypes, activity, rank, groupsize, stack_depth, discard)
+    full = argtypes + tuple(_adjoint_extra_types(kernel, adjoint, argtypes))
     typed_adjoint = specialize(adjoint.ir, full, rank, groupsize, kernel_ir)
     if adjoint.gathers and not has_effects(adjoint.ir):
         launcher = None                  # the gathers did everything (a tape's stencils)
@@ -70,6 +62,54 @@ def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
             gathers.append(_Gather(at, backend.compile(both[0]), backend, both[1]))
         launcher = _GathersThenRest(gathers, launcher)
     return adjoint, launcher
+
+
+def adjoint_ir(kernel: Any, argtypes: tuple[Type, ...], activity: tuple[str, ...], rank: int,
+               groupsize: tuple[int, ...], stack_depth: int | None = None,
+               discard: frozenset[str] = frozenset()) -> Any:
+    """The adjoint of a kernel (``tapegrad.ad.Adjoint``, stencils split into gathers), not
+    compiled: kernel IR -> normalized, typed -> adjoint IR."""
+    ir = kernel_ir(kernel)                                          # parse, check, resolve
+    flat = normalize(ir, kernel_ir, keep=lambda f: f.reverse_rule is not None)  # inline...
+    typed = specialize(flat, argtypes, rank, groupsize, kernel_ir)  # infer types
+    adjoint = reverse_kernel(typed, activity, stack_depth, discard)  # generate the adjoint
+    if not adjoint.uses_status:                                     # stencils: no atomics
+        adjoint.ir, adjoint.gathers = split_gathers(adjoint.ir, list(adjoint.shadow_of), rank)
+    return adjoint
+
+
+def _adjoint_extra_types(kernel: Any, adjoint: Any, argtypes: tuple[Type, ...]) -> list[Type]:
+    params = kernel_ir(kernel).params
+    extra = [argtypes[params.index(p)] for p in adjoint.shadow_of.values()]
+    extra += [Array("float64", 1)] * len(adjoint.active_scalars)
+    return extra + ([Array("int64", 1)] if adjoint.uses_status else [])
+
+
+_METADATA = ("shape", "size", "ndim", "dtype")
+
+
+def values_read(kernel: Any, backend: Any, args: tuple, activity: tuple[str, ...],
+                nd: tuple[int, ...], wgs: tuple[int, ...]) -> frozenset[str]:
+    """The array parameters whose contents the adjoint for ``activity`` reads (a linear
+    kernel's adjoint reads none of its inputs: only their shapes); cached."""
+    key = ("values read", backend, _arg_key(args), activity, len(nd), wgs)
+    found = kernel.cache.get(key)
+    if found is None:
+        argtypes = check_args(kernel, backend, args)
+        adjoint = adjoint_ir(kernel, argtypes, activity, len(nd), wgs)
+        params = kernel_ir(kernel).params
+        arrays = {p for p, t in zip(params, argtypes) if isinstance(t, Array)}
+        metadata = set()
+        irs = [adjoint.ir] + [g.ir for g in adjoint.gathers]
+        for ir in irs:
+            for n in ast.walk(ast.Module(body=ir.body, type_ignores=[])):
+                if isinstance(n, ast.Attribute) and n.attr in _METADATA:
+                    metadata.add(id(n.value))
+        found = frozenset(adjoint.scratch) | frozenset(
+            n.id for ir in irs for n in ast.walk(ast.Module(body=ir.body, type_ignores=[]))
+            if isinstance(n, ast.Name) and n.id in arrays and id(n) not in metadata)
+        kernel.cache[key] = found
+    return found
 
 
 def has_effects(ir: Any) -> bool:

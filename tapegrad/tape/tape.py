@@ -10,8 +10,8 @@ overwrite consumes the shadow of what it overwrote (Enzyme's semantics).
 
 from __future__ import annotations
 
-import bisect
 import sys
+import weakref
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +20,7 @@ import numpy as np
 
 from tapegrad import launch as L
 from tapegrad.errors import TapegradError
+from tapegrad.tape.identity import Identities, array_key
 from tapegrad.tape.scalars import TrackedScalar
 
 _recording: list[Tape] = []
@@ -28,16 +29,6 @@ _recording: list[Tape] = []
 def current() -> Tape | None:
     """The innermost tape that is recording, if any."""
     return _recording[-1] if _recording else None
-
-
-def array_key(x: Any) -> tuple:
-    """An array's identity on a tape: its memory (address, shape, strides, dtype), so that two
-    view objects of the same elements are the same array."""
-    if isinstance(x, np.ndarray):
-        ptr = x.__array_interface__["data"][0]
-    else:
-        ptr = x.__cuda_array_interface__["data"][0]
-    return (ptr, tuple(x.shape), tuple(x.strides), x.dtype.str)
 
 
 def is_array(x: Any) -> bool:
@@ -91,16 +82,17 @@ class Tape:
         recording (for internal tapes whose gradient follows at once)."""
         self.watch_changes = watch_changes
         self.records: list[Record] = []
-        self.arrays: dict[tuple, Any] = {}          # identity -> the live array (kept alive)
-        self.extents: list[tuple[int, int, tuple]] = []   # sorted memory ranges of arrays
-        self.readers: dict[int, list[tuple[Record, int]]] = {}   # live references to redirect
-        self.known: dict[int, tuple] = {}   # id(array) -> (array, shape, strides, identity)
+        self.ids = Identities()
+        # identity -> (record, position, array): records that need the array's current
+        # contents (redirected to a copy when a launch is about to overwrite them)
+        self.readers: dict[tuple, list[tuple[Record, int, Any]]] = {}
         self.nodes: list[TrackedScalar] = []
         self.fingerprints: dict[int, int] = {}
         self.recording = False
         self.used = False
         # filled by a reverse sweep
         self.shadows: dict[int, Any] = {}
+        self.stand_ins: dict[tuple, Any] = {}
         self.free: dict[tuple, list[Any]] = {}   # finished shadows, by shape and dtype
         self.scalar_bar: dict[int, float] = {}
         self.active_ids: set[int] = set()
@@ -122,10 +114,10 @@ class Tape:
         # remember what every live input looked like, to catch changes before gradient();
         # arrays only the tape still holds (a simulation's intermediate states) cannot change
         if self.watch_changes:
-            watched = [ident for ident, refs in self.readers.items() if refs]
-            held = self.references_held({id(self.arrays[ident]) for ident in watched})
-            for ident in watched:
-                x = self.arrays[ident]
+            watched = {ident: refs[-1][2] for ident, refs in self.readers.items() if refs}
+            held = self.references_held({id(x) for x in watched.values()})
+            for ident in list(watched):
+                x = watched.pop(ident)      # the caller's variable is the only extra reference
                 if not _only_tape_holds(x, held[id(x)]):
                     self.fingerprints[ident] = fingerprint(x)
 
@@ -135,12 +127,13 @@ class Tape:
         derivative rule's closure, are not counted, which can only make an array look
         reachable from outside)."""
         held = dict.fromkeys(candidates, 0)
-        for x in self.arrays.values():
+        for x in self.ids.strong_references():
             if id(x) in held:
                 held[id(x)] += 1
-        for x, *_ in self.known.values():
-            if id(x) in held:
-                held[id(x)] += 1
+        for refs in self.readers.values():
+            for *_, x in refs:
+                if id(x) in held:
+                    held[id(x)] += 1
         for record in self.records:
             fields = (record.values,) if isinstance(record, LaunchRecord) else vars(record).values()
             for value in fields:
@@ -150,30 +143,16 @@ class Tape:
         return held
 
     def track(self, x: Any) -> tuple:
-        known = self.known.get(id(x))   # held below, so the id cannot be reused meanwhile
-        if known is not None and known[1] == x.shape and known[2] == x.strides:
-            return known[3]
-        ident = array_key(x)
-        self.known[id(x)] = (x, x.shape, x.strides, ident)
-        if ident not in self.arrays:
-            lo, hi = _extent(x)
-            k = bisect.bisect_right(self.extents, (lo, hi))
-            # tracked arrays never overlap, so only the neighbours can touch the new one
-            for j in (k - 1, k):
-                if 0 <= j < len(self.extents) and hi > 0:
-                    other_lo, other_hi, other = self.extents[j]
-                    if other_lo < hi and lo < other_hi and hi > lo:
-                        raise TapegradError(
-                            f"recorded code used two different views of the same memory "
-                            f"(shapes {self.arrays[other].shape} and {x.shape}); tapegrad "
-                            "tracks whole arrays or identical views, so pass the same view "
-                            "every time (or copy)")
-            self.extents.insert(k, (lo, hi, ident))
-            self.arrays[ident] = x
-        return ident
+        """The identity of array ``x`` on this tape (registered the first time)."""
+        return self.ids.track(x)
 
     def key(self, x: Any) -> tuple:
-        return array_key(x)
+        """The identity of ``x`` if the tape tracks it, else its memory (which no record
+        refers to)."""
+        return self.ids.ident_of(x) or array_key(x)
+
+    def tracks(self, x: Any) -> bool:
+        return self.ids.ident_of(x) is not None
 
     def will_overwrite(self, x: Any, also_read_now: bool, ident: tuple | None = None) -> Any:
         """Before ``x`` is overwritten: if someone still needs its contents, copy them and
@@ -183,13 +162,13 @@ class Tape:
         if not refs and not also_read_now:
             return x
         old = x.copy()
-        for record, pos in refs:
+        for record, pos, _ in refs:
             record.redirect(pos, old)
         self.readers[ident] = []
         return old
 
     def read_live(self, x: Any, record: Record, pos: int) -> None:
-        self.readers.setdefault(self.track(x), []).append((record, pos))
+        self.readers.setdefault(self.track(x), []).append((record, pos, x))
 
     def new_node(self, value: float) -> TrackedScalar:
         node = TrackedScalar(value, self, len(self.nodes))
@@ -204,6 +183,7 @@ class Tape:
         launcher, nd = L.prepare(cfg, plain, ndrange)   # bad launches fail before any copy
         reads, writes = L.access(kernel)
         params = L.kernel_ir(kernel).params
+        needs = self.values_needed(cfg, args, plain, nd)
         seen = list(plain)
         ids: list[tuple | None] = [None] * len(args)
         nodes: list[int | None] = [None] * len(args)
@@ -215,22 +195,46 @@ class Tape:
             elif isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__"):
                 ident = ids[pos] = self.track(a)
                 if p in writes:
-                    seen[pos] = self.will_overwrite(a, p in reads, ident)
+                    seen[pos] = self.will_overwrite(a, p in reads and p in needs, ident)
                     write_ids.append(ident)
                 if p in reads:
                     read_ids.append(ident)
-                    if seen[pos] is a:
-                        live.append((ident, pos))
+                    if seen[pos] is a and p in needs:
+                        live.append((ident, pos, a))
         if 0 not in nd:
             launcher(plain, nd)
+        for pos, p in enumerate(params):     # contents no adjoint reads: do not keep them
+            if ids[pos] is not None and p not in needs and seen[pos] is args[pos]:
+                seen[pos] = _Released.of(seen[pos])
         record = LaunchRecord(
             reads=read_ids, writes=write_ids,
             scalars_in=[n for n in nodes if n is not None],
             name=kernel.name, cfg=cfg, params=params, values=seen, ids=ids, nd=nd,
-            nodes=nodes)
+            nodes=nodes, needs=needs)
         self.records.append(record)
-        for ident, pos in live:
-            self.readers.setdefault(ident, []).append((record, pos))
+        for ident, pos, a in live:
+            self.readers.setdefault(ident, []).append((record, pos, a))
+
+    def values_needed(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...]
+                      ) -> frozenset[str]:
+        """The parameters whose contents this launch's adjoint may read, whatever the sweep
+        differentiates: the adjoint with every float array and every scalar this tape tracks
+        active.  Other arrays need no copy when a later launch overwrites them (a linear
+        kernel's adjoint reads only shapes)."""
+        kernel = cfg.kernel
+        activity = tuple(
+            "active" if type(a) is TrackedScalar and a.tape is self else
+            "dup" if isinstance(v, np.ndarray) and v.dtype.kind == "f" or (
+                hasattr(v, "__cuda_array_interface__") and np.dtype(v.dtype).kind == "f")
+            else "const" for a, v in zip(args, plain))
+        everything = frozenset(L.kernel_ir(kernel).params)
+        if "dup" not in activity and "active" not in activity:
+            return everything
+        try:
+            return L.values_read(kernel, cfg.backend, plain, activity, nd,
+                                 L._groupsize(cfg, len(nd)))
+        except TapegradError:     # not differentiable here: the sweep will say so, if asked
+            return everything
 
     def record_host(self, record: Record, live_inputs: list[tuple[Any, int]]) -> None:
         self.records.append(record)
@@ -252,14 +256,14 @@ class Tape:
             if not is_array(s):
                 raise TapegradError(f"tape.gradient sources are arrays or scalars from "
                                     f"tg.Active / tg.sum(...), got {type(s).__name__}")
-            grads[array_key(s)] = _empty_like(s)
+            grads[self.key(s)] = _empty_like(s)
         self.backward(target, seeds, grads, sources, unwritten=set(grads))
         out = []
         for s in sources:
             if isinstance(s, TrackedScalar):
                 out.append(self.scalar_bar.get(s.node, 0.0))
             else:
-                out.append(grads[array_key(s)])
+                out.append(grads[self.key(s)])
         return out
 
     def backward(self, target: Any, seeds: dict, shadows: dict[int, Any], sources: list[Any],
@@ -277,6 +281,7 @@ class Tape:
         self.shadows = dict(shadows)
         self.given = set(shadows)        # the caller's shadows: every value in them counts
         self.fresh = set(unwritten)      # shadows holding no values yet (not even zeros)
+        self.stand_ins: dict[tuple, Any] = {}   # for freed arrays whose contents nobody reads
         self.free = {}
         self.scalar_bar = {}
         self.activity_from(sources)
@@ -305,18 +310,19 @@ class Tape:
         for ident in self.fresh:         # given shadows no adjoint reached: zero gradients
             self.shadows[ident].fill(0)
         self.fresh = set()
+        self.stand_ins = {}
 
     def seed(self, target: Any) -> None:
         if isinstance(target, TrackedScalar) and target.tape is self:
             self.scalar_bar[target.node] = self.scalar_bar.get(target.node, 0.0) + 1.0
-        elif is_array(target) and array_key(target) in self.arrays and target.size == 1:
-            self.shadow(array_key(target))[...] += 1
+        elif is_array(target) and self.tracks(target) and target.size == 1:
+            self.shadow(self.key(target))[...] += 1
         else:
             raise not_a_scalar(target)
 
     def activity_from(self, sources: list[Any]) -> None:
         """Forward pass: what depends on the sources (everything else is constant)."""
-        self.active_ids = {array_key(s) for s in sources if is_array(s)}
+        self.active_ids = {self.key(s) for s in sources if is_array(s)}
         self.active_nodes = {s.node for s in sources if isinstance(s, TrackedScalar)}
         for record in self.records:
             if set(record.reads) & self.active_ids or set(record.scalars_in) & self.active_nodes:
@@ -326,7 +332,7 @@ class Tape:
 
     def useful_from(self, targets: list[Any]) -> tuple[set[int], set[int]]:
         """Backward pass: what can reach the targets (the rest is skipped)."""
-        ids = {array_key(t) for t in targets if is_array(t)}
+        ids = {self.key(t) for t in targets if is_array(t)}
         nodes = {t.node for t in targets if isinstance(t, TrackedScalar)}
         for record in reversed(self.records):
             if set(record.writes) & ids or (record.scalar_out is not None
@@ -341,16 +347,15 @@ class Tape:
         and the caller must write every element or zero it, then call ``written``)."""
         sh = self.shadows.get(ident)
         if sh is None:
-            x = self.arrays[ident]
-            pool = self.free.get(_pool_key(x))
+            meta = self.ids.meta(ident)      # (type, shape, dtype): the array may be gone
+            pool = self.free.get((meta[0], meta[1], np.dtype(meta[2]).str))
             if pool:          # a finished shadow: reusing it beats fresh pages from the OS
                 sh = pool.pop()
                 self.fresh.add(ident)
-            elif unwritten_ok:
-                sh = _empty_like(x)
-                self.fresh.add(ident)
             else:
-                sh = _zeros_like(x)
+                sh = _allocate(meta, zeroed=not unwritten_ok)
+                if unwritten_ok:
+                    self.fresh.add(ident)
             self.shadows[ident] = sh
         if ident in self.fresh and not unwritten_ok:
             sh.fill(0)
@@ -377,7 +382,7 @@ class Tape:
             seen.update(record.reads)
             seen.update(record.writes)
         for s in sources:
-            if is_array(s) and array_key(s) not in seen:
+            if is_array(s) and self.key(s) not in seen:
                 raise TapegradError(
                     f"the array of shape {s.shape} you differentiate with respect to was not "
                     "used by any recorded kernel launch or tapegrad operation, so its gradient "
@@ -387,8 +392,9 @@ class Tape:
 
     def check_unchanged(self) -> None:
         for ident, fp in self.fingerprints.items():
-            if self.readers.get(ident) and fingerprint(self.arrays[ident]) != fp:
-                x = self.arrays[ident]
+            refs = self.readers.get(ident)
+            if refs and fingerprint(refs[-1][2]) != fp:
+                x = refs[-1][2]
                 raise TapegradError(
                     f"an array of shape {x.shape} that the recorded code read was changed after "
                     "recording and before gradient(), so the recorded derivatives no longer "
@@ -404,24 +410,17 @@ def _only_tape_holds(x: Any, held: int) -> bool:
     return getattr(x, "base", None) is None and sys.getrefcount(x) - 3 <= held
 
 
-def _extent(x: Any) -> tuple[int, int]:
-    """The byte range ``[lo, hi)`` an array's elements occupy (host and device addresses
-    never meet: device arrays are shifted into their own range)."""
-    ptr = array_key(x)[0]
-    lo = hi = ptr
-    for n, st in zip(x.shape, x.strides):
-        if n == 0:
-            return ptr, ptr
-        lo += min(0, (n - 1) * st)
-        hi += max(0, (n - 1) * st)
-    hi += x.dtype.itemsize
-    if not isinstance(x, np.ndarray):
-        lo, hi = lo + (1 << 64), hi + (1 << 64)
-    return lo, hi
-
-
 def _pool_key(x: Any) -> tuple:
     return (type(x), tuple(x.shape), x.dtype.str)
+
+
+def _allocate(meta: tuple, zeroed: bool) -> Any:
+    """A new array of ``meta = (array type, shape, dtype)``."""
+    kind, shape, dtype = meta
+    if kind is np.ndarray:
+        return np.zeros(shape, dtype) if zeroed else np.empty(shape, dtype)
+    import cupy
+    return cupy.zeros(shape, dtype) if zeroed else cupy.empty(shape, dtype)
 
 
 def _empty_like(x: Any) -> Any:
@@ -450,6 +449,36 @@ def not_a_scalar(value: Any) -> TapegradError:
         "tape.gradient(target, sources)")
 
 
+class _Released:
+    """A launch argument whose contents no adjoint reads, held weakly: the adjoint gets the
+    array itself while user code keeps it alive, else a stand-in of the same type and shape
+    (whose contents it does not read)."""
+
+    __slots__ = ("ref", "meta")
+
+    def __init__(self, ref: Any, meta: tuple):
+        self.ref = ref
+        self.meta = meta
+
+    @staticmethod
+    def of(x: Any) -> Any:
+        flags = getattr(x, "flags", None)
+        if flags is None or not flags.c_contiguous or not getattr(flags, "writeable", True):
+            return x       # a stand-in would have another layout: another compiled kernel
+        try:
+            return _Released(weakref.ref(x), (type(x), tuple(x.shape), x.dtype))
+        except TypeError:  # no weak references to this array type
+            return x
+
+    def get(self, stand_ins: dict) -> Any:
+        x = self.ref()
+        if x is None:
+            x = stand_ins.get(self.meta)
+            if x is None:
+                x = stand_ins[self.meta] = _allocate(self.meta, zeroed=False)
+        return x
+
+
 @dataclass
 class LaunchRecord(Record):
     cfg: Any = None
@@ -458,6 +487,7 @@ class LaunchRecord(Record):
     ids: list[int | None] = field(default_factory=list)
     nd: tuple[int, ...] = ()
     nodes: list[int | None] = field(default_factory=list)
+    needs: frozenset[str] = frozenset()      # parameters whose contents the adjoint may read
 
     def redirect(self, pos: int, copy: Any) -> None:
         self.values[pos] = copy
@@ -466,7 +496,8 @@ class LaunchRecord(Record):
         activity = []
         shadows = {}
         discard, fresh = [], []
-        for p, v, ident, node in zip(self.params, self.values, self.ids, self.nodes):
+        values = [v.get(tape.stand_ins) if type(v) is _Released else v for v in self.values]
+        for p, v, ident, node in zip(self.params, values, self.ids, self.nodes):
             if ident is not None and ident in tape.active_ids and \
                     np.dtype(v.dtype).kind == "f":
                 activity.append("dup")
@@ -480,7 +511,15 @@ class LaunchRecord(Record):
                 activity.append("active")
             else:
                 activity.append("const")
-        scalars = L.run_adjoint(self.cfg, tuple(self.values), shadows, tuple(activity), self.nd,
+        activity = tuple(activity)
+        wgs = L._groupsize(self.cfg, len(self.nd))
+        reads = L.values_read(self.cfg.kernel, self.cfg.backend, tuple(values), activity,
+                              self.nd, wgs)
+        if not reads <= self.needs:
+            raise TapegradError(
+                f"tapegrad bug: the adjoint of {self.name} reads {sorted(reads - self.needs)}, "
+                "whose contents the tape did not keep; please report it with the kernel")
+        scalars = L.run_adjoint(self.cfg, tuple(values), shadows, activity, self.nd,
                                 frozenset(discard), frozenset(fresh))
         for p, node in zip(self.params, self.nodes):
             if p in scalars:

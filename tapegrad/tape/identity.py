@@ -1,0 +1,135 @@
+"""Which recorded arrays are the same array: identities by memory, without keeping arrays alive.
+
+A tape tracks arrays by their memory (address, shape, strides, dtype), so that two view
+objects of the same elements are the same array.  It does not keep them alive: an array whose
+contents no adjoint reads (a linear kernel's input, an output) is freed when user code drops
+it, so a 1000-step simulation of linear steps holds no state.  Memory can then be reused by a
+new array at the same address; while the object owning the old memory (the root of the view's
+``base`` chain) is alive that cannot happen, so an identity stays valid exactly as long as its
+owner lives, and a new array at a dead owner's address gets a new identity (a new generation).
+"""
+
+from __future__ import annotations
+
+import bisect
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tapegrad.errors import TapegradError
+
+
+def array_key(x: Any) -> tuple:
+    """An array's memory: (address, shape, strides, dtype)."""
+    if isinstance(x, np.ndarray):
+        ptr = x.__array_interface__["data"][0]
+    else:
+        ptr = x.__cuda_array_interface__["data"][0]
+    return (ptr, tuple(x.shape), tuple(x.strides), x.dtype.str)
+
+
+@dataclass
+class _Entry:
+    ident: tuple
+    owner: Any          # a weak reference to the memory's owner, or the owner itself
+    weak: bool
+    meta: tuple         # (array type, shape, dtype): enough to make its shadow
+
+    def alive(self) -> bool:
+        return not self.weak or self.owner() is not None
+
+
+class Identities:
+    """Identities of the arrays one tape has seen."""
+
+    def __init__(self) -> None:
+        self.by_memory: dict[tuple, _Entry] = {}        # array_key -> current generation
+        self.entries: dict[tuple, _Entry] = {}          # identity -> entry (all generations)
+        self.extents: list[tuple[int, int, tuple]] = []   # sorted memory ranges
+        self.known: dict[int, tuple] = {}   # id(view) -> (ref to view, shape, strides, ident)
+
+    def track(self, x: Any) -> tuple:
+        """The identity of ``x``, registering it the first time."""
+        known = self.known.get(id(x))
+        if known is not None and known[0]() is x and known[1] == x.shape \
+                and known[2] == x.strides:
+            return known[3]
+        key = array_key(x)
+        entry = self.by_memory.get(key)
+        if entry is None or not entry.alive():
+            entry = self._register(x, key, entry)
+        try:
+            self.known[id(x)] = (weakref.ref(x), x.shape, x.strides, entry.ident)
+        except TypeError:      # no weak references to this array type: remember nothing
+            pass
+        return entry.ident
+
+    def ident_of(self, x: Any) -> tuple | None:
+        """The identity of ``x`` if it is tracked (and not a new array at old memory)."""
+        entry = self.by_memory.get(array_key(x))
+        return entry.ident if entry is not None and entry.alive() else None
+
+    def meta(self, ident: tuple) -> tuple:
+        return self.entries[ident].meta
+
+    def strong_references(self) -> list[Any]:
+        """Owners held strongly (types without weak references): they stay alive."""
+        return [e.owner for e in self.by_memory.values() if not e.weak]
+
+    def _register(self, x: Any, key: tuple, old: _Entry | None) -> _Entry:
+        generation = 0 if old is None else old.ident[-1] + 1 if len(old.ident) > 4 else 1
+        ident = key if generation == 0 else key + (generation,)
+        lo, hi = _extent(x)
+        self._check_overlap(x, lo, hi, old)
+        owner = x
+        while getattr(owner, "base", None) is not None:
+            owner = owner.base
+        try:
+            entry = _Entry(ident, weakref.ref(owner), True, (type(x), tuple(x.shape), x.dtype))
+        except TypeError:
+            entry = _Entry(ident, owner, False, (type(x), tuple(x.shape), x.dtype))
+        self.by_memory[key] = entry
+        self.entries[ident] = entry
+        bisect.insort(self.extents, (lo, hi, ident))
+        return entry
+
+    def _check_overlap(self, x: Any, lo: int, hi: int, old: _Entry | None) -> None:
+        """Tracked live arrays never overlap, so only the neighbours can touch a new one;
+        ranges of freed arrays are dropped as they are met."""
+        while hi > lo:
+            k = bisect.bisect_right(self.extents, (lo, hi))
+            clash = None
+            for j in (k - 1, k):
+                if 0 <= j < len(self.extents):
+                    other_lo, other_hi, other = self.extents[j]
+                    if other_lo < hi and lo < other_hi:
+                        clash = j
+                        break
+            if clash is None:
+                return
+            other = self.extents[clash][2]
+            entry = self.entries[other]
+            if entry.alive() and entry is not old:
+                raise TapegradError(
+                    f"recorded code used two different views of the same memory (shapes "
+                    f"{entry.meta[1]} and {tuple(x.shape)}); tapegrad tracks whole arrays or "
+                    "identical views, so pass the same view every time (or copy)")
+            del self.extents[clash]          # freed memory, now reused
+
+
+def _extent(x: Any) -> tuple[int, int]:
+    """The byte range ``[lo, hi)`` an array's elements occupy (host and device addresses
+    never meet: device arrays are shifted into their own range)."""
+    ptr = array_key(x)[0]
+    lo = hi = ptr
+    for n, st in zip(x.shape, x.strides):
+        if n == 0:
+            return ptr, ptr
+        lo += min(0, (n - 1) * st)
+        hi += max(0, (n - 1) * st)
+    hi += x.dtype.itemsize
+    if not isinstance(x, np.ndarray):
+        lo, hi = lo + (1 << 64), hi + (1 << 64)
+    return lo, hi
