@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from tapegrad.ad.astutil import add, assign, const, name
 from tapegrad.frontend.ir import KernelIR, tg_call, tg_name
+from tapegrad.frontend.ranges import range_tests
 
 MAX_OFFSET = 4        # per dimension: wider stencils keep their atomics
 MAX_OFFSETS = 27      # distinct offset vectors per shadow (a 3-D 27-point stencil)
@@ -219,6 +220,8 @@ def _gather_kernel(ir: KernelIR, target: str, index_vars: list[str],
                        tg_call("global_indices", []))]
     head.append(assign("_acc", const(0.0)))
     inside: list[ast.stmt] = []      # every neighbour exists: no tests, reads hoisted
+    core: list[ast.stmt] | None = []   # ... and passes its boundary tests: none left
+    core_atoms: list[tuple[int, str, int, ast.expr]] = []
     edge: list[ast.stmt] = []        # some may not: each neighbour tested
     for o in sorted(offsets):
         item = [_shift(name(g), -k) for g, k in zip(own, o)]   # the work-item e - o
@@ -226,10 +229,22 @@ def _gather_kernel(ir: KernelIR, target: str, index_vars: list[str],
                   for v, k in zip(index_vars, o) if k > 0] + [
                   ast.Compare(left=name(v), ops=[ast.Lt()], comparators=[name(n)])
                   for v, n in zip(index_vars, nd)]
-        inside += _replay(copy.deepcopy(ir.body), target, index_vars, item, o, None)
+        replay = _replay(copy.deepcopy(ir.body), target, index_vars, item, o, None)
+        inside += replay
+        folded = None if core is None else _fold_range_guards(
+            copy.deepcopy(replay), ir, index_vars, o)
+        if folded is None:
+            core = None
+        else:
+            core += folded[0]
+            core_atoms += folded[1]
         edge += _replay(copy.deepcopy(ir.body), target, index_vars, item, o, _conj(exists))
-    body = head + [ast.If(test=_group_inside(offsets, nd), body=inside or [ast.Pass()],
-                          orelse=edge)]
+    if core is not None and core_atoms:
+        tests = [_group_inside(offsets, nd)] + _group_range_tests(core_atoms, rank)
+        first_test, first_body = _conj(tests), core
+    else:
+        first_test, first_body = _group_inside(offsets, nd), inside
+    body = head + [ast.If(test=first_test, body=first_body or [ast.Pass()], orelse=edge)]
     at = ast.Tuple(elts=[name(g) for g in own], ctx=ast.Load()) if rank > 1 else name(own[0])
     store = ast.Subscript(value=name(target), slice=at, ctx=ast.Store())
     total = name("_acc") if fresh else add(ast.Subscript(
@@ -265,6 +280,99 @@ def _group_inside(offsets: list[tuple[int, ...]], nd: list[str]) -> ast.expr:
         tests.append(ast.Compare(left=end, ops=[ast.LtE()],
                                  comparators=[_shift(name(nd[d]), lo)]))
     return _conj(tests)
+
+
+def _fold_range_guards(stmts: list[ast.stmt], ir: KernelIR, index_vars: list[str],
+                       offset: tuple[int, ...]) -> tuple[list[ast.stmt], list[tuple]] | None:
+    """The replay of work-item ``e - offset`` with its top-level boundary tests taken as
+    passed, and the range tests ``(dim, symbol, shift, bound)`` on ``e`` under which they all
+    pass (a stencil's interior: ``if 0 < i < n - 1:`` holds for a whole group when it holds
+    at the group's extreme indices).  None when some top-level test is not a range test."""
+    stores: dict[str, int] = {}
+    for n in ast.walk(ast.Module(body=ir.body, type_ignores=[])):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+            stores[n.id] = stores.get(n.id, 0) + 1
+    fixed = set(ir.params) - set(stores)       # never reassigned: the same for every item
+    known: dict[str, ast.expr] = {}            # uniform locals, as expressions of the fixed
+    flags: dict[str, ast.expr] = {}
+
+    def uniform(e: ast.expr) -> bool:
+        for n in ast.walk(e):
+            if isinstance(n, ast.Name) and n.id not in fixed:
+                return False
+            if isinstance(n, ast.Call) or (isinstance(n, ast.Subscript) and not (
+                    isinstance(n.value, ast.Attribute) and n.value.attr == "shape")):
+                return False
+        return True
+
+    def substituted(e: ast.expr) -> ast.expr:
+        class Sub(ast.NodeTransformer):
+            def visit_Name(self, n: ast.Name) -> ast.expr:
+                return copy.deepcopy(known[n.id]) if n.id in known else n
+        return Sub().visit(copy.deepcopy(e))
+
+    out: list[ast.stmt] = []
+    atoms: list[tuple[int, str, int, ast.expr]] = []
+    for s in stmts:
+        if isinstance(s, ast.Assign):
+            t, value = s.targets[0], substituted(s.value)
+            once = all(stores.get(e.id) == 1 for e in ast.walk(t) if isinstance(e, ast.Name))
+            if once and isinstance(t, ast.Name) and uniform(value):
+                known[t.id] = value
+            elif once and isinstance(t, ast.Tuple) and isinstance(value, ast.Attribute) \
+                    and value.attr == "shape" and uniform(value):
+                for k, e in enumerate(t.elts):
+                    known[e.id] = ast.Subscript(value=copy.deepcopy(value), slice=const(k),
+                                                ctx=ast.Load())
+            elif isinstance(t, ast.Name):
+                flags[t.id] = s.value
+            out.append(s)
+            continue
+        if not isinstance(s, ast.If):
+            out.append(s)
+            continue
+        test = flags.get(s.test.id) if isinstance(s.test, ast.Name) else s.test
+        ranges = None if test is None else range_tests(
+            substituted(test), {v: d for d, v in enumerate(index_vars)}, uniform)
+        if ranges is None:
+            return None
+        atoms += [(r.dim, r.symbol, r.offset - offset[r.dim], r.bound)   # index is e - offset
+                  for r in ranges]
+        out.extend(s.body)
+    return _dead_code_removed(out), atoms
+
+
+def _group_range_tests(atoms: list[tuple[int, str, int, ast.expr]], rank: int
+                       ) -> list[ast.expr]:
+    """``index[dim] + shift <symbol> bound`` for every work-item of the group, one test per
+    (dim, symbol, bound) with the most demanding shift: decided at the group's last index for
+    ``<``/``<=``, at its first for ``>``/``>=``."""
+    worst: dict[tuple, tuple[int, ast.expr]] = {}
+    for dim, symbol, shift, bound in atoms:
+        key = (dim, symbol, ast.dump(bound))
+        upper = symbol in ("<", "<=")
+        if key not in worst or (shift > worst[key][0] if upper else shift < worst[key][0]):
+            worst[key] = (shift, bound)
+    return [_group_range_test(dim, symbol, shift, bound, rank)
+            for (dim, symbol, _), (shift, bound) in worst.items()]
+
+
+def _group_range_test(dim: int, symbol: str, shift: int, bound: ast.expr, rank: int
+                      ) -> ast.expr:
+    group = tg_call("group_index", []) if rank == 1 else ast.Subscript(
+        value=tg_call("group_indices", []), slice=const(dim), ctx=ast.Load())
+    size = ast.Subscript(value=tg_call("groupsize", []), slice=const(dim), ctx=ast.Load())
+    if symbol in ("<", "<="):
+        extreme = ast.BinOp(left=ast.BinOp(left=ast.BinOp(
+            left=group, op=ast.Add(), right=const(1)), op=ast.Mult(), right=size),
+            op=ast.Sub(), right=const(1 - shift)) if shift != 1 else ast.BinOp(
+            left=ast.BinOp(left=group, op=ast.Add(), right=const(1)), op=ast.Mult(),
+            right=size)
+    else:
+        first = ast.BinOp(left=group, op=ast.Mult(), right=size)
+        extreme = _shift(first, shift)
+    op = {"<": ast.Lt, "<=": ast.LtE, ">": ast.Gt, ">=": ast.GtE}[symbol]()
+    return ast.Compare(left=extreme, ops=[op], comparators=[copy.deepcopy(bound)])
 
 
 def _shift(e: ast.expr, k: int) -> ast.expr:

@@ -462,13 +462,13 @@ class _Released:
 
     @staticmethod
     def of(x: Any) -> Any:
-        flags = getattr(x, "flags", None)
-        if flags is None or not flags.c_contiguous or not getattr(flags, "writeable", True):
-            return x       # a stand-in would have another layout: another compiled kernel
         try:
-            return _Released(weakref.ref(x), (type(x), tuple(x.shape), x.dtype))
-        except TypeError:  # no weak references to this array type
+            contiguous = x.flags.c_contiguous and getattr(x.flags, "writeable", True)
+            released = _Released(weakref.ref(x), (type(x), tuple(x.shape), x.dtype))
+        except (AttributeError, TypeError):   # other flags, or no weak references
             return x
+        # a stand-in of another layout would need another compiled kernel: keep the array
+        return released if contiguous else x
 
     def get(self, stand_ins: dict) -> Any:
         x = self.ref()

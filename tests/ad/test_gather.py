@@ -135,3 +135,25 @@ def test_no_need_in_place_kernel_keeps_contents_and_derivatives():
     np.testing.assert_array_equal(dx1, dx2)
     np.testing.assert_allclose(dy1, w * x, rtol=1e-12)
     np.testing.assert_array_equal(dy1, dy2)
+
+
+@tg.kernel
+def one_sided(Y, X):
+    """Asymmetric offsets (0 and +2) and tight boundary tests: a group whose work-items all
+    have their neighbours may still hold one whose neighbour fails the test."""
+    i = tg.index()
+    if i >= 1 and i + 2 < X.size:
+        Y[i] = X[i + 2] * X[i + 2] - 3.0 * X[i]
+    else:
+        Y[i] = X[i]
+
+
+@pytest.mark.parametrize("group", [1, 2, 3, 4, 8])
+def test_boundary_tests_folded_per_group_at_the_right_indices(group):
+    n = 29
+    X = np.random.default_rng(group).uniform(-1, 1, n)
+    err, *_ = kernel_vjp_error(one_sided(tg.CPU(), group), [np.zeros(n), X], n, wrt=[1],
+                               outputs=[0])
+    assert err < 1e-7
+    source = one_sided.source(mode="reverse")
+    assert "_gather_X_bar" in source and "_branch" not in source.split("else:")[0]

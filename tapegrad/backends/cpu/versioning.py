@@ -22,19 +22,7 @@ from dataclasses import dataclass
 
 from tapegrad.backends.structure import is_uniform
 from tapegrad.frontend.ir import tg_name
-
-_FLIP = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE}
-_SYMBOL = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
-
-
-@dataclass
-class RangeTest:
-    """``index[dim] + offset <symbol> bound`` for every work-item of the group."""
-
-    dim: int
-    offset: int
-    symbol: str
-    bound: ast.expr
+from tapegrad.frontend.ranges import RangeTest, range_tests
 
 
 @dataclass
@@ -81,11 +69,14 @@ def plan_versions(stmts: list[ast.stmt], params: list[str], rank: int) -> Versio
         if is_uniform(st.test, fixed):
             return Versions(prelude, st.test, [], rest_before + st.body + rest_after,
                             rest_before + st.orelse + rest_after)
-        ranges = range_tests(st.test, index_dims, fixed)
+        def uniform(e: ast.expr, fixed: set[str] = fixed) -> bool:
+            return is_uniform(e, fixed)
+
+        ranges = range_tests(st.test, index_dims, uniform)
         if ranges is not None:
             return Versions(prelude, None, ranges, rest_before + st.body + rest_after, stmts)
         if isinstance(st.test, ast.Name) and st.test.id in flags:
-            ranges = range_tests(flags[st.test.id], index_dims, fixed)
+            ranges = range_tests(flags[st.test.id], index_dims, uniform)
             if ranges is not None:   # every top-level `if flag:` becomes its body
                 flag = st.test.id
                 then = [x for y in stmts for x in (
@@ -93,50 +84,4 @@ def plan_versions(stmts: list[ast.stmt], params: list[str], rank: int) -> Versio
                     and y.test.id == flag else [y])]
                 return Versions(prelude, None, ranges, then, stmts)
         return None    # only the first if is considered (bounded code size)
-    return None
-
-
-def range_tests(test: ast.expr, index_dims: dict[str, int], fixed: set[str]
-                ) -> list[RangeTest] | None:
-    """``test`` as range tests, if it is a conjunction of comparisons between a global index
-    (plus a constant) and values uniform in the group."""
-    atoms: list[tuple[ast.expr, ast.cmpop, ast.expr]] = []
-
-    def collect(e: ast.expr) -> bool:
-        if tg_name(e) == "bool" and len(e.args) == 1:
-            return collect(e.args[0])
-        if isinstance(e, ast.BoolOp) and isinstance(e.op, ast.And):
-            return all(collect(v) for v in e.values)
-        if isinstance(e, ast.Compare):
-            left = e.left
-            for op, right in zip(e.ops, e.comparators):
-                atoms.append((left, op, right))
-                left = right
-            return True
-        return False
-
-    if not collect(test) or not atoms:
-        return None
-    out = []
-    for left, op, right in atoms:
-        if type(op) not in _FLIP:
-            return None
-        side = _index_offset(left, index_dims)
-        if side is None:
-            side, op, right = _index_offset(right, index_dims), _FLIP[type(op)](), left
-        if side is None or not is_uniform(right, fixed):
-            return None
-        out.append(RangeTest(side[0], side[1], _SYMBOL[type(op)], right))
-    return out
-
-
-def _index_offset(e: ast.expr, index_dims: dict[str, int]) -> tuple[int, int] | None:
-    """``i`` -> (dim of i, 0); ``i + c`` / ``i - c`` -> (dim, +-c) for an int literal c."""
-    if isinstance(e, ast.Name) and e.id in index_dims:
-        return index_dims[e.id], 0
-    if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)) \
-            and isinstance(e.left, ast.Name) and e.left.id in index_dims \
-            and isinstance(e.right, ast.Constant) and type(e.right.value) is int:
-        c = e.right.value
-        return index_dims[e.left.id], (c if isinstance(e.op, ast.Add) else -c)
     return None
