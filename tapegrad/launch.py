@@ -47,6 +47,7 @@ def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
                     ) -> tuple[Any, Any]:
     """The reverse-mode pipeline: kernel IR -> normalized, typed -> adjoint IR -> compiled."""
     adjoint = adjoint_ir(kernel, argtypes, activity, rank, groupsize, stack_depth, discard)
+    adjoint.contents_read = _contents_read(kernel, adjoint, argtypes)
     full = argtypes + tuple(_adjoint_extra_types(kernel, adjoint, argtypes))
     typed_adjoint = specialize(adjoint.ir, full, rank, groupsize, kernel_ir)
     if adjoint.gathers and not has_effects(adjoint.ir):
@@ -97,19 +98,19 @@ def values_read(kernel: Any, backend: Any, args: tuple, activity: tuple[str, ...
     if found is None:
         argtypes = check_args(kernel, backend, args)
         adjoint = adjoint_ir(kernel, argtypes, activity, len(nd), wgs)
-        params = kernel_ir(kernel).params
-        arrays = {p for p, t in zip(params, argtypes) if isinstance(t, Array)}
-        metadata = set()
-        irs = [adjoint.ir] + [g.ir for g in adjoint.gathers]
-        for ir in irs:
-            for n in ast.walk(ast.Module(body=ir.body, type_ignores=[])):
-                if isinstance(n, ast.Attribute) and n.attr in _METADATA:
-                    metadata.add(id(n.value))
-        found = frozenset(adjoint.scratch) | frozenset(
-            n.id for ir in irs for n in ast.walk(ast.Module(body=ir.body, type_ignores=[]))
-            if isinstance(n, ast.Name) and n.id in arrays and id(n) not in metadata)
-        kernel.cache[key] = found
+        found = kernel.cache[key] = _contents_read(kernel, adjoint, argtypes)
     return found
+
+
+def _contents_read(kernel: Any, adjoint: Any, argtypes: tuple[Type, ...]) -> frozenset[str]:
+    params = kernel_ir(kernel).params
+    arrays = {p for p, t in zip(params, argtypes) if isinstance(t, Array)}
+    irs = [adjoint.ir] + [g.ir for g in adjoint.gathers]
+    metadata = {id(n.value) for ir in irs for n in ast.walk(ast.Module(body=ir.body, type_ignores=[]))
+                if isinstance(n, ast.Attribute) and n.attr in _METADATA}
+    return frozenset(adjoint.scratch) | frozenset(
+        n.id for ir in irs for n in ast.walk(ast.Module(body=ir.body, type_ignores=[]))
+        if isinstance(n, ast.Name) and n.id in arrays and id(n) not in metadata)
 
 
 def has_effects(ir: Any) -> bool:
@@ -385,7 +386,8 @@ def adjoint_of(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
 
 def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tuple[str, ...],
                 nd: tuple[int, ...], discard: frozenset[str] = frozenset(),
-                fresh: frozenset[str] = frozenset()) -> dict[str, float]:
+                fresh: frozenset[str] = frozenset(), kept: frozenset[str] | None = None
+                ) -> dict[str, float]:
     """Launch the adjoint of ``cfg`` once; return the derivatives of its Active scalars.
 
     ``values`` are the arguments as the primal launch saw them (arrays it overwrote as copies
@@ -395,12 +397,19 @@ def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tupl
     undone, the adjoint is recompiled with the depth the launch reported, and run again.
 
     For a tape's sweep: the shadows of the ``discard`` parameters are not read afterwards
-    (consumed elements need not be zeroed), and those of the ``fresh`` parameters hold no
-    values yet (a gather kernel stores into them; any other is zeroed first).
+    (consumed elements need not be zeroed), those of the ``fresh`` parameters hold no values
+    yet (a gather kernel stores into them; any other is zeroed first), and only the
+    parameters in ``kept`` hold their real contents (a check: the tape kept what the
+    adjoint reads).
     """
     kernel, backend = cfg.kernel, cfg.backend
     params = kernel_ir(kernel).params
     adjoint, launcher, key = adjoint_of(cfg, values, activity, nd, discard)
+    if kept is not None and not adjoint.contents_read <= kept:
+        raise LaunchError(
+            f"tapegrad bug: the adjoint of {kernel.name} reads "
+            f"{sorted(adjoint.contents_read - kept)}, whose contents the tape did not keep; "
+            "please report it with the kernel")
     fresh_at: set[int] = set()
     if fresh:
         gathered = launcher.gathered() if isinstance(launcher, _GathersThenRest) else set()

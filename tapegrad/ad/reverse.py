@@ -49,6 +49,7 @@ class Adjoint:
     uses_status: bool
     notes: list[str] = field(default_factory=list)
     gathers: list = field(default_factory=list)   # tapegrad.ad.gather.Gather, run first
+    contents_read: frozenset = frozenset()        # array parameters whose contents it reads
 
 
 def reverse_kernel(tk: TypedKernel, activity: tuple[str, ...], stack_depth: int | None = None,

@@ -511,16 +511,8 @@ class LaunchRecord(Record):
                 activity.append("active")
             else:
                 activity.append("const")
-        activity = tuple(activity)
-        wgs = L._groupsize(self.cfg, len(self.nd))
-        reads = L.values_read(self.cfg.kernel, self.cfg.backend, tuple(values), activity,
-                              self.nd, wgs)
-        if not reads <= self.needs:
-            raise TapegradError(
-                f"tapegrad bug: the adjoint of {self.name} reads {sorted(reads - self.needs)}, "
-                "whose contents the tape did not keep; please report it with the kernel")
-        scalars = L.run_adjoint(self.cfg, tuple(values), shadows, activity, self.nd,
-                                frozenset(discard), frozenset(fresh))
+        scalars = L.run_adjoint(self.cfg, tuple(values), shadows, tuple(activity), self.nd,
+                                frozenset(discard), frozenset(fresh), kept=self.needs)
         for p, node in zip(self.params, self.nodes):
             if p in scalars:
                 tape.add_scalar_bar(node, scalars[p])
