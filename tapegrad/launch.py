@@ -186,14 +186,14 @@ def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
 
 def launch_now(cfg: Any, args: tuple, ndrange: Any) -> None:
     """Run a configured kernel now, unrecorded."""
-    launcher, nd = prepare(cfg, args, ndrange)
+    launcher, nd, _ = prepare(cfg, args, ndrange)
     if 0 not in nd:
         launcher(args, nd)
 
 
-def prepare(cfg: Any, args: tuple, ndrange: Any) -> tuple[Any, tuple[int, ...]]:
-    """The compiled primal launcher for these arguments (checked and compiled on first use)
-    and the launch's ndrange as a tuple."""
+def prepare(cfg: Any, args: tuple, ndrange: Any) -> tuple[Any, tuple[int, ...], tuple]:
+    """The compiled primal launcher for these arguments (checked and compiled on first use),
+    the launch's ndrange as a tuple, and the key both are cached under."""
     kernel, backend = cfg.kernel, cfg.backend
     nd = _ndrange(kernel, ndrange)
     wgs = _groupsize(cfg, len(nd))
@@ -205,7 +205,7 @@ def prepare(cfg: Any, args: tuple, ndrange: Any) -> tuple[Any, tuple[int, ...]]:
         check_writable(kernel, args)
         kernel.cache[key] = launcher
         kernel.cache[("last", "primal", backend)] = launcher
-    return launcher, nd
+    return launcher, nd, key
 
 
 def source_of(kernel: Any, mode: str, backend: Any) -> str:

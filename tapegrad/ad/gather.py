@@ -41,6 +41,7 @@ import copy
 from dataclasses import dataclass
 
 from tapegrad.ad.astutil import add, assign, const, name
+from tapegrad.ad.deadcode import eliminate_dead_code
 from tapegrad.frontend.ir import KernelIR, tg_call, tg_name
 from tapegrad.frontend.ranges import range_tests
 
@@ -466,28 +467,5 @@ def _without_updates(body: list[ast.stmt], targets: set[str]) -> list[ast.stmt]:
 
 
 def _dead_code_removed(body: list[ast.stmt]) -> list[ast.stmt]:
-    """Backward liveness from ``_acc``: drop assignments nobody reads later (such as the
-    Active scalars' sums, which another kernel makes) and branches left empty."""
-    def reads(e: ast.AST) -> set[str]:
-        return {n.id for n in ast.walk(e) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-
-    def sweep(stmts: list[ast.stmt], live: set[str]) -> tuple[list[ast.stmt], set[str]]:
-        kept: list[ast.stmt] = []
-        for s in reversed(stmts):
-            if isinstance(s, ast.Assign):
-                t = s.targets[0]
-                names = {e.id for e in (t.elts if isinstance(t, ast.Tuple) else [t])}
-                if not names & live:
-                    continue
-                live = (live - names) | reads(s.value)
-            elif isinstance(s, ast.If):
-                s.body, live_body = sweep(s.body, set(live))
-                s.orelse, live_else = sweep(s.orelse, set(live))
-                if not s.body and not s.orelse:
-                    continue
-                s.body = s.body or [ast.Pass()]
-                live = live_body | live_else | reads(s.test)
-            kept.append(s)
-        return kept[::-1], live
-
-    return sweep(body, {"_acc"})[0]
+    """Keep only what feeds ``_acc`` (the Active scalars' sums, for one, another kernel makes)."""
+    return eliminate_dead_code(body, {"_acc"})[0]

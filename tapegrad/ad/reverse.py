@@ -29,7 +29,7 @@ from tapegrad.ad.astutil import located_at as _at
 from tapegrad.ad.astutil import mul as _mul
 from tapegrad.ad.astutil import name as _n
 from tapegrad.ad.astutil import neg as _neg
-from tapegrad.ad.deadstores import drop_dead_stores
+from tapegrad.ad.deadcode import eliminate_dead_code
 from tapegrad.ad.rules import partials
 from tapegrad.frontend.ir import KernelIR, tg_call, tg_name
 from tapegrad.frontend.types import Array, Scalar, TupleT, TypedKernel
@@ -324,7 +324,7 @@ class _Reverse(Transform):
         tail = self.scalar_reductions(scalar_params)
         first = self.body[0] if self.body else None
         new_body = _at(head + inits, first) + fwd + _at(check, first) + rev + _at(tail, first)
-        new_body, still = drop_dead_stores(new_body, set(self.scratch))
+        new_body, still = eliminate_dead_code(new_body, set(), set(self.scratch))
         scratch = [a for a in self.scratch if a in still]
         params = list(ir.params) + shadow_params + out_params + (["_status"] if uses_status else [])
         adj = KernelIR(name=f"{ir.name}_adjoint", params=params, body=new_body,

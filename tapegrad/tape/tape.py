@@ -180,10 +180,15 @@ class Tape:
         recorded simulation: one pass over the arguments)."""
         kernel = cfg.kernel
         plain = tuple(float(a) if type(a) is TrackedScalar else a for a in args)
-        launcher, nd = L.prepare(cfg, plain, ndrange)   # bad launches fail before any copy
+        launcher, nd, key = L.prepare(cfg, plain, ndrange)   # bad launches fail before copies
         reads, writes = L.access(kernel)
         params = L.kernel_ir(kernel).params
-        needs = self.values_needed(cfg, args, plain, nd)
+        tracked = tuple(k for k, a in enumerate(args) if type(a) is TrackedScalar
+                        and a.tape is self)
+        needs = kernel.cache.get(("needs", key, tracked))
+        if needs is None:
+            needs = kernel.cache[("needs", key, tracked)] = self.values_needed(
+                cfg, args, plain, nd)
         seen = list(plain)
         ids: list[tuple | None] = [None] * len(args)
         nodes: list[int | None] = [None] * len(args)

@@ -1,0 +1,119 @@
+"""Dead code in generated kernels: a backward liveness sweep.
+
+An adjoint re-runs its work-item's forward body, but the reverse sweep often needs only part
+of it: in a tiled matrix product the forward ``acc += a[k] * b[k]`` is never read again
+(``C[i, j] = acc`` has an adjoint that needs ``C_bar`` only), and in ``Y[i] = Y[i] + X[i]``
+the replayed store to the scratch copy of ``Y`` is read by nothing, so neither ``Y``'s old
+contents nor ``X``'s are needed (and a tape need not keep them).  This pass removes
+
+- assignments to locals that nothing reads afterwards (their values computed without
+  effects),
+- stores to the ``scratch`` arrays (the adjoint's private copies) that nothing reads
+  afterwards,
+- branches and loops left empty, when nothing reads their loop variable afterwards.
+
+Loops are handled by iterating their liveness to a fixed point; ``break``, ``continue`` and
+``return`` are covered because everything live after a loop stays live inside it.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+
+from tapegrad.frontend.ir import tg_name
+
+_EFFECTS = ("atomic_", "group_reduce", "synchronize", "localmem", "private")
+
+
+def eliminate_dead_code(body: list[ast.stmt], live_out: set[str], scratch: set[str] = frozenset()
+                        ) -> tuple[list[ast.stmt], set[str]]:
+    """``body`` (copied) without dead code, given the names ``live_out`` read after it, and
+    which of the ``scratch`` arrays are still stored to."""
+    kept, _ = _sweep(copy.deepcopy(body), set(live_out), set(scratch))
+    return kept, {a for a in scratch if _stored(kept, a)}
+
+
+def _sweep(stmts: list[ast.stmt], live: set[str], scratch: set[str]
+           ) -> tuple[list[ast.stmt], set[str]]:
+    kept: list[ast.stmt] = []
+    for s in reversed(stmts):
+        s, live = _statement(s, live, scratch)
+        if s is not None:
+            kept.append(s)
+    return kept[::-1], live
+
+
+def _statement(s: ast.stmt, live: set[str], scratch: set[str]) -> tuple[ast.stmt | None, set[str]]:
+    if isinstance(s, ast.Assign):
+        target = s.targets[0]
+        if isinstance(target, (ast.Name, ast.Tuple)):
+            names = {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+            if not names & live and _pure(s.value):
+                return None, live
+            return s, (live - names) | _reads(s.value)
+        if isinstance(target, ast.Subscript):
+            array = target.value.id if isinstance(target.value, ast.Name) else None
+            if array in scratch and array not in live and _pure(s.value):
+                return None, live
+            return s, live | _reads(s.value) | _reads(target.slice)
+    if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
+        if s.target.id not in live and _pure(s.value):
+            return None, live
+        return s, live | {s.target.id} | _reads(s.value)
+    if isinstance(s, ast.If):
+        s.body, in_body = _sweep(s.body, set(live), scratch)
+        s.orelse, in_else = _sweep(s.orelse, set(live), scratch)
+        if not s.body and not s.orelse and _pure(s.test):
+            return None, live
+        s.body = s.body or [ast.Pass()]
+        return s, in_body | in_else | _reads(s.test)
+    if isinstance(s, (ast.For, ast.While)):
+        header = s.iter if isinstance(s, ast.For) else s.test
+        targets = {n.id for n in ast.walk(s.target) if isinstance(n, ast.Name)} \
+            if isinstance(s, ast.For) else set()
+        original = s.body
+        inside = set(live) | _reads(header)
+        while True:          # what one iteration reads flows back to the one before
+            body, entry = _sweep(copy.deepcopy(original), set(inside), scratch)
+            grown = inside | entry
+            if grown == inside:
+                break
+            inside = grown
+        s.body = body
+        if not body and not targets & live and _pure(header) and not s.orelse:
+            return None, live
+        s.body = body or [ast.Pass()]
+        return s, inside | _reads(header)
+    if isinstance(s, ast.Pass):
+        return None, live
+    # stores and updates of arrays, calls, returns, ...: kept, with everything they read
+    return s, live | _reads(s)
+
+
+def _pure(e: ast.AST) -> bool:
+    """No effects: calls only to intrinsics that compute a value."""
+    for n in ast.walk(e):
+        if isinstance(n, ast.Call):
+            called = tg_name(n)
+            if called is None or called.startswith(_EFFECTS):
+                return False
+    return True
+
+
+def _reads(node: ast.AST) -> set[str]:
+    """Names ``node`` reads: locals, and arrays whose elements (or any use) it reads; an
+    array's shape is not its contents."""
+    metadata = {id(n.value) for n in ast.walk(node)
+                if isinstance(n, ast.Attribute) and n.attr in ("shape", "size", "ndim", "dtype")}
+    stored = {id(n.value) for n in ast.walk(node)
+              if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store)
+              and not isinstance(node, ast.AugAssign)}
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Load) and id(n) not in metadata | stored}
+
+
+def _stored(body: list[ast.stmt], array: str) -> bool:
+    return any(isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store)
+               and isinstance(n.value, ast.Name) and n.value.id == array
+               for s in body for n in ast.walk(s))
