@@ -183,16 +183,19 @@ def _record_chain(A, B, C):
     return tg.sum(C)
 
 
-@pytest.mark.parametrize("keep", ["array", "view", "base"])
+@pytest.mark.parametrize("keep", ["array", "view", "base", "list"])
 def test_an_intermediate_the_user_can_still_reach_is_watched(keep):
     A = rng.random(4)
     base = np.zeros(8)
+    held = []
     with tg.Tape() as tape:
         B = base[:4] if keep == "base" else np.zeros(4)
         loss = _record_chain(A, B, np.zeros(4))
-    handle = {"array": B, "view": B[1:], "base": base}[keep]
-    del B
-    handle[1] += 1.0                     # changes what the second launch read
+        handle = {"array": B, "view": B[1:], "base": base, "list": None}[keep]
+        if keep == "list":
+            held.append(B)
+        del B                            # before the recording ends: only `handle` or `held`
+    (held[0] if keep == "list" else handle)[1] += 1.0   # changes what the 2nd launch read
     with pytest.raises(tg.TapegradError, match="changed after recording"):
         tape.gradient(loss, [A])
 
