@@ -14,12 +14,10 @@ once, with no atomic and in a loop the compiler can vectorise::
     def stencil1d_adjoint_gather_X_bar(Y, X, Y_bar, X_bar, _nd0):
         _gi = tg.global_index()
         _acc = 0.0
-        if <every neighbour of every work-item of this group exists>:
-            i = _gi + 1                          # work-item _gi + 1 adds at offset -1
-            _read0 = Y_bar[i]
-            _branch1 = tg.bool(i > 0 and i < X.size - 1)
-            if _branch1:
-                _acc = _acc + _read0
+        if _gi >= 1 and _gi + 1 < _nd0 and _gi - 1 > 0 and _gi + 1 < X.size - 1:
+            i = _gi + 1                          # work-item _gi + 1 adds at offset -1;
+            _read0 = Y_bar[i]                    # its neighbours exist and pass the
+            _acc = _acc + _read0                 # kernel's test (i > 0 and i < X.size - 1)
             ...                                  # offsets 0 and +1 alike
         else:
             i = _gi + 1
@@ -240,12 +238,11 @@ def _gather_kernel(ir: KernelIR, target: str, index_vars: list[str],
             core += folded[0]
             core_atoms += folded[1]
         edge += _replay(copy.deepcopy(ir.body), target, index_vars, item, o, _conj(exists))
+    tests = _neighbours_exist(own, offsets, nd)
     if core is not None and core_atoms:
-        tests = [_group_inside(offsets, nd)] + _group_range_tests(core_atoms, rank)
-        first_test, first_body = _conj(tests), core
-    else:
-        first_test, first_body = _group_inside(offsets, nd), inside
-    body = head + [ast.If(test=first_test, body=first_body or [ast.Pass()], orelse=edge)]
+        tests += _range_tests_on(own, core_atoms)
+    body = head + [ast.If(test=_conj(tests), body=(core if core is not None and core_atoms
+                                                   else inside) or [ast.Pass()], orelse=edge)]
     at = ast.Tuple(elts=[name(g) for g in own], ctx=ast.Load()) if rank > 1 else name(own[0])
     store = ast.Subscript(value=name(target), slice=at, ctx=ast.Store())
     total = name("_acc") if fresh else add(ast.Subscript(
@@ -260,35 +257,45 @@ def _gather_kernel(ir: KernelIR, target: str, index_vars: list[str],
                     generated=True)
 
 
-def _group_inside(offsets: list[tuple[int, ...]], nd: list[str]) -> ast.expr:
-    """Whether every work-item of this workgroup has all its neighbours ``e - o`` inside the
-    ndrange.  It is the same for the whole group, so the CPU lowering decides it once per
-    group (backends/cpu/versioning.py) and LLVM vectorises the inside version: a 1-D
-    stencil's gather took 0.54 ms instead of 2.06 (4M float32), a 2-D one 2.0 instead of
-    3.0 ms (2048^2)."""
-    rank = len(nd)
+def _neighbours_exist(own: list[str], offsets: list[tuple[int, ...]], nd: list[str]
+                      ) -> list[ast.expr]:
+    """Range tests on the element's index ``own``: every neighbour ``e - o`` lies in the
+    ndrange.  The CPU lowering decides them per row of a group and runs the rest of the row
+    without them (backends/cpu/versioning.py), where LLVM vectorises: a 1-D stencil's gather
+    took 0.54 ms instead of 2.06 (4M float32)."""
     tests: list[ast.expr] = []
-    for d in range(rank):
-        group = tg_call("group_index", []) if rank == 1 else ast.Subscript(
-            value=tg_call("group_indices", []), slice=const(d), ctx=ast.Load())
-        size = ast.Subscript(value=tg_call("groupsize", []), slice=const(d), ctx=ast.Load())
+    for d, (var, n) in enumerate(zip(own, nd)):
         hi = max(0, max(o[d] for o in offsets))
         lo = min(0, min(o[d] for o in offsets))
-        first = ast.BinOp(left=group, op=ast.Mult(), right=size)
-        end = ast.BinOp(left=ast.BinOp(left=copy.deepcopy(group), op=ast.Add(), right=const(1)),
-                        op=ast.Mult(), right=copy.deepcopy(size))
-        tests.append(ast.Compare(left=first, ops=[ast.GtE()], comparators=[const(hi)]))
-        tests.append(ast.Compare(left=end, ops=[ast.LtE()],
-                                 comparators=[_shift(name(nd[d]), lo)]))
-    return _conj(tests)
+        if hi:
+            tests.append(ast.Compare(left=name(var), ops=[ast.GtE()], comparators=[const(hi)]))
+        tests.append(ast.Compare(left=_shift(name(var), -lo), ops=[ast.Lt()],
+                                 comparators=[name(n)]))
+    return tests
+
+
+def _range_tests_on(own: list[str], atoms: list[tuple[int, str, int, ast.expr]]
+                    ) -> list[ast.expr]:
+    """``own[dim] + shift <symbol> bound`` for each atom, one test per (dim, symbol, bound)
+    with the most demanding shift."""
+    worst: dict[tuple, tuple[int, ast.expr]] = {}
+    for dim, symbol, shift, bound in atoms:
+        key = (dim, symbol, ast.dump(bound))
+        upper = symbol in ("<", "<=")
+        if key not in worst or (shift > worst[key][0] if upper else shift < worst[key][0]):
+            worst[key] = (shift, bound)
+    ops = {"<": ast.Lt, "<=": ast.LtE, ">": ast.Gt, ">=": ast.GtE}
+    return [ast.Compare(left=_shift(name(own[dim]), shift), ops=[ops[symbol]()],
+                        comparators=[copy.deepcopy(bound)])
+            for (dim, symbol, _), (shift, bound) in worst.items()]
 
 
 def _fold_range_guards(stmts: list[ast.stmt], ir: KernelIR, index_vars: list[str],
                        offset: tuple[int, ...]) -> tuple[list[ast.stmt], list[tuple]] | None:
     """The replay of work-item ``e - offset`` with its top-level boundary tests taken as
     passed, and the range tests ``(dim, symbol, shift, bound)`` on ``e`` under which they all
-    pass (a stencil's interior: ``if 0 < i < n - 1:`` holds for a whole group when it holds
-    at the group's extreme indices).  None when some top-level test is not a range test."""
+    pass (in a stencil's interior ``if 0 < i < n - 1:`` holds for every neighbour).  None
+    when some top-level test is not a range test."""
     stores: dict[str, int] = {}
     for n in ast.walk(ast.Module(body=ir.body, type_ignores=[])):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
@@ -341,39 +348,6 @@ def _fold_range_guards(stmts: list[ast.stmt], ir: KernelIR, index_vars: list[str
                   for r in ranges]
         out.extend(s.body)
     return _dead_code_removed(out), atoms
-
-
-def _group_range_tests(atoms: list[tuple[int, str, int, ast.expr]], rank: int
-                       ) -> list[ast.expr]:
-    """``index[dim] + shift <symbol> bound`` for every work-item of the group, one test per
-    (dim, symbol, bound) with the most demanding shift: decided at the group's last index for
-    ``<``/``<=``, at its first for ``>``/``>=``."""
-    worst: dict[tuple, tuple[int, ast.expr]] = {}
-    for dim, symbol, shift, bound in atoms:
-        key = (dim, symbol, ast.dump(bound))
-        upper = symbol in ("<", "<=")
-        if key not in worst or (shift > worst[key][0] if upper else shift < worst[key][0]):
-            worst[key] = (shift, bound)
-    return [_group_range_test(dim, symbol, shift, bound, rank)
-            for (dim, symbol, _), (shift, bound) in worst.items()]
-
-
-def _group_range_test(dim: int, symbol: str, shift: int, bound: ast.expr, rank: int
-                      ) -> ast.expr:
-    group = tg_call("group_index", []) if rank == 1 else ast.Subscript(
-        value=tg_call("group_indices", []), slice=const(dim), ctx=ast.Load())
-    size = ast.Subscript(value=tg_call("groupsize", []), slice=const(dim), ctx=ast.Load())
-    if symbol in ("<", "<="):
-        extreme = ast.BinOp(left=ast.BinOp(left=ast.BinOp(
-            left=group, op=ast.Add(), right=const(1)), op=ast.Mult(), right=size),
-            op=ast.Sub(), right=const(1 - shift)) if shift != 1 else ast.BinOp(
-            left=ast.BinOp(left=group, op=ast.Add(), right=const(1)), op=ast.Mult(),
-            right=size)
-    else:
-        first = ast.BinOp(left=group, op=ast.Mult(), right=size)
-        extreme = _shift(first, shift)
-    op = {"<": ast.Lt, "<=": ast.LtE, ">": ast.Gt, ">=": ast.GtE}[symbol]()
-    return ast.Compare(left=extreme, ops=[op], comparators=[copy.deepcopy(bound)])
 
 
 def _shift(e: ast.expr, k: int) -> ast.expr:

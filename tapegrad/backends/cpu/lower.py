@@ -28,7 +28,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 
-from tapegrad.backends.cpu.versioning import plan_versions
+from tapegrad.backends.cpu.versioning import Versions, plan_versions
 from tapegrad.backends.numba_lower import ExprLowering, ModuleWriter, emit_statements
 from tapegrad.backends.structure import (
     Barrier,
@@ -336,18 +336,10 @@ class _KernelWriter(ModuleWriter):
         out = self.out
         if plan.prelude:
             emit_statements(plan.prelude, low, out, depth)
-        if plan.uniform is not None:
-            cond = ast.unparse(low.truth(plan.uniform))
-        else:
-            parts = []
-            for r in plan.ranges:   # the group's first or last work-item decides
-                W, d = self.W[r.dim], r.dim
-                shift = f" + {r.offset}" if r.offset > 0 else f" - {-r.offset}" if r.offset else ""
-                extreme = (f"_g{d} * {W} + _lim{d} - 1{shift}" if r.symbol in ("<", "<=")
-                           else f"_g{d} * {W}{shift}")
-                parts.append(f"({extreme} {r.symbol} {ast.unparse(low.expr(r.bound))})")
-            cond = " and ".join(parts)
-        out.emit(f"if {cond}:", depth)
+        if plan.uniform is None:
+            self.split_item_loop(plan, low, depth)
+            return
+        out.emit(f"if {ast.unparse(low.truth(plan.uniform))}:", depth)
         for k, stmts_k in enumerate((plan.then, plan.otherwise)):
             if k:
                 out.emit("else:", depth)
@@ -355,15 +347,63 @@ class _KernelWriter(ModuleWriter):
             if not stmts_k:
                 out.emit("pass", depth + 1)
 
+    def split_item_loop(self, plan: Versions, low: CPULowering, depth: int) -> None:
+        """Range tests on the global index: each row of the group (its innermost index range)
+        runs the version without the tests over the part where they all hold, ``[_lo, _hi)``,
+        and the version as written over the rest.  A stencil's interior groups run whole rows
+        without tests, and so do the inner parts of the rows of its edge groups."""
+        out, last = self.out, self.rank - 1
+        for d in range(last):
+            out.emit(f"for _l{d} in range(_lim{d}):", depth + d)
+        inner = depth + last
+        rows, lows, highs = [], ["0"], [f"_lim{last}"]
+        for t in plan.ranges:
+            bound = _additive(low.expr(t.bound))
+            shift = f" + {t.offset}" if t.offset > 0 else f" - {-t.offset}" if t.offset else ""
+            if t.dim < last:      # decided per row
+                rows.append(f"(_g{t.dim} * {self.W[t.dim]} + _l{t.dim}{shift} {t.symbol} {bound})")
+                continue
+            # _g * W + _l + offset <symbol> bound, solved for _l
+            unshift = f" - {t.offset}" if t.offset > 0 else f" + {-t.offset}" if t.offset else ""
+            free = f"{bound} - _g{last} * {self.W[last]}{unshift}"
+            {"<": highs, "<=": highs, ">": lows, ">=": lows}[t.symbol].append(
+                free + (" + 1" if t.symbol in ("<=", ">") else ""))
+        lo = f"min(_lim{last}, max({', '.join(lows)}))"
+        hi = f"max(_lo, min({', '.join(highs)}))"
+        if rows:
+            out.emit(f"if {' and '.join(rows)}:", inner)
+            out.emit(f"_lo = {lo}", inner + 1)
+            out.emit(f"_hi = {hi}", inner + 1)
+            out.emit("else:", inner)
+            out.emit("_lo = _hi = 0", inner + 1)
+        else:
+            out.emit(f"_lo = {lo}", inner)
+            out.emit(f"_hi = {hi}", inner)
+        self.item_loop(plan.then, low, inner, set(),
+                       last_loop=(f"_l{last} in range(_lo, _hi)", None))
+        # the rest of the row, [0, _lo) and [_hi, _lim), in one loop: one copy of the body
+        self.item_loop(plan.otherwise, low, inner, set(), last_loop=(
+            f"_k in range(_lo + _lim{last} - _hi)",
+            f"_l{last} = _k if _k < _lo else _k - _lo + _hi"))
+
     def item_loop(self, stmts: list[ast.stmt], low: CPULowering, depth: int,
-                  rebind: set[str], recompute: list[ast.stmt] = ()) -> None:
-        """Emit ``for _l... in range(_lim...)`` running ``stmts`` for each valid work-item."""
+                  rebind: set[str], recompute: list[ast.stmt] = (),
+                  last_loop: tuple[str, str | None] | None = None) -> None:
+        """Emit ``for _l... in range(_lim...)`` running ``stmts`` for each valid work-item;
+        with ``last_loop = (header, index)`` only the innermost loop, as ``for header:``
+        (the outer ones are open already), with ``index`` computing ``_l<last>`` from it."""
         out, r, W = self.out, self.rank, self.W
         if not stmts:
             return
-        for d in range(r):
-            out.emit(f"for _l{d} in range(_lim{d}):", depth + d)
-        inner = depth + r
+        if last_loop is None:
+            for d in range(r):
+                out.emit(f"for _l{d} in range(_lim{d}):", depth + d)
+            inner = depth + r
+        else:
+            out.emit(f"for {last_loop[0]}:", depth)
+            inner = depth + 1
+            if last_loop[1]:
+                out.emit(last_loop[1], inner)
         needs_li = bool(low.promoted or rebind)
         if needs_li:
             out.emit(f"_li = {_row_major([f'_l{d}' for d in range(r)], [str(w) for w in W])}",
@@ -462,6 +502,15 @@ class _KernelWriter(ModuleWriter):
                 if b.blocks[1]:
                     out.emit("else:", depth)
                     self.write_blocks(b.blocks[1], low, depth + 1)
+
+
+def _additive(e: ast.expr) -> str:
+    """``e`` as source that stays one term when ``- x`` is appended."""
+    text = ast.unparse(e)
+    simple = isinstance(e, (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Call)) or (
+        isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub, ast.Mult, ast.Div,
+                                                        ast.FloorDiv, ast.Mod, ast.Pow)))
+    return text if simple else f"({text})"
 
 
 def _checks() -> str:

@@ -1,14 +1,16 @@
-"""Deciding a work-item loop's first ``if`` once per workgroup (loop versioning).
+"""Deciding a work-item loop's first ``if`` outside the loop (loop versioning).
 
 The CPU runs a workgroup's work-items as a loop.  When the first top-level ``if`` of the
-kernel can be decided for the whole group, the lowering emits one work-item loop per outcome
-and LLVM vectorises each on its own (it does not version loops this large by itself):
+kernel can be decided without looking at each work-item, the lowering emits one work-item
+loop per outcome and LLVM vectorises each on its own (it does not version loops this large
+by itself):
 
 - a test that is the same for every work-item (arguments never reassigned, group indices,
   ndrange, groupsize, array shapes): one loop with the ``if`` branch, one with the ``else``;
 - a range test on the global index (``0 < i < n - 1 and j + 1 < m``, bounds the same for the
-  whole group): where every work-item of the group passes it, a loop without the ``if`` (a
-  stencil's interior); elsewhere the loop as written.  Generated kernels spell the test
+  whole group): each row of the group (its innermost index range) is split where the test
+  holds, ``[_lo, _hi)``, which runs without the ``if`` (a stencil's interior), and the rest,
+  which runs the loop as written.  Generated kernels spell the test
   ``_branch1 = tg.bool(...)`` once and test ``if _branch1:`` in both sweeps: every such
   top-level ``if`` goes.
 
