@@ -379,8 +379,9 @@ def adjoint_of(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
                                 discard)
         kernel.cache[key] = entry
     adjoint, launcher = entry
-    kernel.cache[("last", "reverse", backend)] = launcher
-    kernel.cache[("last adjoint",)] = [g.ir for g in adjoint.gathers] + [adjoint.ir]
+    if kernel.cache.get(("last", "reverse", backend)) is not launcher:   # for kern.source()
+        kernel.cache[("last", "reverse", backend)] = launcher
+        kernel.cache[("last adjoint",)] = [g.ir for g in adjoint.gathers] + [adjoint.ir]
     return adjoint, launcher, key
 
 

@@ -51,7 +51,11 @@ class Backend:
         return type(self) is type(other) and self.key() == other.key()
 
     def __hash__(self) -> int:
-        return hash((type(self), self.key()))
+        # every launch looks its compiled kernel up under a key holding the backend
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = self.__dict__["_hash"] = hash((type(self), self.key()))
+        return cached
 
     def key(self) -> tuple:
         return ()
