@@ -421,6 +421,17 @@ def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tupl
                     fresh_at.add(base + k)
                 else:
                     shadows[p][...] = 0
+    if not (adjoint.uses_status or adjoint.scratch or adjoint.active_scalars):
+        # the common case (no stack, no copies, no scalar outputs): one launch
+        args = tuple(values) + tuple(shadows[p] for p in adjoint.shadow_of.values())
+        if 0 in nd:
+            for k in fresh_at:
+                args[k][...] = 0
+        elif fresh_at:
+            launcher(args, nd, fresh_at)
+        else:
+            launcher(args, nd)
+        return {}
     backup = {p: d.copy() for p, d in shadows.items()} if adjoint.uses_status else None
     for attempt in range(2):
         args = [v.copy() if p in adjoint.scratch else v for p, v in zip(params, values)]

@@ -503,8 +503,7 @@ class LaunchRecord(Record):
         discard, fresh = [], []
         values = [v.get(tape.stand_ins) if type(v) is _Released else v for v in self.values]
         for p, v, ident, node in zip(self.params, values, self.ids, self.nodes):
-            if ident is not None and ident in tape.active_ids and \
-                    np.dtype(v.dtype).kind == "f":
+            if ident is not None and ident in tape.active_ids and v.dtype.kind == "f":
                 activity.append("dup")
                 shadows[p] = tape.shadow(ident, unwritten_ok=True)
                 if ident in tape.fresh:
@@ -518,6 +517,7 @@ class LaunchRecord(Record):
                 activity.append("const")
         scalars = L.run_adjoint(self.cfg, tuple(values), shadows, tuple(activity), self.nd,
                                 frozenset(discard), frozenset(fresh), kept=self.needs)
-        for p, node in zip(self.params, self.nodes):
-            if p in scalars:
-                tape.add_scalar_bar(node, scalars[p])
+        if scalars:
+            for p, node in zip(self.params, self.nodes):
+                if p in scalars:
+                    tape.add_scalar_bar(node, scalars[p])
