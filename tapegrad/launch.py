@@ -15,6 +15,7 @@ import numpy as np
 from tapegrad.ad import normalize, reverse_kernel, tangent_kernel
 from tapegrad.ad.access import array_access
 from tapegrad.ad.gather import split_gathers
+from tapegrad.ad.localgather import gather_local_updates
 from tapegrad.errors import AdjointStackOverflow, LaunchError
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.ir import tg_name
@@ -74,6 +75,7 @@ def adjoint_ir(kernel: Any, argtypes: tuple[Type, ...], activity: tuple[str, ...
     flat = normalize(ir, kernel_ir, keep=lambda f: f.reverse_rule is not None)  # inline...
     typed = specialize(flat, argtypes, rank, groupsize, kernel_ir)  # infer types
     adjoint = reverse_kernel(typed, activity, stack_depth, discard)  # generate the adjoint
+    adjoint.ir = gather_local_updates(adjoint.ir, groupsize)        # tiles: no atomics
     if not adjoint.uses_status:                                     # stencils: no atomics
         adjoint.ir, adjoint.gathers = split_gathers(adjoint.ir, list(adjoint.shadow_of), rank)
     return adjoint

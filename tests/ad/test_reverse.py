@@ -555,3 +555,48 @@ def reassigns_its_argument(Y, X, a):
 def test_assigned_active_argument_is_per_work_item():
     kernel_vjp_error(reassigns_its_argument(tg.CPU(), 4), [np.zeros(9), r(9), 0.7], 9, wrt=[1],
                      outputs=[0], active=[2])
+
+
+def test_tiled_matmul_adjoint_gathers_its_tile_shadows():
+    """tapegrad/ad/localgather.py: the k loop's updates of the tile shadows become one dot
+    product per work-item for its own element (no atomics); the values are the closed form."""
+    A, B, W = r(8, 8), r(8, 8), r(8, 8)
+    dA, dB = np.zeros_like(A), np.zeros_like(B)
+    tg.autodiff(tg.Reverse, matmul(tg.CPU(), (TILE, TILE)), tg.Const,
+                tg.Duplicated(np.zeros((8, 8)), W.copy()), tg.Duplicated(A, dA),
+                tg.Duplicated(B, dB), ndrange=(8, 8))
+    np.testing.assert_allclose(dA, W @ B.T, rtol=1e-12)
+    np.testing.assert_allclose(dB, A.T @ W, rtol=1e-12)
+    source = matmul.source(mode="reverse")
+    assert "_share_acc_bar[li, lj] = acc_bar" in source
+    assert "atomic_add(tile_a_bar" not in source and "atomic_add(tile_b_bar" not in source
+
+
+@tg.kernel
+def matmul_transposed_tile(C, A, B):
+    """tile_a holds A's tile transposed: its shadow is read at (lj, li), not at the work-item's
+    own element, so the updates keep their atomics."""
+    i, j = tg.index(tg.Global, tg.NTuple)
+    li, lj = tg.index(tg.Local, tg.NTuple)
+    tile_a = tg.localmem(A.dtype, (TILE, TILE))
+    tile_b = tg.localmem(A.dtype, (TILE, TILE))
+    acc = 0.0
+    for t in range(A.shape[1] // TILE):
+        tile_a[lj, li] = A[i, t * TILE + lj]
+        tile_b[li, lj] = B[t * TILE + li, j]
+        tg.synchronize()
+        for k in range(TILE):
+            acc += tile_a[k, li] * tile_b[k, lj]
+        tg.synchronize()
+    C[i, j] = acc
+
+
+def test_a_tile_shadow_read_elsewhere_keeps_its_atomics():
+    A, B, W = r(8, 8), r(8, 4), r(8, 4)
+    dA, dB = np.zeros_like(A), np.zeros_like(B)
+    tg.autodiff(tg.Reverse, matmul_transposed_tile(tg.CPU(), (TILE, TILE)), tg.Const,
+                tg.Duplicated(np.zeros((8, 4)), W.copy()), tg.Duplicated(A, dA),
+                tg.Duplicated(B, dB), ndrange=(8, 4))
+    np.testing.assert_allclose(dA, W @ B.T, rtol=1e-12)
+    np.testing.assert_allclose(dB, A.T @ W, rtol=1e-12)
+    assert "atomic_add(tile_a_bar" in matmul_transposed_tile.source(mode="reverse")
