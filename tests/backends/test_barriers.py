@@ -378,3 +378,35 @@ def test_barrier_inside_uniform_if(backend, flag):
     maybe_reverse(backend, 4)(B, A, flag, ndrange=12)
     expected = A.reshape(3, 4)[:, ::-1].ravel() if flag else -A
     np.testing.assert_array_equal(B, expected)
+
+
+@tg.func
+def weighted_total(p, n):
+    s = 0.0
+    for k in range(n):
+        s += p[k] * (k + 1)
+    return s
+
+
+@tg.kernel
+def private_passed_whole(B, A):
+    i = tg.index()
+    li = tg.index(tg.Local)
+    p = tg.private(A.dtype, 3)
+    tmp = tg.localmem(A.dtype, tg.groupsize())
+    for k in range(3):
+        p[k] = A[i] + k
+    tmp[li] = A[i]
+    tg.synchronize()
+    B[i] = weighted_total(p, 3) + 1000.0 * tmp[tg.groupsize()[0] - 1 - li]
+
+
+def test_private_array_passed_whole_after_a_barrier(backend):
+    A = np.arange(1.0, 9.0)
+    B = np.zeros(8)
+    private_passed_whole(backend, 4)(B, A, ndrange=8)
+    mirrored = A.reshape(2, 4)[:, ::-1].ravel()
+    # sum_k (A + k)(k + 1) = 6 A + 8
+    np.testing.assert_array_equal(B, 6 * A + 8 + 1000 * mirrored)
+    if backend.name == "cpu":      # the work-item's slots, a view across the others
+        assert "p = p__items[..., _li]" in private_passed_whole.source(backend=backend)

@@ -68,15 +68,17 @@ class CPULowering(ExprLowering):
         self.W = tk.groupsize
 
     def expr_Subscript(self, node: ast.Subscript) -> ast.expr:
-        """``p[k]`` of a per-work-item private array is ``p__items[_li, k]``: indexing the
-        slot directly, where a view per work-item would cost reference counting."""
+        """``p[k]`` of a per-work-item private array is ``p__items[k, _li]``: indexing the
+        slot directly, where a view per work-item would cost reference counting, with the
+        work-item index last so that consecutive work-items touch consecutive elements (a
+        tiled matmul adjoint's stacks: 52 -> 33 ms)."""
         base = node.value
         if isinstance(base, ast.Name) and base.id in self.per_item:
             idx = self.index(node.slice)
             parts = idx.elts if isinstance(idx, ast.Tuple) else [idx]
             return ast.Subscript(value=ast.Name(id=f"{base.id}__items", ctx=ast.Load()),
-                                 slice=ast.Tuple(elts=[ast.Name(id="_li", ctx=ast.Load())]
-                                                 + parts, ctx=ast.Load()), ctx=ast.Load())
+                                 slice=ast.Tuple(elts=parts + [ast.Name(id="_li", ctx=ast.Load())],
+                                                 ctx=ast.Load()), ctx=ast.Load())
         return super().expr_Subscript(node)
 
     def load_name(self, node: ast.Name) -> ast.expr:
@@ -321,7 +323,8 @@ class _KernelWriter(ModuleWriter):
             total = 1
             for w in self.W:
                 total *= w
-            self.out.emit(f"{name}__items = np.empty({(total,) + shape}, np.{dtype})", 2)
+            # the work-item index last: a work-item loop then walks each slot contiguously
+            self.out.emit(f"{name}__items = np.empty({shape + (total,)}, np.{dtype})", 2)
         else:
             self.out.emit(f"{name} = np.empty({shape}, np.{dtype})", 2)
 
@@ -413,7 +416,7 @@ class _KernelWriter(ModuleWriter):
         bare = {n.id for st in body for n in ast.walk(st)
                 if isinstance(n, ast.Name) and n not in indexed}
         for name in sorted(rebind & bare):   # a private array used whole (passed on)
-            out.emit(f"{name} = {name}__items[_li]", inner)
+            out.emit(f"{name} = {name}__items[..., _li]", inner)
         # promoted locals live in plain variables inside the loop: loaded once per work-item,
         # stored back if assigned.  Through ``x__items[_li]`` every use is a memory access
         # that LLVM must redo after each store to local memory (they might alias): with this
