@@ -44,10 +44,11 @@ def compile_kernel(kernel: Any, mode: str, backend: Any, argtypes: tuple[Type, .
 
 def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
                     activity: tuple[str, ...], rank: int, groupsize: tuple[int, ...],
-                    stack_depth: int | None, discard: frozenset[str] = frozenset()
-                    ) -> tuple[Any, Any]:
+                    stack_depth: int | None, discard: frozenset[str] = frozenset(),
+                    full_groups: bool = True) -> tuple[Any, Any]:
     """The reverse-mode pipeline: kernel IR -> normalized, typed -> adjoint IR -> compiled."""
-    adjoint = adjoint_ir(kernel, argtypes, activity, rank, groupsize, stack_depth, discard)
+    adjoint = adjoint_ir(kernel, argtypes, activity, rank, groupsize, stack_depth, discard,
+                         full_groups)
     adjoint.contents_read = _contents_read(kernel, adjoint, argtypes)
     full = argtypes + tuple(_adjoint_extra_types(kernel, adjoint, argtypes))
     typed_adjoint = specialize(adjoint.ir, full, rank, groupsize, kernel_ir)
@@ -68,14 +69,16 @@ def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
 
 def adjoint_ir(kernel: Any, argtypes: tuple[Type, ...], activity: tuple[str, ...], rank: int,
                groupsize: tuple[int, ...], stack_depth: int | None = None,
-               discard: frozenset[str] = frozenset()) -> Any:
+               discard: frozenset[str] = frozenset(), full_groups: bool = True) -> Any:
     """The adjoint of a kernel (``tapegrad.ad.Adjoint``, stencils split into gathers), not
-    compiled: kernel IR -> normalized, typed -> adjoint IR."""
+    compiled: kernel IR -> normalized, typed -> adjoint IR.  ``full_groups``: the launch's
+    ndrange is a multiple of the groupsize (local-memory updates may then gather)."""
     ir = kernel_ir(kernel)                                          # parse, check, resolve
     flat = normalize(ir, kernel_ir, keep=lambda f: f.reverse_rule is not None)  # inline...
     typed = specialize(flat, argtypes, rank, groupsize, kernel_ir)  # infer types
     adjoint = reverse_kernel(typed, activity, stack_depth, discard)  # generate the adjoint
-    adjoint.ir = gather_local_updates(adjoint.ir, groupsize)        # tiles: no atomics
+    if full_groups:                                                 # tiles: no atomics
+        adjoint.ir = gather_local_updates(adjoint.ir, groupsize)
     if not adjoint.uses_status:                                     # stencils: no atomics
         adjoint.ir, adjoint.gathers = split_gathers(adjoint.ir, list(adjoint.shadow_of), rank)
     return adjoint
@@ -372,13 +375,14 @@ def adjoint_of(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
     """The compiled adjoint of a configured kernel for these arguments (cached)."""
     kernel, backend = cfg.kernel, cfg.backend
     wgs = _groupsize(cfg, len(nd))
-    key = ("reverse", backend, _arg_key(values), activity, len(nd), wgs, discard)
+    full = all(n % w == 0 for n, w in zip(nd, wgs))
+    key = ("reverse", backend, _arg_key(values), activity, len(nd), wgs, discard, full)
     entry = kernel.cache.get(key)
     if entry is None:
         argtypes = check_args(kernel, backend, values)
         depth = kernel.cache.get(("stack depth", key))
         entry = compile_adjoint(kernel, backend, argtypes, activity, len(nd), wgs, depth,
-                                discard)
+                                discard, full)
         kernel.cache[key] = entry
     adjoint, launcher = entry
     if kernel.cache.get(("last", "reverse", backend)) is not launcher:   # for kern.source()

@@ -26,7 +26,8 @@ The pass applies to a loop ``for _r in range(C)`` of a rank-2 workgroup whose bo
 ``k`` at one position ``d`` and the local index ``d'`` at the other (``C`` equal to the
 workgroup size along ``d``) and ``value`` reads only local memory, ``k``, the local indices,
 constants and scalars the loop does not change; every other use of those shadows must be at
-the work-item's own element (so elements of work-items outside the ndrange are never read).
+the work-item's own element.  The launch's workgroups must all be full (the gather sums over
+every work-item of a group; launch.py compiles the atomic form for other ndranges).
 Anything else is left as it is.
 """
 
@@ -40,7 +41,9 @@ from tapegrad.frontend.ir import KernelIR, tg_call, tg_name
 
 
 def gather_local_updates(ir: KernelIR, groupsize: tuple[int, ...]) -> KernelIR:
-    """``ir`` with every matching loop of local-memory updates in gather form."""
+    """``ir`` with every matching loop of local-memory updates in gather form.  Only for
+    launches whose workgroups are all full (the ndrange a multiple of the groupsize): a gather
+    sums over every work-item of the group, and one the ndrange cuts off never ran."""
     if len(groupsize) != 2:
         return ir
     local = _local_indices(ir.body)
