@@ -13,10 +13,11 @@ values of the work-items ``(p, f)`` at ``k = q``, for every ``f``; so each work-
 *gather* the sum for its own element, once its neighbours' ``acc_bar`` is in local memory::
 
     _share_acc_bar[li, lj] = acc_bar
+    tile_b__t[lj, li] = tile_b[li, lj]    # rows read across work-items: a transposed copy
     tg.synchronize()
     _sum = 0.0
     for _f in range(16):
-        _sum = _sum + _share_acc_bar[li, _f] * tile_b[lj, _f]
+        _sum = _sum + _share_acc_bar[li, _f] * tile_b__t[_f, lj]
     tile_a_bar[li, lj] = tile_a_bar[li, lj] + _sum
     ...                                   # tile_b_bar alike, over the other local index
 
@@ -52,16 +53,16 @@ def gather_local_updates(ir: KernelIR, groupsize: tuple[int, ...]) -> KernelIR:
     if local is None or not decls:
         return ir
     body = copy.deepcopy(ir.body)
-    shares: dict[str, ast.expr] = {}          # scalar -> dtype of its local-memory copy
+    shares: dict[str, tuple] = {}      # new local arrays -> (dtype, zeroed at the start)
     changed = _rewrite(body, ir, local, decls, groupsize, shares, body)
     if not changed:
         return ir
     head = []
-    for scalar, dtype in shares.items():
-        share = f"_share_{scalar}"
-        head.append(assign(share, tg_call("localmem", [copy.deepcopy(dtype), ast.Tuple(
+    for array, (dtype, zeroed) in shares.items():
+        head.append(assign(array, tg_call("localmem", [copy.deepcopy(dtype), ast.Tuple(
             elts=[const(w) for w in groupsize], ctx=ast.Load())])))
-        head.append(_zeroed_by_first_item(share, groupsize))
+        if zeroed:
+            head.append(_zeroed_by_first_item(array, groupsize))
     out = copy.copy(ir)
     out.body = _located(head, ir.body[0]) + body
     return out
@@ -139,11 +140,21 @@ def _gathered(loop: ast.For, local: list[str], decls: dict, groupsize: tuple[int
     used = sorted({s for plan in plans for s in plan[2]})
     for scalar in used:
         dtype = decls[plans[0][0]].value.args[0]
-        shares.setdefault(scalar, dtype)
+        shares.setdefault(f"_share_{scalar}", (dtype, True))
         out.append(assign(ast.Subscript(value=name(f"_share_{scalar}", False),
                                         slice=_own(local), ctx=ast.Store()), name(scalar)))
-    if used:
+    # a tile read along a row across the work-items (tile_b[lj, _f]) is strided: read a
+    # transposed copy instead (tile_b__t[_f, lj]), each work-item copying its own element
+    flipped = sorted({a for plan in plans for a in _transpose_rows(plan[1], local, decls)
+                      if _square(decls[a], groupsize)})
+    for array in flipped:
+        shares.setdefault(f"{array}__t", (decls[array].value.args[0], False))
+        out.append(assign(ast.Subscript(value=name(f"{array}__t", False), slice=ast.Tuple(
+            elts=[name(local[1]), name(local[0])], ctx=ast.Load()), ctx=ast.Store()),
+            ast.Subscript(value=name(array), slice=_own(local), ctx=ast.Load())))
+    if used or flipped:
         out.append(ast.Expr(value=tg_call("synchronize", [])))
+    plans = [(t, _read_transposed(v, flipped, local), sc, n) for t, v, sc, n in plans]
     for target, value, _, free_size in plans:
         out.append(assign("_sum", const(0.0)))
         out.append(ast.For(target=name("_f", True), iter=ast.Call(
@@ -162,6 +173,34 @@ def _gathered(loop: ast.For, local: list[str], decls: dict, groupsize: tuple[int
                               and s.targets[0].id == k_name))
     out.append(last)
     return out
+
+
+def _transpose_rows(value: ast.expr, local: list[str], decls: dict) -> set[str]:
+    """Local arrays ``value`` reads at ``[<innermost local index>, _f]``."""
+    row = ast.dump(ast.Tuple(elts=[name(local[1]), name("_f")], ctx=ast.Load()))
+    return {n.value.id for n in ast.walk(value) if isinstance(n, ast.Subscript)
+            and isinstance(n.value, ast.Name) and n.value.id in decls
+            and ast.dump(n.slice) == row}
+
+
+def _square(decl: ast.Assign, groupsize: tuple[int, ...]) -> bool:
+    shape = ast.unparse(decl.value.args[1]).replace(" ", "").strip("()").rstrip(",")
+    return groupsize[0] == groupsize[1] and shape == f"{groupsize[0]},{groupsize[1]}"
+
+
+def _read_transposed(value: ast.expr, flipped: list[str], local: list[str]) -> ast.expr:
+    row = ast.dump(ast.Tuple(elts=[name(local[1]), name("_f")], ctx=ast.Load()))
+
+    class Flip(ast.NodeTransformer):
+        def visit_Subscript(self, n: ast.Subscript) -> ast.expr:
+            self.generic_visit(n)
+            if isinstance(n.value, ast.Name) and n.value.id in flipped \
+                    and ast.dump(n.slice) == row:
+                return ast.Subscript(value=name(f"{n.value.id}__t"), slice=ast.Tuple(
+                    elts=[name("_f"), name(local[1])], ctx=ast.Load()), ctx=ast.Load())
+            return n
+
+    return Flip().visit(copy.deepcopy(value))
 
 
 def _constant_range(loop: ast.For) -> int | None:

@@ -570,6 +570,7 @@ def test_tiled_matmul_adjoint_gathers_its_tile_shadows():
     source = matmul.source(mode="reverse")
     assert "_share_acc_bar[li, lj] = acc_bar" in source
     assert "atomic_add(tile_a_bar" not in source and "atomic_add(tile_b_bar" not in source
+    assert "tile_b__t[_f, lj]" in source       # a row read across work-items, transposed
 
 
 @tg.kernel
