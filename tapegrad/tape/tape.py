@@ -83,6 +83,7 @@ class Tape:
         self.watch_changes = watch_changes
         self.records: list[Record] = []
         self.ids = Identities()
+        self.released: dict[int, Any] = {}   # id(array) -> its weak slot in records
         # identity -> (record, position, array): records that need the array's current
         # contents (redirected to a copy when a launch is about to overwrite them)
         self.readers: dict[tuple, list[tuple[Record, int, Any]]] = {}
@@ -210,7 +211,13 @@ class Tape:
             launcher(plain, nd)
         for pos, p in enumerate(params):     # contents no adjoint reads: do not keep them
             if ids[pos] is not None and p not in needs and seen[pos] is args[pos]:
-                seen[pos] = _Released.of(seen[pos])
+                x = seen[pos]
+                known = self.released.get(id(x))   # one weak slot per array, shared
+                if known is None or known.ref() is not x:
+                    known = _Released.of(x)            # or x itself, if it cannot be
+                    if type(known) is _Released:
+                        self.released[id(x)] = known
+                seen[pos] = known
         record = LaunchRecord(
             reads=read_ids, writes=write_ids,
             scalars_in=[n for n in nodes if n is not None],
@@ -407,12 +414,17 @@ class Tape:
                     "copy into the recorded code")
 
 
+# free-threaded CPython defers some reference counts: there, count nothing and watch all
+_EXACT_REFCOUNTS = getattr(sys, "_is_gil_enabled", lambda: True)()
+
+
 def _only_tape_holds(x: Any, held: int) -> bool:
     """True when every reference to ``x`` is one of the ``held`` the tape keeps and ``x`` owns
     its memory (no user view or base can reach it), so user code can no longer change it."""
     # besides the held ones getrefcount sees the caller's variable, this function's parameter
     # and its own argument (tests/tape/test_tape.py checks both outcomes)
-    return getattr(x, "base", None) is None and sys.getrefcount(x) - 3 <= held
+    return _EXACT_REFCOUNTS and getattr(x, "base", None) is None \
+        and sys.getrefcount(x) - 3 <= held
 
 
 def _pool_key(x: Any) -> tuple:
