@@ -320,7 +320,8 @@ def _seeded_sweep(tape: Tape, y: Any, w: Any, x: Any, x_bar: Any) -> None:
     seed[...] = w
     # x_bar is ours and new: the sweep may store into it rather than add to its zeros
     tape.backward(y, {}, {tape.key(x): x_bar, tape.key(y): seed}, [x], seed_target=False,
-                  seeded=[y], unwritten={tape.key(x)} - {tape.key(y)})
+                  seeded=[y], unwritten={tape.key(x)} - {tape.key(y)},
+                  scratch={tape.key(y)} - {tape.key(x)})   # the seed is ours: consumed or not
 
 
 def _rerun(tape: Tape, y: TrackedScalar, x: Any, x_bar: Any) -> None:

@@ -280,18 +280,19 @@ class Tape:
 
     def backward(self, target: Any, seeds: dict, shadows: dict[int, Any], sources: list[Any],
                  seed_target: bool = True, seeded: list[Any] = (),
-                 unwritten: set[Any] = frozenset()) -> None:
+                 unwritten: set[Any] = frozenset(), scratch: set[Any] = frozenset()) -> None:
         """Run every adjoint in reverse order.  ``shadows`` maps array identities to the
         shadows to accumulate into (others are made when needed; those in ``unwritten`` are
-        new and hold no values yet: the sweep writes or zeroes them); with ``seed_target``
-        the scalar ``target`` gets adjoint 1, else the caller seeded the shadows of
-        ``seeded``."""
+        new and hold no values yet: the sweep writes or zeroes them; those in ``scratch``
+        are the caller's temporaries, whose values afterwards do not matter); with
+        ``seed_target`` the scalar ``target`` gets adjoint 1, else the caller seeded the
+        shadows of ``seeded``."""
         if self.recording:
             raise TapegradError("ask for gradients after the `with tg.Tape()` block ends")
         self.check_unchanged()
         self.check_sources_seen(sources)
         self.shadows = dict(shadows)
-        self.given = set(shadows)        # the caller's shadows: every value in them counts
+        self.given = set(shadows) - set(scratch)   # the caller's shadows it will read
         self.fresh = set(unwritten)      # shadows holding no values yet (not even zeros)
         self.stand_ins: dict[tuple, Any] = {}   # for freed arrays whose contents nobody reads
         self.free = {}
