@@ -14,11 +14,11 @@ import numpy as np
 
 from tapegrad.ad import normalize, reverse_kernel, tangent_kernel
 from tapegrad.ad.access import array_access
+from tapegrad.ad.deadcode import has_effects, names_read
 from tapegrad.ad.gather import split_gathers
 from tapegrad.ad.localgather import gather_local_updates
 from tapegrad.errors import AdjointStackOverflow, LaunchError
 from tapegrad.frontend import kernel_ir
-from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import (
     BOOL,
     FLOAT32,
@@ -52,7 +52,7 @@ def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
     adjoint.contents_read = _contents_read(kernel, adjoint, argtypes)
     full = argtypes + tuple(_adjoint_extra_types(kernel, adjoint, argtypes))
     typed_adjoint = specialize(adjoint.ir, full, rank, groupsize, kernel_ir)
-    if adjoint.gathers and not has_effects(adjoint.ir):
+    if adjoint.gathers and not has_effects(adjoint.ir.body):
         launcher = None                  # the gathers did everything (a tape's stencils)
     else:
         launcher = backend.compile(typed_adjoint)                   # lower, cache, compile
@@ -91,9 +91,6 @@ def _adjoint_extra_types(kernel: Any, adjoint: Any, argtypes: tuple[Type, ...]) 
     return extra + ([Array("int64", 1)] if adjoint.uses_status else [])
 
 
-_METADATA = ("shape", "size", "ndim", "dtype")
-
-
 def values_read(kernel: Any, backend: Any, args: tuple, activity: tuple[str, ...],
                 nd: tuple[int, ...], wgs: tuple[int, ...]) -> frozenset[str]:
     """The array parameters whose contents the adjoint for ``activity`` reads (a linear
@@ -108,29 +105,14 @@ def values_read(kernel: Any, backend: Any, args: tuple, activity: tuple[str, ...
 
 
 def _contents_read(kernel: Any, adjoint: Any, argtypes: tuple[Type, ...]) -> frozenset[str]:
+    """Array parameters whose contents the adjoint's kernels read (every array it stores
+    into is one of its scratch copies)."""
     params = kernel_ir(kernel).params
     arrays = {p for p, t in zip(params, argtypes) if isinstance(t, Array)}
-    irs = [adjoint.ir] + [g.ir for g in adjoint.gathers]
-    metadata = {id(n.value) for ir in irs for n in ast.walk(ast.Module(body=ir.body, type_ignores=[]))
-                if isinstance(n, ast.Attribute) and n.attr in _METADATA}
-    return frozenset(adjoint.scratch) | frozenset(
-        n.id for ir in irs for n in ast.walk(ast.Module(body=ir.body, type_ignores=[]))
-        if isinstance(n, ast.Name) and n.id in arrays and id(n) not in metadata)
-
-
-def has_effects(ir: Any) -> bool:
-    """Whether a kernel stores into an array or calls anything but pure intrinsics (the rest
-    of an adjoint whose updates all went to gathers, and whose output shadows need no
-    zeroing, has none)."""
-    for n in ast.walk(ast.Module(body=ir.body, type_ignores=[])):
-        if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store):
-            return True
-        if isinstance(n, ast.Call):
-            called = tg_name(n)
-            if called is None or called.startswith("atomic_") or called in (
-                    "group_reduce_add", "synchronize", "localmem", "private"):
-                return True
-    return False
+    read = set(adjoint.scratch)
+    for ir in [adjoint.ir] + [g.ir for g in adjoint.gathers]:
+        read |= names_read(ast.Module(body=ir.body, type_ignores=[])) & arrays
+    return frozenset(read)
 
 
 class _Gather:

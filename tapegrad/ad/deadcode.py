@@ -24,6 +24,7 @@ import copy
 from tapegrad.frontend.ir import tg_name
 
 _EFFECTS = ("atomic_", "group_reduce", "synchronize", "localmem", "private")
+METADATA = ("shape", "size", "ndim", "dtype")    # attributes that are not an array's contents
 
 
 def eliminate_dead_code(body: list[ast.stmt], live_out: set[str], scratch: set[str] = frozenset()
@@ -49,31 +50,31 @@ def _statement(s: ast.stmt, live: set[str], scratch: set[str]) -> tuple[ast.stmt
         target = s.targets[0]
         if isinstance(target, (ast.Name, ast.Tuple)):
             names = {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
-            if not names & live and _pure(s.value):
+            if not names & live and pure(s.value):
                 return None, live
-            return s, (live - names) | _reads(s.value)
+            return s, (live - names) | names_read(s.value)
         if isinstance(target, ast.Subscript):
             array = target.value.id if isinstance(target.value, ast.Name) else None
-            if array in scratch and array not in live and _pure(s.value):
+            if array in scratch and array not in live and pure(s.value):
                 return None, live
-            return s, live | _reads(s.value) | _reads(target.slice)
+            return s, live | names_read(s.value) | names_read(target.slice)
     if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Name):
-        if s.target.id not in live and _pure(s.value):
+        if s.target.id not in live and pure(s.value):
             return None, live
-        return s, live | {s.target.id} | _reads(s.value)
+        return s, live | {s.target.id} | names_read(s.value)
     if isinstance(s, ast.If):
         s.body, in_body = _sweep(s.body, set(live), scratch)
         s.orelse, in_else = _sweep(s.orelse, set(live), scratch)
-        if not s.body and not s.orelse and _pure(s.test):
+        if not s.body and not s.orelse and pure(s.test):
             return None, live
         s.body = s.body or [ast.Pass()]
-        return s, in_body | in_else | _reads(s.test)
+        return s, in_body | in_else | names_read(s.test)
     if isinstance(s, (ast.For, ast.While)):
         header = s.iter if isinstance(s, ast.For) else s.test
         targets = {n.id for n in ast.walk(s.target) if isinstance(n, ast.Name)} \
             if isinstance(s, ast.For) else set()
         original = s.body
-        inside = set(live) | _reads(header)
+        inside = set(live) | names_read(header)
         while True:          # what one iteration reads flows back to the one before
             body, entry = _sweep(copy.deepcopy(original), set(inside), scratch)
             grown = inside | entry
@@ -81,17 +82,17 @@ def _statement(s: ast.stmt, live: set[str], scratch: set[str]) -> tuple[ast.stmt
                 break
             inside = grown
         s.body = body
-        if not body and not targets & live and _pure(header) and not s.orelse:
+        if not body and not targets & live and pure(header) and not s.orelse:
             return None, live
         s.body = body or [ast.Pass()]
-        return s, inside | _reads(header)
+        return s, inside | names_read(header)
     if isinstance(s, ast.Pass):
         return None, live
     # stores and updates of arrays, calls, returns, ...: kept, with everything they read
-    return s, live | _reads(s)
+    return s, live | names_read(s)
 
 
-def _pure(e: ast.AST) -> bool:
+def pure(e: ast.AST) -> bool:
     """No effects: calls only to intrinsics that compute a value."""
     for n in ast.walk(e):
         if isinstance(n, ast.Call):
@@ -101,16 +102,24 @@ def _pure(e: ast.AST) -> bool:
     return True
 
 
-def _reads(node: ast.AST) -> set[str]:
+def names_read(node: ast.AST) -> set[str]:
     """Names ``node`` reads: locals, and arrays whose elements (or any use) it reads; an
     array's shape is not its contents."""
     metadata = {id(n.value) for n in ast.walk(node)
-                if isinstance(n, ast.Attribute) and n.attr in ("shape", "size", "ndim", "dtype")}
+                if isinstance(n, ast.Attribute) and n.attr in METADATA}
     stored = {id(n.value) for n in ast.walk(node)
               if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store)
               and not isinstance(node, ast.AugAssign)}
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)
             and isinstance(n.ctx, ast.Load) and id(n) not in metadata | stored}
+
+
+def has_effects(body: list[ast.stmt]) -> bool:
+    """Whether ``body`` stores into any array or calls anything but pure intrinsics (the rest
+    of an adjoint whose updates all went to gathers, and whose output shadows need no
+    zeroing, has none: it need not run)."""
+    return any(isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store)
+               for s in body for n in ast.walk(s)) or not all(pure(s) for s in body)
 
 
 def _stored(body: list[ast.stmt], array: str) -> bool:
