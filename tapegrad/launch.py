@@ -17,6 +17,7 @@ from tapegrad.ad.access import array_access
 from tapegrad.ad.deadcode import has_effects, names_read
 from tapegrad.ad.gather import split_gathers
 from tapegrad.ad.localgather import gather_local_updates
+from tapegrad.ad.storefresh import storable_shadows, storing
 from tapegrad.errors import AdjointStackOverflow, LaunchError
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import (
@@ -50,12 +51,17 @@ def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
     adjoint = adjoint_ir(kernel, argtypes, activity, rank, groupsize, stack_depth, discard,
                          full_groups)
     adjoint.contents_read = _contents_read(kernel, adjoint, argtypes)
+    adjoint.shadows_written = _shadows_written(adjoint)
     full = argtypes + tuple(_adjoint_extra_types(kernel, adjoint, argtypes))
     typed_adjoint = specialize(adjoint.ir, full, rank, groupsize, kernel_ir)
     if adjoint.gathers and not has_effects(adjoint.ir.body):
         launcher = None                  # the gathers did everything (a tape's stencils)
     else:
         launcher = backend.compile(typed_adjoint)                   # lower, cache, compile
+        storable = storable_shadows(adjoint.ir, list(adjoint.shadow_of), rank)
+        if storable:
+            adjoint.storing = _StoringVariants(adjoint.ir, storable, full, rank, groupsize,
+                                               backend)
     if adjoint.gathers:
         gathers = []
         for g in adjoint.gathers:
@@ -133,6 +139,34 @@ class _Gather:
         run(args, tuple(args[self.position].shape))
 
 
+def _shadows_written(adjoint: Any) -> frozenset[str]:
+    """The shadow parameters the adjoint's kernels store into or add into."""
+    written = {g.target for g in adjoint.gathers}
+    if has_effects(adjoint.ir.body) or not adjoint.gathers:
+        written |= array_access(adjoint.ir)[1]
+    return frozenset(written & set(adjoint.shadow_of))
+
+
+class _StoringVariants:
+    """The adjoint's main kernel storing into some of its shadows instead of adding
+    (``tapegrad.ad.storefresh``): for shadows that hold no values yet, each variant compiled on
+    first use."""
+
+    def __init__(self, ir: Any, storable: list[str], argtypes: tuple[Type, ...], rank: int,
+                 groupsize: tuple[int, ...], backend: Any):
+        self.ir, self.storable, self.argtypes = ir, frozenset(storable), argtypes
+        self.rank, self.groupsize, self.backend = rank, groupsize, backend
+        self.compiled: dict[frozenset[str], Any] = {}
+
+    def __call__(self, shadows: frozenset[str]) -> Any:
+        found = self.compiled.get(shadows)
+        if found is None:
+            ir = storing(self.ir, sorted(shadows), self.rank)
+            typed = specialize(ir, self.argtypes, self.rank, self.groupsize, kernel_ir)
+            found = self.compiled[shadows] = self.backend.compile(typed)
+        return found
+
+
 class _GathersThenRest:
     """Launches an adjoint split by ``tapegrad.ad.gather``: each gather kernel over its
     shadow's shape (the original ndrange as extra arguments), then the rest over the ndrange
@@ -147,12 +181,12 @@ class _GathersThenRest:
         parts = [g.adding.source for g in self.gathers]
         return "\n\n".join(parts + ([self.rest.source] if self.rest is not None else []))
 
-    def __call__(self, args: tuple, ndrange: tuple[int, ...], fresh: set[int] = frozenset()
-                 ) -> None:
+    def __call__(self, args: tuple, ndrange: tuple[int, ...], fresh: set[int] = frozenset(),
+                 rest: Any = None) -> None:
         for g in self.gathers:
             g(tuple(args) + tuple(ndrange), g.position in fresh)
-        if self.rest is not None:
-            self.rest(args, ndrange)
+        if rest is not None or self.rest is not None:
+            (rest or self.rest)(args, ndrange)
 
     def gathered(self) -> set[int]:
         return {g.position for g in self.gathers}
@@ -387,7 +421,8 @@ def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tupl
 
     For a tape's sweep: the shadows of the ``discard`` parameters are not read afterwards
     (consumed elements need not be zeroed), those of the ``fresh`` parameters hold no values
-    yet (a gather kernel stores into them; any other is zeroed first), and only the
+    yet (the kernel that updates them stores instead of adding where it can, see
+    ``tapegrad.ad.storefresh`` and ``tapegrad.ad.gather``; any other is zeroed first), and only the
     parameters in ``kept`` hold their real contents (a check: the tape kept what the
     adjoint reads).
     """
@@ -400,15 +435,21 @@ def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tupl
             f"{sorted(adjoint.contents_read - kept)}, whose contents the tape did not keep; "
             "please report it with the kernel")
     fresh_at: set[int] = set()
+    stored: set[str] = set()
     if fresh:
         gathered = launcher.gathered() if isinstance(launcher, _GathersThenRest) else set()
+        storable = adjoint.storing.storable if adjoint.storing is not None else ()
         base = len(params)
-        for k, p in enumerate(adjoint.shadow_of.values()):
+        for k, (s, p) in enumerate(adjoint.shadow_of.items()):
             if p in fresh:
                 if base + k in gathered:
                     fresh_at.add(base + k)
+                elif s in storable and tuple(shadows[p].shape) == tuple(nd):
+                    stored.add(s)      # one work-item per element stores into it
                 else:
                     shadows[p][...] = 0
+    if stored:
+        launcher = _storing_into(adjoint, launcher, frozenset(stored))
     if not (adjoint.uses_status or adjoint.scratch or adjoint.active_scalars):
         # the common case (no stack, no copies, no scalar outputs): one launch
         args = tuple(values) + tuple(shadows[p] for p in adjoint.shadow_of.values())
@@ -451,7 +492,16 @@ def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tupl
         kernel.cache[("stack depth", key)] = depth
         del kernel.cache[key]
         adjoint, launcher, key = adjoint_of(cfg, values, activity, nd, discard)
+        if stored:
+            launcher = _storing_into(adjoint, launcher, frozenset(stored))
     raise AssertionError("unreachable")
+
+
+def _storing_into(adjoint: Any, launcher: Any, stored: frozenset[str]) -> Any:
+    """``launcher`` with its main kernel storing into the ``stored`` shadows."""
+    rest = adjoint.storing(stored)
+    return _GathersThenRest(launcher.gathers, rest) if isinstance(launcher, _GathersThenRest) \
+        else rest
 
 
 def overwritten_inputs(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int, ...]

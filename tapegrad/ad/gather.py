@@ -64,7 +64,7 @@ def split_gathers(ir: KernelIR, shadows: list[str], rank: int) -> tuple[KernelIR
     """The adjoint ``ir`` without its offset updates, and one gather kernel per shadow whose
     updates all sit at constant offsets (some non-zero).  Returns ``(ir, [])`` unchanged
     when the adjoint does not have the required shape."""
-    index_vars = _index_vars(ir.body, rank)
+    index_vars = global_index_vars(ir.body, rank)
     if index_vars is None or not _pure_replay(ir.body, shadows):
         return ir, []
     gathers = []
@@ -84,7 +84,7 @@ def split_gathers(ir: KernelIR, shadows: list[str], rank: int) -> tuple[KernelIR
 
 # -- applicability --------------------------------------------------------------------------
 
-def _index_vars(body: list[ast.stmt], rank: int) -> list[str] | None:
+def global_index_vars(body: list[ast.stmt], rank: int) -> list[str] | None:
     """The names bound once, at the top level, to the global index (one per dimension);
     None if the kernel uses any other index intrinsic or reassigns them."""
     found: list[str] | None = None

@@ -263,7 +263,7 @@ def cuda_main(quick: bool = False, json_path: str | None = None) -> int:
 
 def _peer_table(quick: bool, repeats: int) -> list[dict]:
     from tapegrad.bench.peers import PEERS, Unavailable
-    from tapegrad.bench.problems import make_tapegrad, problems
+    from tapegrad.bench.problems import make_tapegrad, make_tapegrad_enzyme, problems
     print()
     header = (f"{'problem (float32)':<30} {'implementation':<10} {'primal':>10} {'gradient':>10} "
               f"{'grad/primal':>11}")
@@ -272,7 +272,8 @@ def _peer_table(quick: bool, repeats: int) -> list[dict]:
     rows, skipped = [], {}
     for prob in problems(quick):
         timings = {}
-        for impl, make in [("tapegrad", make_tapegrad)] + list(PEERS.items()):
+        ours = [("tapegrad", make_tapegrad), ("tg Enzyme", make_tapegrad_enzyme)]
+        for impl, make in ours + list(PEERS.items()):
             try:
                 primal, grad = make(prob)
                 primal()
@@ -290,7 +291,7 @@ def _peer_table(quick: bool, repeats: int) -> list[dict]:
             rows.append({"problem": prob["name"], "implementation": impl, "primal_ms": t_p,
                          "gradient_ms": t_g, "gradient_over_primal": t_g / t_p})
             print(f"{prob['name']:<30} {impl:<10} {t_p:>7.3f} ms {t_g:>7.3f} ms {t_g / t_p:>10.2f}x")
-        peers = {k: v for k, v in timings.items() if k != "tapegrad"}
+        peers = {k: v for k, v in timings.items() if k not in dict(ours)}
         if "tapegrad" in timings and peers:
             best = min(peers, key=lambda k: peers[k][1])
             ratio = timings["tapegrad"][1] / peers[best][1]

@@ -1,9 +1,14 @@
 """The benchmark problems (float32 data) and tapegrad's version of each.
 
-Every gradient is that of ``loss = <w, output>`` with respect to the problem's inputs: one
-``tg.autodiff`` with the output ``DuplicatedNoNeed`` and its shadow seeded with ``w`` (the
-value of the output is not wanted, so only the adjoint launch runs, as ``jax.grad`` computes
-no value), or, for the simulation, the tape over all its launches.
+Every gradient is that of ``loss = <w, output>`` with respect to the problem's inputs.  For a
+single kernel it is one ``tg.autodiff`` with the output ``DuplicatedNoNeed`` and ``w`` as its
+shadow: the value of the output is not wanted, so only the adjoint launch runs (as
+``jax.grad`` computes no value).  ``make_tapegrad`` uses the functional form
+(``accumulate=False``: ``w`` is read, the gradients overwritten, as ``jax.grad`` and NumPy by
+hand produce new gradients); ``make_tapegrad_enzyme`` keeps Enzyme's conventions, so the timed
+code also copies ``w`` into a shadow the adjoint consumes and zeroes the shadows it adds to.
+The simulation is the tape over all its launches (``tg.gradient``; Enzyme's form:
+``tg.autodiff`` of the host function into a zeroed shadow).
 """
 
 from __future__ import annotations
@@ -102,6 +107,16 @@ def problems(quick: bool) -> list[dict]:
 
 
 def make_tapegrad(p: dict, backend: Any = None) -> Pair:
+    """tapegrad's primal and gradient of problem ``p``: the functional gradient."""
+    return _make(p, backend, accumulate=False)
+
+
+def make_tapegrad_enzyme(p: dict, backend: Any = None) -> Pair:
+    """The same gradient with Enzyme's conventions (the shadows accumulate)."""
+    return _make(p, backend, accumulate=True)
+
+
+def _make(p: dict, backend: Any, accumulate: bool) -> Pair:
     cpu = backend or tg.CPU()
     kind, x, w = p["kind"], p["x"], p["w"]
     out = np.empty((x.shape[0], p["b"].shape[1]) if kind == "matmul" else
@@ -109,42 +124,45 @@ def make_tapegrad(p: dict, backend: Any = None) -> Pair:
     dx = np.zeros_like(x)
     seed = np.empty_like(out)
 
-    def reverse(cfg: Any, *args: Any, ndrange: Any) -> Any:
-        seed[...] = w                      # the output's shadow: consumed by the adjoint
-        dx[...] = 0                        # shadows accumulate: start from zero
-        return tg.autodiff(tg.Reverse, cfg, tg.Const, *args, ndrange=ndrange)
+    def reverse(cfg: Any, out: Any, *args: Any, ndrange: Any) -> Any:
+        if not accumulate:      # w is read, the gradients are overwritten
+            return tg.autodiff(tg.Reverse, cfg, tg.Const, tg.DuplicatedNoNeed(out, w), *args,
+                               ndrange=ndrange, accumulate=False)
+        seed[...] = w           # the output's shadow: consumed by the adjoint
+        dx[...] = 0             # shadows accumulate: start from zero
+        for a in args:
+            if isinstance(a, tg.Duplicated) and a.dval is not dx:
+                a.dval[...] = 0
+        return tg.autodiff(tg.Reverse, cfg, tg.Const, tg.DuplicatedNoNeed(out, seed), *args,
+                           ndrange=ndrange)
 
     if kind == "sin":
         cfg = sin_k(cpu)
         return (lambda: cfg(out, x, ndrange=x.size),
-                lambda: reverse(cfg, tg.DuplicatedNoNeed(out, seed), tg.Duplicated(x, dx),
-                                ndrange=x.size))
+                lambda: reverse(cfg, out, tg.Duplicated(x, dx), ndrange=x.size))
     if kind == "saxpy":
         cfg, y, dy = saxpy_k(cpu), p["y"], np.zeros_like(p["y"])
         a = np.float32(p["a"])
         return (lambda: cfg(out, a, x, y, ndrange=x.size),
-                lambda: reverse(cfg, tg.DuplicatedNoNeed(out, seed), tg.Active(a),
-                                tg.Duplicated(x, dx), tg.Duplicated(y, dy), ndrange=x.size))
+                lambda: reverse(cfg, out, tg.Active(a), tg.Duplicated(x, dx),
+                                tg.Duplicated(y, dy), ndrange=x.size))
     if kind == "stencil1d":
         cfg = stencil1d_k(cpu)
         return (lambda: cfg(out, x, ndrange=x.size),
-                lambda: reverse(cfg, tg.DuplicatedNoNeed(out, seed), tg.Duplicated(x, dx),
-                                ndrange=x.size))
+                lambda: reverse(cfg, out, tg.Duplicated(x, dx), ndrange=x.size))
     if kind == "stencil2d":
         cfg = stencil2d_k(cpu, (4, 256))
         return (lambda: cfg(out, x, p["alpha"], ndrange=x.shape),
-                lambda: reverse(cfg, tg.DuplicatedNoNeed(out, seed), tg.Duplicated(x, dx),
-                                p["alpha"], ndrange=x.shape))
+                lambda: reverse(cfg, out, tg.Duplicated(x, dx), p["alpha"], ndrange=x.shape))
     if kind == "gather":
         cfg, idx = gather_k(cpu), p["idx"]
         return (lambda: cfg(out, x, idx, ndrange=idx.size),
-                lambda: reverse(cfg, tg.DuplicatedNoNeed(out, seed), tg.Duplicated(x, dx), idx,
-                                ndrange=idx.size))
+                lambda: reverse(cfg, out, tg.Duplicated(x, dx), idx, ndrange=idx.size))
     if kind == "matmul":
         cfg, b, db = matmul_k(cpu, (TILE, TILE)), p["b"], np.zeros_like(p["b"])
         return (lambda: cfg(out, x, b, ndrange=out.shape),
-                lambda: reverse(cfg, tg.DuplicatedNoNeed(out, seed), tg.Duplicated(x, dx),
-                                tg.Duplicated(b, db), ndrange=out.shape))
+                lambda: reverse(cfg, out, tg.Duplicated(x, dx), tg.Duplicated(b, db),
+                                ndrange=out.shape))
     if kind == "heat":
         cfg, steps, alpha = stencil2d_k(cpu, (8, 64)), p["steps"], p["alpha"]
 
@@ -156,5 +174,15 @@ def make_tapegrad(p: dict, backend: Any = None) -> Pair:
                 t = t_new
             return t
 
-        return (lambda: simulate(x), lambda: tg.gradient(lambda t: tg.dot(simulate(t), w), x))
+        def loss(t: np.ndarray) -> Any:
+            return tg.dot(simulate(t), w)
+
+        if accumulate:
+            def gradient() -> Any:
+                dx[...] = 0
+                return tg.autodiff(tg.Reverse, loss, tg.Active, tg.Duplicated(x, dx))
+        else:
+            def gradient() -> Any:
+                return tg.gradient(loss, x)
+        return lambda: simulate(x), gradient
     raise ValueError(kind)

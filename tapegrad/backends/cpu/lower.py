@@ -161,6 +161,7 @@ class _KernelWriter(ModuleWriter):
         out.emit("from tapegrad.backends.cpu.atomics import " + ", ".join(ATOMICS), 0)
         out.emit("from tapegrad.backends.cpu.atomics import " + ", ".join(
             f"plain_{a[len('atomic_'):]}" for a in ATOMICS), 0)
+        out.emit("from tapegrad.backends.cpu.sums import group_sum", 0)
         for callee in device_functions(self.tk):
             out.blank()
             out.blank()
@@ -212,13 +213,20 @@ class _KernelWriter(ModuleWriter):
             low = CPULowering(self.tk)
             arr, idx = call.value.args[0], call.value.args[1]
             out.emit(f"atomic_add({ast.unparse(low.expr(arr))}, {ast.unparse(low.index(idx))}, "
-                     f"_group_sum{k})", 3)
+                     f"group_sum(_group_sum{k}))", 3)
         self.privatize_merge()
 
     def open_group_loop(self) -> None:
         """This task's run of workgroups; a group's position in the grid (row-major) and its
         number of valid work-items per dimension (work-items past the ndrange never run)."""
         out, r, W = self.out, self.rank, self.W
+        total = 1
+        for w in W:
+            total *= w
+        for k, _ in enumerate(self.group_sums):
+            # one slot per work-item, summed when the group is done: a running sum would be
+            # one chain of dependent adds, which LLVM may not reorder into vector lanes
+            out.emit(f"_group_sum{k} = np.empty({total}, np.float64)", 2)
         out.emit("for _g in range(_c * _total // _nchunks, (_c + 1) * _total // _nchunks):", 2)
         rest = "_g"
         for d in range(r - 1, -1, -1):
@@ -230,8 +238,13 @@ class _KernelWriter(ModuleWriter):
                 rest = f"_r{d}"
         for d in range(r):
             out.emit(f"_lim{d} = min({W[d]}, _n{d} - _g{d} * {W[d]})", 3)
-        for k, _ in enumerate(self.group_sums):
-            out.emit(f"_group_sum{k} = 0.0", 3)
+        cut = " or ".join(f"_lim{d} < {W[d]}" for d in range(r))
+        for k, call in enumerate(self.group_sums):
+            if self.once_per_item(call):   # every slot is stored, unless the group is cut
+                out.emit(f"if {cut}:", 3)
+                out.emit(f"_group_sum{k}[:] = 0.0", 4)
+            else:
+                out.emit(f"_group_sum{k}[:] = 0.0", 3)
 
     # -- per-thread copies instead of atomics ---------------------------------------------
     def privatizable(self, body: list[ast.stmt]) -> dict[str, int]:
@@ -306,12 +319,22 @@ class _KernelWriter(ModuleWriter):
             return True
         return self.special_group_sum(s, depth, low)
 
+    def once_per_item(self, call: ast.stmt) -> bool:
+        """Whether every work-item that runs runs ``call`` exactly once (a top-level
+        statement of a body without ``return``): then it may store into its slot."""
+        body = self.ir.body
+        return any(s is call for s in body) and not any(
+            isinstance(n, ast.Return) for n in ast.walk(ast.Module(body=body, type_ignores=[])))
+
     def special_group_sum(self, s: ast.stmt, depth: int, low: CPULowering) -> bool:
-        """``tg.group_reduce_add(arr, idx, v)``: add v to the group's private sum; the sum goes
-        into arr[idx] with one atomic when the group is done."""
+        """``tg.group_reduce_add(arr, idx, v)``: add v to the work-item's slot of the group's
+        sum; the slots' sum goes into arr[idx] with one atomic when the group is done."""
         if isinstance(s, ast.Expr) and tg_name(s.value) == "group_reduce_add":
             k = next(k for k, c in enumerate(self.group_sums) if c is s)
-            self.out.emit(f"_group_sum{k} += {ast.unparse(low.expr(s.value.args[2]))}", depth)
+            slot = _row_major([f"_l{d}" for d in range(self.rank)], [str(w) for w in self.W])
+            op = "=" if self.once_per_item(s) else "+="
+            self.out.emit(f"_group_sum{k}[{slot}] {op} {ast.unparse(low.expr(s.value.args[2]))}",
+                          depth)
             return True
         return False
 
