@@ -17,6 +17,7 @@ from tapegrad.ad.access import array_access
 from tapegrad.ad.deadcode import has_effects, names_read
 from tapegrad.ad.gather import split_gathers
 from tapegrad.ad.localgather import gather_local_updates
+from tapegrad.ad.reverse import tidy
 from tapegrad.ad.storefresh import storable_shadows, storing
 from tapegrad.errors import AdjointStackOverflow, LaunchError
 from tapegrad.frontend import kernel_ir
@@ -84,7 +85,10 @@ def adjoint_ir(kernel: Any, argtypes: tuple[Type, ...], activity: tuple[str, ...
     typed = specialize(flat, argtypes, rank, groupsize, kernel_ir)  # infer types
     adjoint = reverse_kernel(typed, activity, stack_depth, discard)  # generate the adjoint
     if full_groups:                                                 # tiles: no atomics
-        adjoint.ir = gather_local_updates(adjoint.ir, groupsize)
+        gathered = gather_local_updates(adjoint.ir, groupsize)
+        if gathered is not adjoint.ir:
+            adjoint.ir = gathered
+            tidy(adjoint)                           # what the gathered loops read is dead
     if not adjoint.uses_status:                                     # stencils: no atomics
         adjoint.ir, adjoint.gathers = split_gathers(adjoint.ir, list(adjoint.shadow_of), rank)
     return adjoint
@@ -506,8 +510,11 @@ def _storing_into(adjoint: Any, launcher: Any, stored: frozenset[str]) -> Any:
 
 def overwritten_inputs(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int, ...]
                        ) -> list[str]:
-    """Parameters whose pre-launch contents the adjoint needs (arrays read and written)."""
-    return adjoint_of(cfg, values, activity, nd)[0].scratch
+    """Parameters the kernel overwrites whose pre-launch contents the adjoint reads (the
+    adjoint's scratch copies, and arrays it only reads once dead code is gone: a replayed
+    load of an array whose final store the adjoint no longer redoes)."""
+    adjoint = adjoint_of(cfg, values, activity, nd)[0]
+    return sorted(adjoint.contents_read & access(cfg.kernel)[1])
 
 
 # -- forward mode ---------------------------------------------------------------------------

@@ -9,7 +9,8 @@ contents nor ``X``'s are needed (and a tape need not keep them).  This pass remo
 - assignments to locals that nothing reads afterwards (their values computed without
   effects),
 - stores to the ``scratch`` arrays (the adjoint's private copies) that nothing reads
-  afterwards,
+  afterwards, and to local or private arrays that nothing reads at all (a stack slot whose
+  pop was itself dead),
 - branches and loops left empty, when nothing reads their loop variable afterwards.
 
 Loops are handled by iterating their liveness to a fixed point; ``break``, ``continue`` and
@@ -31,8 +32,27 @@ def eliminate_dead_code(body: list[ast.stmt], live_out: set[str], scratch: set[s
                         ) -> tuple[list[ast.stmt], set[str]]:
     """``body`` (copied) without dead code, given the names ``live_out`` read after it, and
     which of the ``scratch`` arrays are still stored to."""
-    kept, _ = _sweep(copy.deepcopy(body), set(live_out), set(scratch))
-    return kept, {a for a in scratch if _stored(kept, a)}
+    kept = copy.deepcopy(body)
+    unread: set[str] = set()
+    while True:   # dropping the last read of a memory makes its stores dead: sweep again
+        kept, _ = _sweep(kept, set(live_out), set(scratch) | unread)
+        now = _never_read_memory(kept)
+        if now <= unread:
+            return kept, {a for a in scratch if _stored(kept, a)}
+        unread |= now
+
+
+def _never_read_memory(body: list[ast.stmt]) -> set[str]:
+    """Local and private arrays declared in ``body`` that nothing reads (only stored to)."""
+    declared = {s.targets[0].id for s in ast.walk(ast.Module(body=body, type_ignores=[]))
+                if isinstance(s, ast.Assign) and isinstance(s.targets[0], ast.Name)
+                and tg_name(s.value) in ("private", "localmem")}
+    stored_into = {id(t.value) for s in ast.walk(ast.Module(body=body, type_ignores=[]))
+                   if isinstance(s, ast.Assign) for t in s.targets
+                   if isinstance(t, ast.Subscript)}
+    read = {n.id for n in ast.walk(ast.Module(body=body, type_ignores=[]))
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and id(n) not in stored_into}
+    return declared - read
 
 
 def _sweep(stmts: list[ast.stmt], live: set[str], scratch: set[str]
@@ -96,6 +116,8 @@ def pure(e: ast.AST) -> bool:
     """No effects: calls only to intrinsics that compute a value."""
     for n in ast.walk(e):
         if isinstance(n, ast.Call):
+            if isinstance(n.func, ast.Name) and n.func.id == "range":
+                continue
             called = tg_name(n)
             if called is None or called.startswith(_EFFECTS):
                 return False

@@ -30,6 +30,7 @@ from tapegrad.ad.astutil import mul as _mul
 from tapegrad.ad.astutil import name as _n
 from tapegrad.ad.astutil import neg as _neg
 from tapegrad.ad.deadcode import eliminate_dead_code
+from tapegrad.ad.recompute import recomputable_stores
 from tapegrad.ad.rules import partials
 from tapegrad.frontend.ir import KernelIR, tg_call, tg_name
 from tapegrad.frontend.types import Array, Scalar, TupleT, TypedKernel
@@ -76,6 +77,7 @@ class _Reverse(Transform):
         self.uses_stack = {"f": False, "i": False}
         self.static_pushes = 0
         self.rules: dict[str, object] = {}
+        self.recomputed: set[int] = set()   # stores the reverse sweep redoes (recompute.py)
 
     # -- analyses ---------------------------------------------------------------------------
     def analyse(self) -> None:
@@ -326,13 +328,12 @@ class _Reverse(Transform):
         tail = self.scalar_reductions(scalar_params)
         first = self.body[0] if self.body else None
         new_body = _at(head + inits, first) + fwd + _at(check, first) + rev + _at(tail, first)
-        new_body, still = eliminate_dead_code(new_body, set(), set(self.scratch))
-        scratch = [a for a in self.scratch if a in still]
         params = list(ir.params) + shadow_params + out_params + (["_status"] if uses_status else [])
         adj = KernelIR(name=f"{ir.name}_adjoint", params=params, body=new_body,
                        filename=ir.filename, lineno=ir.lineno, is_kernel=True,
                        funcs={**ir.funcs, **self.rules}, generated=True)
-        return Adjoint(adj, shadow_of, scalar_params, scratch, depth, uses_status)
+        return tidy(Adjoint(adj, shadow_of, scalar_params, list(self.scratch), depth,
+                            uses_status))
 
     def shadow_declarations(self) -> list[ast.stmt]:
         out = []
@@ -449,9 +450,11 @@ class _Reverse(Transform):
         # a store A[idx] = e
         array = target.value.id
         replay = array in self.replayed
+        saved = replay and id(s) not in self.recomputed   # else redone in the reverse sweep
         if replay:
-            old = ast.Subscript(value=_n(array), slice=_clone(target.slice), ctx=ast.Load())
-            fwd += self.push(old, self.element_is_float(array), ("array", array))
+            if saved:
+                old = ast.Subscript(value=_n(array), slice=_clone(target.slice), ctx=ast.Load())
+                fwd += self.push(old, self.element_is_float(array), ("array", array))
             fwd.append(s)
         if array in self.active_arrays:
             adj = self.fresh("a")
@@ -462,7 +465,7 @@ class _Reverse(Transform):
                 rev.append(_assign(ast.Subscript(value=_n(f"{array}_bar"),
                                                  slice=_clone(target.slice), ctx=ast.Store()),
                                    _c(0.0)))
-        if replay:
+        if saved:
             restore = ast.Subscript(value=_n(array), slice=_clone(target.slice), ctx=ast.Store())
             rev += self.pop(restore, self.element_is_float(array), ("array", array))
         if array in self.active_arrays:
@@ -540,9 +543,21 @@ class _Reverse(Transform):
         step = args[2] if len(args) > 2 else _c(1)
         count, first, stride = self.fresh("trips"), self.fresh("start"), self.fresh("step")
         k = s.target.id
+        redo: list[ast.stmt] = []
+        if self.loop_depth == 0:
+            stores = recomputable_stores(s, self.body, self.memory_kind,
+                                         self.written | self.atomic_targets, self.global_arrays)
+            self.recomputed |= {id(st) for st in stores}
+            redo = [copy.deepcopy(st) for st in stores]
         self.loop_depth += 1
         f_body, r_body = self.block(s.body)
         self.loop_depth -= 1
+        recomputed = frozenset(st.targets[0].value.id for st in redo)
+        if redo:     # each reverse iteration starts by loading again what its forward one did
+            if any(self.memory_kind[st.targets[0].value.id] == "localmem" for st in redo) \
+                    and not (r_body and _is_barrier(r_body[0])):
+                redo.append(ast.Expr(value=tg_call("synchronize", [])))
+            r_body = _at(redo, s) + r_body
         fwd: list[ast.stmt] = []
         rev: list[ast.stmt] = []
         if k in self.saved:
@@ -555,6 +570,7 @@ class _Reverse(Transform):
             trips = len(range(*values))
             fwd.append(ast.For(target=_n(k, True), iter=copy.deepcopy(s.iter), body=f_body or
                                [ast.Pass()], orelse=[]))
+            fwd[-1]._tg_recomputed = recomputed
             back = self.fresh("r")
             k_value = _add(_c(start_v + (trips - 1) * step_v), _mul(_n(back), _c(-step_v)))
             rev.append(ast.For(target=_n(back, True), iter=ast.Call(
@@ -568,6 +584,7 @@ class _Reverse(Transform):
         loop = ast.For(target=_n(k, True), iter=ast.Call(
             func=_n("range"), args=[_n(first), copy.deepcopy(stop), _n(stride)], keywords=[]),
             body=[_assign(count, _add(_n(count), _c(1)))] + f_body, orelse=[])
+        loop._tg_recomputed = recomputed
         fwd.append(loop)
         if self.loop_depth:
             for v in (count, first, stride):
@@ -701,6 +718,131 @@ class _Reverse(Transform):
             if p is not None and self.active(arg):
                 out += self.backprop(arg, _mul(_clone(g), p))
         return out
+
+
+_STACK_NAMES = ("_fstack", "_istack", "_fsp", "_isp", "_stack_depth")
+
+
+def tidy(adjoint: Adjoint) -> Adjoint:
+    """Remove dead code (``tapegrad.ad.deadcode``), and the per-work-item stack when nothing
+    is pushed on it any more (its overflow check and ``_status`` with it).  Run after each
+    pass that can leave code dead (the reverse transform, the local-memory gathers)."""
+    body, still = eliminate_dead_code(adjoint.ir.body, set(), set(adjoint.scratch))
+    if _drop_unread_loads(body):
+        body, still = eliminate_dead_code(body, set(), set(adjoint.scratch))
+    body = _count_idle_loops(body, body)
+    adjoint.scratch = [a for a in adjoint.scratch if a in still]
+    uses_stack = any(isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
+                     and n.value.id in ("_fstack", "_istack")
+                     for n in ast.walk(ast.Module(body=body, type_ignores=[])))
+    if adjoint.uses_status and not uses_stack:
+        body = _without_stack(body)
+        adjoint.uses_status, adjoint.stack_depth = False, 0
+        adjoint.ir.params = [p for p in adjoint.ir.params if p != "_status"]
+    adjoint.ir.body = body
+    return adjoint
+
+
+def _drop_unread_loads(body: list[ast.stmt]) -> bool:
+    """In the forward sweep's loops, drop the stores the reverse sweep redoes when nothing in
+    the forward sweep reads them (a tiled product's tiles, once its ``acc`` loop is dead)."""
+    changed = False
+    for loop in ast.walk(ast.Module(body=body, type_ignores=[])):
+        for memory in getattr(loop, "_tg_recomputed", ()):
+            stores = [s for s in loop.body if isinstance(s, ast.Assign)
+                      and isinstance(s.targets[0], ast.Subscript)
+                      and isinstance(s.targets[0].value, ast.Name)
+                      and s.targets[0].value.id == memory]
+            targets = {id(s.targets[0].value) for s in stores}
+            if any(isinstance(n, ast.Name) and n.id == memory and id(n) not in targets
+                   for n in ast.walk(loop)):
+                continue
+            loop.body = [s for s in loop.body if s not in stores] or [ast.Pass()]
+            changed = True
+    return changed
+
+
+def _count_idle_loops(stmts: list[ast.stmt], whole: list[ast.stmt]) -> list[ast.stmt]:
+    """A forward-sweep loop left with nothing but its trip count and barriers (its loads are
+    redone in reverse) becomes ``count = max(0, -((start - stop) // step))`` and one barrier:
+    the barriers separated nothing inside it, and each work-item need not run it."""
+    out = []
+    for s in stmts:
+        count = _idle_counting_loop(s, whole)
+        if count is not None:
+            start, stop, step = s.iter.args
+            trips = tg_call("max", [_c(0), _neg(ast.BinOp(
+                left=ast.BinOp(left=_clone(start), op=ast.Sub(), right=_clone(stop)),
+                op=ast.FloorDiv(), right=_clone(step)))])
+            out += [ast.copy_location(_assign(count, _add(_n(count), trips)), s),
+                    ast.copy_location(ast.Expr(value=tg_call("synchronize", [])), s)]
+            continue
+        for attr in ("body", "orelse"):
+            if isinstance(s, (ast.If, ast.For, ast.While)) and getattr(s, attr):
+                setattr(s, attr, _count_idle_loops(getattr(s, attr), whole))
+        out.append(s)
+    return out
+
+
+def _idle_counting_loop(s: ast.stmt, whole: list[ast.stmt]) -> str | None:
+    """The trip counter of a forward-sweep loop ``for t in range(start, stop, step):`` whose
+    body is only ``count = count + 1`` and barriers, when nothing reads ``t`` before assigning
+    it again (the reverse loop sets ``t`` first); else None."""
+    if not (isinstance(s, ast.For) and hasattr(s, "_tg_recomputed") and not s.orelse
+            and isinstance(s.target, ast.Name) and len(s.iter.args) == 3):
+        return None
+    work = [b for b in s.body if not _is_barrier(b)]
+    if len(work) != 1 or not (isinstance(work[0], ast.Assign)
+                              and isinstance(work[0].targets[0], ast.Name)):
+        return None
+    count = work[0].targets[0].id
+    if ast.dump(work[0].value) != ast.dump(_add(_n(count), _c(1))):
+        return None
+    t = s.target.id
+    for loop in _walk(whole):
+        if loop is s or not isinstance(loop, (ast.For, ast.While)):
+            continue
+        first = loop.body[0] if loop.body else None
+        if isinstance(first, ast.Assign) and isinstance(first.targets[0], ast.Name) \
+                and first.targets[0].id == t:
+            loop._tg_sets_first = True
+    for n in _walk(whole):
+        if isinstance(n, (ast.For, ast.While)) and n is not s \
+                and not getattr(n, "_tg_sets_first", False) \
+                and any(isinstance(m, ast.Name) and m.id == t and isinstance(m.ctx, ast.Load)
+                        for b in n.body for m in ast.walk(b)):
+            return None
+    outside = [m for top in whole if not isinstance(top, (ast.For, ast.While))
+               for m in ast.walk(top) if isinstance(m, ast.Name) and m.id == t
+               and isinstance(m.ctx, ast.Load)]
+    return None if outside else count
+
+
+def _walk(stmts: list[ast.stmt]):
+    return ast.walk(ast.Module(body=stmts, type_ignores=[]))
+
+
+def _without_stack(stmts: list[ast.stmt]) -> list[ast.stmt]:
+    """``stmts`` without the stack's declarations, pointer updates and overflow check."""
+    out = []
+    for s in stmts:
+        if isinstance(s, ast.Assign) and isinstance(s.targets[0], ast.Name) \
+                and s.targets[0].id in _STACK_NAMES:
+            continue
+        if isinstance(s, ast.If) and any(isinstance(n, ast.Name) and n.id == "_status"
+                                         for n in ast.walk(s)):
+            continue                                   # the overflow check
+        for attr in ("body", "orelse"):
+            if isinstance(s, (ast.If, ast.For, ast.While)):
+                setattr(s, attr, _without_stack(getattr(s, attr)))
+                if attr == "body" and not s.body:
+                    s.body = [ast.Pass()]
+        out.append(s)
+    return out
+
+
+def _is_barrier(s: ast.stmt) -> bool:
+    return isinstance(s, ast.Expr) and tg_name(s.value) == "synchronize"
 
 
 def _stores_per_path(stmts: list[ast.stmt], array: str) -> int:

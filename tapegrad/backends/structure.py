@@ -209,6 +209,12 @@ class BarrierPlan:
                         needed.update(names_in(e))
                     if isinstance(s, ast.For):
                         needed.add(s.target.id)
+                    # uniform values set at the top of a group-level body (a reverse loop's
+                    # counter) are computed there once, where no segment has begun to split
+                    for first in s.body:
+                        if _single_target(first) is None:
+                            break
+                        needed.add(_single_target(first))
                     visit(s.body)
                     visit(s.orelse)
         visit(body)
