@@ -54,12 +54,14 @@ def main() -> int:
                 elif mode == "forward":
                     ptx = L.compile_tangent(kernel, target, argtypes, activity, len(nd_t), wgs, 2)[1]
                 else:
-                    ptx = L.compile_adjoint(kernel, target, argtypes, activity, len(nd_t), wgs,
-                                            None)[1]
+                    adjoint, ptx = L.compile_adjoint(kernel, target, argtypes, activity,
+                                                     len(nd_t), wgs, None)
                     if not isinstance(ptx, str):   # a stencil adjoint: gather kernels + rest
                         ptx = "\n".join([g.adding for g in ptx.gathers]
                                         + [target.compile(g.storing_typed) for g in ptx.gathers]
-                                        + [ptx.rest])
+                                        + [ptx.rest or ""])
+                    if adjoint.storing is not None:    # storing into new gradients
+                        ptx += "\n" + adjoint.storing(adjoint.storing.storable)
                 ok = ".entry" in ptx and ".target sm_90" in ptx
                 print(f"{'ok' if ok else 'BAD'} {kernel.name} {mode} {len(ptx)} "
                       f"atom={'atom.' in ptx} bar={'bar.sync' in ptx}")
