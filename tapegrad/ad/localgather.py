@@ -91,10 +91,67 @@ def _rewrite(stmts: list[ast.stmt], ir: KernelIR, local: list[str], decls: dict,
             if synchronised else None
         if replacement is not None:
             stmts[k:k + 1] = _located(replacement, s)
+            _copy_where_loaded(stmts, local)
             changed = True
-        else:
-            changed |= _rewrite(s.body, ir, local, decls, groupsize, shares, whole)
+        elif _rewrite(s.body, ir, local, decls, groupsize, shares, whole):
+            stmts[k:k] = _hoisted_shares(s)
+            changed = True
     return changed
+
+
+def _copy_where_loaded(stmts: list[ast.stmt], local: list[str]) -> None:
+    """A transposed copy ``X__t[lj, li] = X[li, lj]`` of an element this work-item stored
+    earlier in ``stmts`` (``X[li, lj] = e``, a tile load redone by the reverse sweep) copies
+    ``e`` itself, right after that store: no separate pass over the tile (and ``X`` may then
+    be read by nothing at all)."""
+    own = ast.dump(_own(local))
+    for c in [s for s in stmts if getattr(s, "_tg_transposed", None)]:
+        array, at = c._tg_transposed, stmts.index(c)
+        for p in range(at - 1, -1, -1):
+            st = stmts[p]
+            if isinstance(st, ast.Assign) and isinstance(st.targets[0], ast.Subscript) \
+                    and isinstance(st.targets[0].value, ast.Name) \
+                    and st.targets[0].value.id == array:
+                if ast.dump(st.targets[0].slice) != own \
+                        or not _unchanged(st.value, stmts[p + 1:at]):
+                    break
+                c.value = copy.deepcopy(st.value)
+                stmts.remove(c)
+                stmts.insert(p + 1, c)
+                break
+            if any(isinstance(n, ast.Name) and n.id == array for n in ast.walk(st)):
+                break                                   # X used in between
+
+
+def _unchanged(value: ast.expr, between: list[ast.stmt]) -> bool:
+    """Nothing in ``between`` assigns a name ``value`` reads or stores into an array it
+    reads."""
+    reads = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
+    for n in ast.walk(ast.Module(body=between, type_ignores=[])):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id in reads:
+            return False
+        if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) \
+                and isinstance(n.value, ast.Name) and n.value.id in reads:
+            return False
+        if isinstance(n, ast.Call) and not (tg_name(n) or "").startswith(("synchronize",)) \
+                and tg_name(n) is None:
+            return False                                # a device function call
+        if isinstance(n, ast.Call) and (tg_name(n) or "").startswith("atomic_"):
+            return False
+    return True
+
+
+def _hoisted_shares(loop: ast.For) -> list[ast.stmt]:
+    """The ``_share_s[li, lj] = s`` stores at the top level of ``loop``'s body whose scalar
+    the loop never assigns: taken out of the loop, to run once before it.  A barrier inside
+    the loop still separates them from the gathers that read them, and nothing in the loop
+    writes them again."""
+    assigned = {n.id for n in ast.walk(loop) if isinstance(n, ast.Name)
+                and isinstance(n.ctx, ast.Store)}
+    hoisted = [s for s in loop.body if getattr(s, "_tg_share", None)
+               and s._tg_share not in assigned]
+    loop.body = [s for s in loop.body if s not in hoisted] or [ast.Pass()]
+    return hoisted
 
 
 def _gathered(loop: ast.For, local: list[str], decls: dict, groupsize: tuple[int, ...],
@@ -143,6 +200,7 @@ def _gathered(loop: ast.For, local: list[str], decls: dict, groupsize: tuple[int
         shares.setdefault(f"_share_{scalar}", (dtype, True))
         out.append(assign(ast.Subscript(value=name(f"_share_{scalar}", False),
                                         slice=_own(local), ctx=ast.Store()), name(scalar)))
+        out[-1]._tg_share = scalar
     # a tile read along a row across the work-items (tile_b[lj, _f]) is strided: read a
     # transposed copy instead (tile_b__t[_f, lj]), each work-item copying its own element
     flipped = sorted({a for plan in plans for a in _transpose_rows(plan[1], local, decls)
@@ -152,6 +210,7 @@ def _gathered(loop: ast.For, local: list[str], decls: dict, groupsize: tuple[int
         out.append(assign(ast.Subscript(value=name(f"{array}__t", False), slice=ast.Tuple(
             elts=[name(local[1]), name(local[0])], ctx=ast.Load()), ctx=ast.Store()),
             ast.Subscript(value=name(array), slice=_own(local), ctx=ast.Load())))
+        out[-1]._tg_transposed = array
     if used or flipped:
         out.append(ast.Expr(value=tg_call("synchronize", [])))
     plans = [(t, _read_transposed(v, flipped, local), sc, n) for t, v, sc, n in plans]

@@ -17,9 +17,12 @@ iteration starts by redoing the store (then a barrier), and the stack is not use
 
 The conditions, all checked here, make the recomputed value the one the forward sweep stored
 and make redoing it safe: the store is a top-level statement of an outermost loop's body and
-the only store to that memory; the memory is used nowhere outside the loop, and in the body
-not before the store; for local memory, every read follows a barrier after the store (so the
-previous reverse iteration's last read is behind a barrier too).
+the only store to that memory; each iteration rewrites the whole memory (local memory the
+shape of the workgroup, stored at the work-item's own local index; or private memory of one
+element), so no later read can see an element from an earlier iteration; the memory is used
+nowhere outside the loop, and in the body not before the store; for local memory, every read
+follows a barrier after the store (so the previous reverse iteration's last read is behind a
+barrier too).
 """
 
 from __future__ import annotations
@@ -30,17 +33,24 @@ from tapegrad.frontend.ir import tg_name
 
 
 def recomputable_stores(loop: ast.For, body: list[ast.stmt], memory_kind: dict[str, str],
-                        written: set[str], arrays: set[str]) -> list[ast.Assign]:
+                        written: set[str], arrays: set[str], shapes: dict[str, tuple],
+                        groupsize: tuple[int, ...]) -> list[ast.Assign]:
     """The stores in ``loop``'s body that the reverse sweep can redo instead of restoring.
 
     ``body`` is the whole kernel body, ``memory_kind`` maps local and private arrays to
-    ``"localmem"``/``"private"``, ``written`` are the arrays the kernel stores into (or updates
-    atomically) and ``arrays`` its array parameters.
+    ``"localmem"``/``"private"`` and ``shapes`` to their static shapes, ``written`` are the
+    arrays the kernel stores into (or updates atomically) and ``arrays`` its array parameters.
     """
     counts: dict[str, int] = {}
     for n in _walk(body):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
             counts[n.id] = counts.get(n.id, 0) + 1
+    written = set(written)
+    for n in _walk(body):       # a device function kept as a call may write its arguments
+        if isinstance(n, ast.Call) and tg_name(n) is None and not (
+                isinstance(n.func, ast.Name) and n.func.id == "range"):
+            written |= {a.id for a in n.args if isinstance(a, ast.Name)}
+    own_local = _own_local_indices(body, counts)
     in_loop = {n.id for n in _walk(loop.body)
                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
     counter = loop.target.id if isinstance(loop.target, ast.Name) else None
@@ -59,6 +69,8 @@ def recomputable_stores(loop: ast.For, body: list[ast.stmt], memory_kind: dict[s
                   and isinstance(n.ctx, ast.Store) and _names(n.value) == {memory}]
         if len(stores) != 1 or any(id(u) not in inside for u in uses):
             continue
+        if not _rewrites_all(s, memory_kind[memory], shapes.get(memory), groupsize, own_local):
+            continue                                   # older elements could still be read
         if any(memory in _names(st) for st in loop.body[:k]):
             continue                                   # used before the store
         if memory_kind[memory] == "localmem" and not _reads_follow_barrier(loop.body[k + 1:],
@@ -68,6 +80,36 @@ def recomputable_stores(loop: ast.For, body: list[ast.stmt], memory_kind: dict[s
                                          memory_kind):
             found.append(s)
     return found
+
+
+def _rewrites_all(s: ast.Assign, kind: str, shape: tuple | None, groupsize: tuple[int, ...],
+                  own_local: set[str]) -> bool:
+    """The store rewrites every element each iteration: private memory of one element, or
+    local memory the workgroup's shape stored at the work-item's own local index."""
+    if shape is None:
+        return False
+    if kind == "private":
+        return all(d == 1 for d in shape)
+    return tuple(shape) == tuple(groupsize) and ast.dump(s.targets[0].slice) in own_local
+
+
+def _own_local_indices(body: list[ast.stmt], counts: dict[str, int]) -> set[str]:
+    """``ast.dump`` of the expressions that are this work-item's own local index."""
+    own = {ast.dump(ast.parse("tg.local_index()", mode="eval").body)}
+    for s in body:
+        if not (isinstance(s, ast.Assign) and tg_name(s.value) in ("local_index",
+                                                                     "local_indices")):
+            continue
+        t = s.targets[0]
+        names = [t] if isinstance(t, ast.Name) else list(getattr(t, "elts", []))
+        if not all(isinstance(e, ast.Name) and counts.get(e.id) == 1 for e in names):
+            continue
+        if isinstance(t, ast.Name):
+            own.add(ast.dump(ast.Name(id=t.id, ctx=ast.Load())))
+        else:
+            own.add(ast.dump(ast.Tuple(elts=[ast.Name(id=e.id, ctx=ast.Load()) for e in names],
+                                       ctx=ast.Load())))
+    return own
 
 
 def _depends_only_on_fixed_values(s: ast.Assign, counter: str | None, counts: dict[str, int],

@@ -543,10 +543,18 @@ class _Reverse(Transform):
         step = args[2] if len(args) > 2 else _c(1)
         count, first, stride = self.fresh("trips"), self.fresh("start"), self.fresh("step")
         k = s.target.id
+        if any(isinstance(n, ast.Name) and n.id == k and isinstance(n.ctx, ast.Store)
+               for n in _walk(s.body)):
+            raise self.fail(s, f"the loop variable {k} is assigned inside the loop; the "
+                               "derivative would restore it to the loop's value, not yours. "
+                               f"Assign to another name ({k}2 = ...)")
         redo: list[ast.stmt] = []
         if self.loop_depth == 0:
+            shapes = {d.targets[0].id: self.tk.static_shapes[id(d.value)][1]
+                      for d in self.decls if id(d.value) in self.tk.static_shapes}
             stores = recomputable_stores(s, self.body, self.memory_kind,
-                                         self.written | self.atomic_targets, self.global_arrays)
+                                         self.written | self.atomic_targets, self.global_arrays,
+                                         shapes, tuple(self.tk.groupsize))
             self.recomputed |= {id(st) for st in stores}
             redo = [copy.deepcopy(st) for st in stores]
         self.loop_depth += 1
@@ -730,7 +738,7 @@ def tidy(adjoint: Adjoint) -> Adjoint:
     body, still = eliminate_dead_code(adjoint.ir.body, set(), set(adjoint.scratch))
     if _drop_unread_loads(body):
         body, still = eliminate_dead_code(body, set(), set(adjoint.scratch))
-    body = _count_idle_loops(body, body)
+    body = _single_barriers(_count_idle_loops(body, body))
     adjoint.scratch = [a for a in adjoint.scratch if a in still]
     uses_stack = any(isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
                      and n.value.id in ("_fstack", "_istack")
@@ -774,8 +782,11 @@ def _count_idle_loops(stmts: list[ast.stmt], whole: list[ast.stmt]) -> list[ast.
             trips = tg_call("max", [_c(0), _neg(ast.BinOp(
                 left=ast.BinOp(left=_clone(start), op=ast.Sub(), right=_clone(stop)),
                 op=ast.FloorDiv(), right=_clone(step)))])
-            out += [ast.copy_location(_assign(count, _add(_n(count), trips)), s),
-                    ast.copy_location(ast.Expr(value=tg_call("synchronize", [])), s)]
+            out.append(ast.copy_location(_assign(count, _add(_n(count), trips)), s))
+            if any(_is_barrier(b) for b in _walk(s.body)):
+                # a loop holding barriers runs alike in every work-item of the group (it is
+                # group-level control flow): one barrier after it keeps what they separated
+                out.append(ast.copy_location(ast.Expr(value=tg_call("synchronize", [])), s))
             continue
         for attr in ("body", "orelse"):
             if isinstance(s, (ast.If, ast.For, ast.While)) and getattr(s, attr):
@@ -799,23 +810,33 @@ def _idle_counting_loop(s: ast.stmt, whole: list[ast.stmt]) -> str | None:
     if ast.dump(work[0].value) != ast.dump(_add(_n(count), _c(1))):
         return None
     t = s.target.id
+    # reads of t are fine only in the body of a loop that sets t first (the reverse loop)
+    covered = set()
     for loop in _walk(whole):
-        if loop is s or not isinstance(loop, (ast.For, ast.While)):
-            continue
-        first = loop.body[0] if loop.body else None
-        if isinstance(first, ast.Assign) and isinstance(first.targets[0], ast.Name) \
-                and first.targets[0].id == t:
-            loop._tg_sets_first = True
-    for n in _walk(whole):
-        if isinstance(n, (ast.For, ast.While)) and n is not s \
-                and not getattr(n, "_tg_sets_first", False) \
-                and any(isinstance(m, ast.Name) and m.id == t and isinstance(m.ctx, ast.Load)
-                        for b in n.body for m in ast.walk(b)):
+        if isinstance(loop, (ast.For, ast.While)) and loop is not s and loop.body \
+                and isinstance(loop.body[0], ast.Assign) \
+                and isinstance(loop.body[0].targets[0], ast.Name) \
+                and loop.body[0].targets[0].id == t:
+            covered |= {id(m) for b in loop.body for m in ast.walk(b)}
+    inside = {id(m) for m in ast.walk(s)}
+    for m in _walk(whole):
+        if isinstance(m, ast.Name) and m.id == t and isinstance(m.ctx, ast.Load) \
+                and id(m) not in inside and id(m) not in covered:
             return None
-    outside = [m for top in whole if not isinstance(top, (ast.For, ast.While))
-               for m in ast.walk(top) if isinstance(m, ast.Name) and m.id == t
-               and isinstance(m.ctx, ast.Load)]
-    return None if outside else count
+    return count
+
+
+def _single_barriers(stmts: list[ast.stmt]) -> list[ast.stmt]:
+    """Consecutive barriers are one barrier (what moved code leaves between them is gone)."""
+    out: list[ast.stmt] = []
+    for s in stmts:
+        if _is_barrier(s) and out and _is_barrier(out[-1]):
+            continue
+        for attr in ("body", "orelse"):
+            if isinstance(s, (ast.If, ast.For, ast.While)) and getattr(s, attr):
+                setattr(s, attr, _single_barriers(getattr(s, attr)))
+        out.append(s)
+    return out
 
 
 def _walk(stmts: list[ast.stmt]):

@@ -9,6 +9,7 @@ generated adjoint contains.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import tapegrad as tg
 from tests.ad.gradcheck import kernel_vjp_error
@@ -100,3 +101,72 @@ def test_private_memory_loaded_in_a_loop_is_recomputed():
     kernel_vjp_error(private_window(tg.CPU(), 4), [np.zeros(9), r(11)], 9, wrt=[1],
                      outputs=[0])
     assert "_fstack" not in private_window.source(mode="reverse")
+
+
+# -- what must not be recomputed or simplified (found in review; each gave a wrong gradient)
+
+@tg.kernel
+def per_item_trip_counts(Y, X, n):
+    i = tg.index()
+    acc = 0.0
+    for _a in range(i % 4):         # work-items run the outer loop a different number of times
+        for _t in range(n):         # the inner forward loop is idle: only its count is left
+            acc += X[i] * X[i]
+    Y[i] = acc
+
+
+@tg.kernel
+def counter_read_after_the_loop(Y, X, n):
+    i = tg.index()
+    acc = 0.0
+    for t in range(n):  # noqa: B007 - t is read after the loop
+        acc += X[i] * X[i]
+    s = 0.0
+    for u in range(t):              # the loop's last t bounds another loop
+        s += X[u]
+    Y[i] = acc + s * X[i]
+
+
+@tg.kernel
+def two_slot_ring(Y, X):
+    i = tg.index()
+    p = tg.private(X.dtype, (2,))
+    acc = 0.0
+    for t in range(4):
+        p[t % 2] = X[i + t]         # one slot per iteration: the other is from before
+        if t > 0:
+            acc += p[0] * p[1]
+    Y[i] = acc
+
+
+@tg.kernel
+def reassigns_the_loop_variable(Y, X):
+    i = tg.index()
+    acc = 0.0
+    for t in range(3):
+        t = t * 2
+        acc += X[i] * t
+    Y[i] = acc
+
+
+def test_an_idle_loop_keeps_each_work_items_trip_count():
+    kernel_vjp_error(per_item_trip_counts(tg.CPU(), 4), [np.zeros(8), r(8), 2], 8, wrt=[1],
+                     outputs=[0])
+    assert "synchronize" not in per_item_trip_counts.source(mode="reverse")
+
+
+def test_a_loop_whose_counter_is_read_afterwards_stays():
+    kernel_vjp_error(counter_read_after_the_loop(tg.CPU(), 4), [np.zeros(8), r(8), 5], 8,
+                     wrt=[1], outputs=[0])
+
+
+def test_memory_partly_rewritten_per_iteration_stays_on_the_stack():
+    kernel_vjp_error(two_slot_ring(tg.CPU(), 4), [np.zeros(7), r(10)], 7, wrt=[1], outputs=[0])
+    assert "_fstack" in two_slot_ring.source(mode="reverse")
+
+
+def test_assigning_the_loop_variable_is_a_clear_error():
+    with pytest.raises(tg.KernelSyntaxError, match="loop variable t is assigned inside"):
+        tg.autodiff(tg.Reverse, reassigns_the_loop_variable(tg.CPU(), 4), tg.Const,
+                    tg.Duplicated(np.zeros(4), np.ones(4)), tg.Duplicated(r(4), np.zeros(4)),
+                    ndrange=4)
