@@ -32,6 +32,11 @@ def neg(a: ast.expr) -> ast.expr:
     return ast.UnaryOp(op=ast.USub(), operand=a)
 
 
+def walk(stmts: list[ast.stmt]):
+    """Every node of a statement list (``ast.walk`` takes one node)."""
+    return ast.walk(ast.Module(body=stmts, type_ignores=[]))
+
+
 def clone(e: ast.expr) -> ast.expr:
     return copy.deepcopy(e)
 

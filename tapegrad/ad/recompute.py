@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ast
 
+from tapegrad.ad.astutil import walk as _walk
 from tapegrad.frontend.ir import tg_name
 
 
@@ -144,6 +145,3 @@ def _reads_follow_barrier(after: list[ast.stmt], memory: str) -> bool:
 def _names(node: ast.AST) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
-
-def _walk(body: list[ast.stmt]):
-    return ast.walk(ast.Module(body=body, type_ignores=[]))

@@ -29,6 +29,7 @@ from tapegrad.ad.astutil import located_at as _at
 from tapegrad.ad.astutil import mul as _mul
 from tapegrad.ad.astutil import name as _n
 from tapegrad.ad.astutil import neg as _neg
+from tapegrad.ad.astutil import walk as _walk
 from tapegrad.ad.deadcode import eliminate_dead_code
 from tapegrad.ad.recompute import recomputable_stores
 from tapegrad.ad.rules import partials
@@ -838,9 +839,6 @@ def _single_barriers(stmts: list[ast.stmt]) -> list[ast.stmt]:
         out.append(s)
     return out
 
-
-def _walk(stmts: list[ast.stmt]):
-    return ast.walk(ast.Module(body=stmts, type_ignores=[]))
 
 
 def _without_stack(stmts: list[ast.stmt]) -> list[ast.stmt]:

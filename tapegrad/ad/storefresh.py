@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import copy
 
+from tapegrad.ad.astutil import walk as _walk
 from tapegrad.ad.gather import global_index_vars
 from tapegrad.frontend.ir import KernelIR
 
@@ -65,6 +66,3 @@ def _own_update(st: ast.stmt, shadow: str, own: str | tuple[str, ...]) -> bool:
     return isinstance(idx, ast.Tuple) and tuple(
         e.id if isinstance(e, ast.Name) else None for e in idx.elts) == own
 
-
-def _walk(body: list[ast.stmt]):
-    return ast.walk(ast.Module(body=body, type_ignores=[]))
