@@ -157,3 +157,48 @@ def test_atomics_with_index_tuple_from_ntuple(backend):
     np.testing.assert_array_equal(H, np.ones(nd))
     np.testing.assert_array_equal(G, np.full((2, 3), 9))
     np.testing.assert_array_equal(M, [[408, -1], [508, -1]])
+
+
+def test_per_thread_copies_are_reused_and_left_zero():
+    """On the CPU, atomics into a small array add into one copy per task, merged after the
+    launch. The copies are the launcher's, reused by the next launch (new memory each time
+    would take a page fault per 4 KiB), so the merge must leave them zero: repeated and
+    differently sized launches keep counting exactly."""
+    rng = np.random.default_rng(5)
+    cfg = histogram(tg.CPU(), 256)
+    for n in (50_000, 50_000, 3_000, 50_000):
+        keys = rng.integers(0, BINS, n)
+        weights = rng.integers(0, 4, n).astype(np.float64)
+        H = np.zeros(BINS)
+        cfg(H, keys, weights, ndrange=n)
+        np.testing.assert_array_equal(H, np.bincount(keys, weights=weights, minlength=BINS))
+    launcher = next(v for k, v in histogram.cache.items()
+                    if isinstance(k, tuple) and k[0] == "primal" and hasattr(v, "pool_cache"))
+    assert launcher.pool_cache, "the copies are kept for the next launch"
+    assert all(not pool.any() for pool in launcher.pool_cache.values())
+
+
+def test_launches_from_two_threads_do_not_share_copies():
+    import threading
+
+    keys = np.random.default_rng(6).integers(0, BINS, 200_000)
+    expected = np.bincount(keys, minlength=BINS).astype(np.float64)
+    results, errors = [], []
+
+    def count():
+        try:
+            for _ in range(20):
+                H = np.zeros(BINS)
+                histogram(tg.CPU(), 256)(H, keys, np.ones(keys.size), ndrange=keys.size)
+                results.append(H)
+        except Exception as exc:   # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=count) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 40
+    for H in results:
+        np.testing.assert_array_equal(H, expected)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,8 @@ from tapegrad.errors import KernelCompileError, KernelIndexError
 from tapegrad.frontend.types import TypedKernel
 
 _DEFAULT_GROUPSIZE = {1: (1024,), 2: (16, 64), 3: (4, 8, 32)}
+_POOL_BYTES = 64 << 20    # per-task copies kept between launches up to this size
+_POOLS_KEPT = 8           # ... and this many per kernel
 
 
 class CPU(Backend):
@@ -71,6 +74,7 @@ class _Launcher:
         self.groupsize = groupsize
         self.compiled = False
         self.checked = "boundscheck=True" in lowered.source
+        self.pool_cache: dict[tuple, np.ndarray] = {}
 
     @property
     def source(self) -> str:
@@ -79,11 +83,21 @@ class _Launcher:
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
         groups = tuple(-(-n // w) for n, w in zip(ndrange, self.groupsize))
         chunks = numba.get_num_threads()   # one parallel task per thread
-        if self.compiled and not self.checked:
-            self.dispatcher(*args, *ndrange, *groups, chunks)
-            return
+        pools = self.pools(args, ndrange, chunks) if self.lowered.pools else ()
         try:
-            self.dispatcher(*args, *ndrange, *groups, chunks)
+            if self.compiled and not self.checked:
+                self.dispatcher(*args, *ndrange, *groups, chunks, *pools)
+                return
+            self.first_call(args, ndrange, groups, chunks, pools)
+        except BaseException:
+            self.pool_cache.clear()     # a launch cut short may leave its copies dirty
+            raise
+
+    def first_call(self, args: tuple, ndrange: tuple[int, ...], groups: tuple[int, ...],
+                   chunks: int, pools: Any) -> None:
+        """A launch that may compile, or that checks bounds: Numba's errors become ours."""
+        try:
+            self.dispatcher(*args, *ndrange, *groups, chunks, *pools)
         except IndexError:
             raise KernelIndexError(
                 f"kernel {self.lowered.symbol} indexed outside an array (bounds checks are on: "
@@ -95,6 +109,29 @@ class _Launcher:
                 raise
             raise self.translate(exc) from None
         self.compiled = True
+
+    def pools(self, args: tuple, ndrange: tuple[int, ...], chunks: int) -> list[Any]:
+        """The per-task copies of the arrays the kernel updates only atomically, when they
+        pay (tasks x size <= 8 x work-items), else one element.  All zero, as each launch
+        leaves them; kept for the next launch (per thread, a few shapes), so that a launch
+        does not take fresh pages from the system and fault on each of them."""
+        items = 1
+        for n in ndrange:
+            items *= n
+        out = []
+        for pos, nd in self.lowered.pools:
+            a = args[pos]
+            shape = (chunks,) + a.shape if chunks * a.size <= 8 * items else (1,) * (nd + 1)
+            key = (threading.get_ident(), pos, shape, a.dtype)
+            pool = self.pool_cache.get(key)
+            if pool is None:
+                pool = np.zeros(shape, a.dtype)
+                if pool.nbytes <= _POOL_BYTES:
+                    self.pool_cache[key] = pool
+                    while len(self.pool_cache) > _POOLS_KEPT:
+                        del self.pool_cache[next(iter(self.pool_cache))]
+            out.append(pool)
+        return out
 
     def translate(self, exc: Exception) -> KernelCompileError:
         return compile_error(exc, self.lowered, self.path, "Numba")

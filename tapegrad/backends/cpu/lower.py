@@ -56,6 +56,9 @@ class Lowered:
     symbol: str
     user_line: dict[int, int]
     filename: str
+    # (argument position, ndim) of each array whose atomics add into per-thread copies: the
+    # launcher passes those copies (all zero; the kernel leaves them zero)
+    pools: tuple = ()
 
 
 class CPULowering(ExprLowering):
@@ -169,7 +172,8 @@ class _KernelWriter(ModuleWriter):
         out.blank()
         out.blank()
         self.write_kernel()
-        return Lowered(out.source(), ir.name, out.user_line, ir.filename)
+        pools = tuple((ir.params.index(a), nd) for a, nd in self.private_sums.items())
+        return Lowered(out.source(), ir.name, out.user_line, ir.filename, pools)
 
     def write_function(self, callee: TypedKernel) -> None:
         out = self.out
@@ -182,12 +186,12 @@ class _KernelWriter(ModuleWriter):
         run of workgroups, with its scratch memory (local memory, per-item slots, adjoint
         stacks) allocated once per task rather than once per group."""
         out, ir, r = self.out, self.ir, self.rank
-        params = (ir.params + [f"_n{d}" for d in range(r)] + [f"_groups{d}" for d in range(r)]
-                  + ["_nchunks"])
         debug = bool(_checks())   # bounds checks run serially: Numba cannot raise from threads
+        self.private_sums = {} if debug else self.privatizable(ir.body)
+        params = (ir.params + [f"_n{d}" for d in range(r)] + [f"_groups{d}" for d in range(r)]
+                  + ["_nchunks"] + [f"{a}__pool" for a in self.private_sums])
         out.emit(f"@numba.njit(parallel={not debug}, cache=True, nogil=True{_checks()})", 0)
         out.emit(f"def {ir.name}({', '.join(params)}):", 0)
-        self.private_sums = {} if debug else self.privatizable(ir.body)
         self.privatize_start()
         out.emit(f"_total = {' * '.join(f'_groups{d}' for d in range(r))}", 1)
         out.emit(f"for _c in {'range' if debug else 'numba.prange'}(_nchunks):", 1)
@@ -278,14 +282,12 @@ class _KernelWriter(ModuleWriter):
         out = self.out
         if not self.private_sums:
             return
-        items = " * ".join(f"_n{d}" for d in range(self.rank))
-        for a, nd in self.private_sums.items():
-            # private copies pay when they are small next to the work: tasks x size <= 8 x items
-            out.emit(f"_private_{a} = _nchunks * {a}.size <= 8 * ({items})", 1)
-            out.emit(f"if _private_{a}:", 1)
-            out.emit(f"{a}__priv = np.zeros((_nchunks,) + {a}.shape, {a}.dtype)", 2)
-            out.emit("else:", 1)
-            out.emit(f"{a}__priv = np.zeros((1,) + (1,) * {nd}, {a}.dtype)", 2)
+        for a in self.private_sums:
+            # the launcher passes one zeroed copy per task when they pay (see _Launcher.pools),
+            # else a single element: new memory on every launch would cost a page fault per 4 KiB
+            out.emit(f"_private_{a} = {a}__pool.shape[0] == _nchunks and "
+                     f"{a}__pool.size == _nchunks * {a}.size", 1)
+            out.emit(f"{a}__priv = {a}__pool", 1)
 
     def privatize_merge(self) -> None:
         out = self.out
@@ -297,8 +299,10 @@ class _KernelWriter(ModuleWriter):
                 out.emit(f"for _m{d} in range({a}.shape[{d}]):", 2 + d)
             inner = 2 + nd
             out.emit(f"_s = {a}__priv[0, {idx}]", inner)
+            out.emit(f"{a}__priv[0, {idx}] = 0", inner)     # zero again for the next launch
             out.emit("for _t in range(1, _nchunks):", inner)
             out.emit(f"_s += {a}__priv[_t, {idx}]", inner + 1)
+            out.emit(f"{a}__priv[_t, {idx}] = 0", inner + 1)
             out.emit(f"{a}[{idx}] += _s", inner)
 
     def special(self, s: ast.stmt, depth: int, low: CPULowering) -> bool:
