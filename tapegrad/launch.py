@@ -465,7 +465,10 @@ def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tupl
         else:
             launcher(args, nd)
         return {}
-    backup = {p: d.copy() for p, d in shadows.items()} if adjoint.uses_status else None
+    backup: dict[str, Any] = {}
+    if adjoint.uses_status:   # to undo a launch whose stack overflowed: what it changes
+        written = {p for sh, p in adjoint.shadow_of.items() if sh in adjoint.shadows_written}
+        backup = {p: d.copy() for p, d in shadows.items() if p in written and p not in fresh}
     for attempt in range(2):
         args = [v.copy() if p in adjoint.scratch else v for p, v in zip(params, values)]
         args += [shadows[p] for p in adjoint.shadow_of.values()]
@@ -491,7 +494,10 @@ def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tupl
                 f"even after growing to {adjoint.stack_depth}; this is a tapegrad bug, please "
                 "report it with the kernel")
         for p, d in shadows.items():   # undo the partial accumulation, grow the stack, redo
-            d[...] = backup[p]
+            if p in backup:
+                d[...] = backup[p]
+            elif p in fresh:           # held no values: zeros again (or stored into again)
+                d[...] = 0
         depth = 1 << max(needed - 1, 1).bit_length()
         kernel.cache[("stack depth", key)] = depth
         del kernel.cache[key]

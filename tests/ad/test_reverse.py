@@ -540,9 +540,54 @@ def long_loop(B, A, n):
     B[i] = s
 
 
+@tg.kernel
+def slow_drift(B, A, n):
+    i = tg.index()
+    s = A[i]
+    for k in range(n):
+        s = s + 0.0005 * math.cos(s + k)  # a derivative of order one after thousands of steps
+    B[i] = s
+
+
+@tg.kernel
+def guarded_drift(B, A, n):
+    i = tg.index()
+    B[i] = 0.0
+    if A[i] > -5.0:                       # A_bar updated under a test: zeroed, then added to
+        s = A[i]
+        for k in range(n):
+            s = s + 0.0005 * math.cos(s + k)
+        B[i] = s
+
+
 def test_stack_grows_for_long_loops():
     A = r(4)
     kernel_vjp_error(long_loop(tg.CPU()), [np.zeros(4), A, 1000], 4, wrt=[1], outputs=[0])
+    for kernel in (slow_drift, guarded_drift):      # the functional form zeroes or stores anew
+        kernel_vjp_error(kernel(tg.CPU()), [np.zeros(4), A, 1000], 4, wrt=[1], outputs=[0],
+                         functional=True)
+
+
+def test_a_grown_stack_leaves_accumulated_shadows_right():
+    """The launch whose stack overflowed is undone before the deeper one runs: the shadow
+    ends as what it held plus the gradient (not plus twice a partial one), the output's
+    shadow consumed."""
+    A, W, start = r(4), r(4), r(4)
+    dA, dB = start.copy(), W.copy()
+    tg.autodiff(tg.Reverse, slow_drift(tg.CPU()), tg.Const, tg.Duplicated(np.zeros(4), dB),
+                tg.Duplicated(A, dA), 3000, ndrange=4)
+    eps, fd = 1e-6, np.zeros(4)
+    for k in range(4):
+        values = []
+        for h in (eps, -eps):
+            X, B = A.copy(), np.zeros(4)
+            X[k] += h
+            slow_drift(tg.CPU())(B, X, 3000, ndrange=4)
+            values.append(float(W @ B))
+        fd[k] = (values[0] - values[1]) / (2 * eps)
+    assert np.abs(fd).min() > 0.1                   # a gradient a wrong sum would change
+    np.testing.assert_allclose(dA, start + fd, atol=1e-6)
+    np.testing.assert_array_equal(dB, 0.0)
 
 
 @tg.kernel
