@@ -117,6 +117,10 @@ class BarrierPlan:
         self.hoisted = self.group_level_names(body, uniform)
         self.runtime_values: dict[str, str] = {}   # name -> dtype, computed per item
         self.blocks = self.structure(body, uniform)
+        # a loop run at group level sets its variable at group level, also when its bounds
+        # were computed per work-item (adjoints): never a per-item slot to reload it from
+        self.hoisted |= {g.stmt.target.id for g in _group_stmts(self.blocks)
+                         if isinstance(g.stmt, ast.For) and isinstance(g.stmt.target, ast.Name)}
         self.segments = list(segments_of(self.blocks))
         self.cheap = self.cheap_locals(body, self.hoisted)
         self.exposed: set[str] = set()
@@ -336,6 +340,15 @@ class BarrierPlan:
         return [Segment(evaluate, evaluates=names),
                 GroupStmt(s, [self.structure(s.body, uniform), self.structure(s.orelse, uniform)],
                           "if {0}:", names)]
+
+def _group_stmts(blocks: list):
+    """Every GroupStmt in ``blocks``, nested ones too."""
+    for b in blocks:
+        if isinstance(b, GroupStmt):
+            yield b
+            for inner in b.blocks:
+                yield from _group_stmts(inner)
+
 
 def upward_exposed(stmts: list[ast.stmt]) -> set[str]:
     """Names that ``stmts`` may read before assigning them (so their value comes from before)."""

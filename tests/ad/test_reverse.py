@@ -457,6 +457,34 @@ def test_tiled_matmul_in_local_memory():
 
 
 @tg.kernel
+def repeated_tiled_product(C, A, B):
+    """A tiled product inside an outer loop: the adjoint's inner reverse loop runs at group
+    level with a trip count restored per work-item (its counter once came from an
+    uninitialised per-item slot on the CPU: a wrong gradient, then a crash)."""
+    i, j = tg.index(tg.Global, tg.NTuple)
+    li, lj = tg.index(tg.Local, tg.NTuple)
+    tile_a = tg.localmem(A.dtype, (TILE, TILE))
+    tile_b = tg.localmem(A.dtype, (TILE, TILE))
+    total = 0.0
+    for rep in range(2):
+        acc = 0.0
+        for t in range(A.shape[1] // TILE):
+            tile_a[li, lj] = A[i, t * TILE + lj]
+            tile_b[li, lj] = B[t * TILE + li, j]
+            tg.synchronize()
+            for k in range(TILE):
+                acc += tile_a[li, k] * tile_b[k, lj]
+            tg.synchronize()
+        total += acc * acc * (rep + 1)
+    C[i, j] = total
+
+
+def test_tiled_product_inside_an_outer_loop():
+    kernel_vjp_error(repeated_tiled_product(tg.CPU(), (TILE, TILE)),
+                     [np.zeros((8, 8)), r(8, 8), r(8, 8)], (8, 8), wrt=[1, 2], outputs=[0])
+
+
+@tg.kernel
 def block_sum_of_squares(out, x):
     li = tg.index(tg.Local)
     gi = tg.index()
