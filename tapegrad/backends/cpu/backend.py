@@ -17,8 +17,9 @@ from tapegrad.errors import KernelCompileError, KernelIndexError
 from tapegrad.frontend.types import TypedKernel
 
 _DEFAULT_GROUPSIZE = {1: (1024,), 2: (16, 64), 3: (4, 8, 32)}
-_POOL_BYTES = 64 << 20    # per-task copies kept between launches up to this size
-_POOLS_KEPT = 8           # ... and this many per kernel
+_POOL_BYTES = 16 << 20    # per-task copies kept between launches up to this size
+_POOLS_KEPT = 4           # ... and this many per kernel (larger ones: new memory per launch,
+                          # a small cost next to the work they come with)
 
 
 class CPU(Backend):
@@ -129,7 +130,10 @@ class _Launcher:
                 if pool.nbytes <= _POOL_BYTES:
                     self.pool_cache[key] = pool
                     while len(self.pool_cache) > _POOLS_KEPT:
-                        del self.pool_cache[next(iter(self.pool_cache))]
+                        try:                    # the oldest goes
+                            self.pool_cache.pop(next(iter(self.pool_cache)), None)
+                        except (StopIteration, RuntimeError):   # another thread was at it
+                            break
             out.append(pool)
         return out
 
