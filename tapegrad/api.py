@@ -24,6 +24,7 @@ from tapegrad.tape.activity import (
     annotate,
 )
 from tapegrad.tape.forward import DualScalar, ForwardContext
+from tapegrad.tape.identity import extent
 from tapegrad.tape.scalars import TrackedScalar
 from tapegrad.tape.tape import (
     Tape,
@@ -437,6 +438,8 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
     else:
         seen = values
     shadows = {p: a.dval for p, a in zip(params, annotated) if isinstance(a, Duplicated)}
+    if not accumulate:
+        _check_separate(kernel, shadows)
     if accumulate:
         scalars = L.run_adjoint(cfg, seen, shadows, activity, nd)   # the adjoint launch
     else:
@@ -470,6 +473,19 @@ def _seeds(kernel: Any, params: list[str], annotated: list[Annotation]) -> froze
                 f"d{p}, and it holds the derivative with respect to {p}'s old values after")
     return frozenset(p for p, a in zip(params, annotated)
                      if isinstance(a, Duplicated) and p in written)
+
+
+def _check_separate(kernel: Any, shadows: dict[str, Any]) -> None:
+    """With ``accumulate=False`` results are written while seeds are read: no two shadows may
+    share memory (checked before anything runs)."""
+    spans = [(extent(d), p) for p, d in shadows.items()]
+    for k, ((lo, hi), p) in enumerate(spans):
+        for (lo2, hi2), q in spans[k + 1:]:
+            if lo < hi2 and lo2 < hi:
+                raise TapegradError(
+                    f"{kernel.name}: with accumulate=False the shadows of {q} and {p} share "
+                    "memory, so one would be overwritten while the other is read; pass "
+                    "separate arrays")
 
 
 def _primal_needed(kernel: Any, params: list[str], annotated: list[Annotation]) -> bool:

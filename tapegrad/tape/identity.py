@@ -81,7 +81,7 @@ class Identities:
     def _register(self, x: Any, key: tuple, old: _Entry | None) -> _Entry:
         generation = 0 if old is None else old.ident[-1] + 1 if len(old.ident) > 4 else 1
         ident = key if generation == 0 else key + (generation,)
-        lo, hi = _extent(x)
+        lo, hi = extent(x)
         self._check_overlap(x, lo, hi, old)
         owner = x
         while getattr(owner, "base", None) is not None:
@@ -119,7 +119,7 @@ class Identities:
             del self.extents[clash]          # freed memory, now reused
 
 
-def _extent(x: Any) -> tuple[int, int]:
+def extent(x: Any) -> tuple[int, int]:
     """The byte range ``[lo, hi)`` an array's elements occupy (host and device addresses
     never meet: device arrays are shifted into their own range)."""
     ptr = array_key(x)[0]

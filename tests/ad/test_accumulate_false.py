@@ -188,6 +188,13 @@ def test_misuse_is_a_clear_error_and_changes_nothing():
                     accumulate=False)
     np.testing.assert_array_equal(x, x0)
     np.testing.assert_array_equal(dx, 1.0)
+    w, dw = rng.random(8), rng.random(8)
+    w0, dw0 = w.copy(), dw.copy()
+    with pytest.raises(tg.TapegradError, match="shadows of X and Y share memory"):
+        tg.autodiff(tg.Reverse, smooth(CPU, 4), tg.Const, tg.DuplicatedNoNeed(dw, w),
+                    tg.Duplicated(rng.random(8), w[::-1]), ndrange=8, accumulate=False)
+    np.testing.assert_array_equal(w, w0)
+    np.testing.assert_array_equal(dw, dw0)
     with pytest.raises(tg.TapegradError, match="reverse mode"):
         tg.autodiff(tg.Forward, in_place(CPU), tg.Const, tg.Duplicated(x, dx), ndrange=8,
                     accumulate=False)
