@@ -37,7 +37,7 @@ from __future__ import annotations
 import ast
 import copy
 
-from tapegrad.ad.astutil import assign, const, name
+from tapegrad.ad.astutil import assign, const, name, walk
 from tapegrad.frontend.ir import KernelIR, tg_call, tg_name
 
 
@@ -127,16 +127,14 @@ def _unchanged(value: ast.expr, between: list[ast.stmt]) -> bool:
     """Nothing in ``between`` assigns a name ``value`` reads or stores into an array it
     reads."""
     reads = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)}
-    for n in ast.walk(ast.Module(body=between, type_ignores=[])):
+    for n in walk(between):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id in reads:
             return False
         if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store) \
                 and isinstance(n.value, ast.Name) and n.value.id in reads:
             return False
-        if isinstance(n, ast.Call) and not (tg_name(n) or "").startswith(("synchronize",)) \
-                and tg_name(n) is None:
-            return False                                # a device function call
-        if isinstance(n, ast.Call) and (tg_name(n) or "").startswith("atomic_"):
+        if isinstance(n, ast.Call) and (tg_name(n) is None               # a device function
+                                        or tg_name(n).startswith("atomic_")):
             return False
     return True
 
