@@ -438,22 +438,17 @@ def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tupl
             f"tapegrad bug: the adjoint of {kernel.name} reads "
             f"{sorted(adjoint.contents_read - kept)}, whose contents the tape did not keep; "
             "please report it with the kernel")
-    fresh_at: set[int] = set()
-    stored: set[str] = set()
+    fresh_at: frozenset[int] = frozenset()
+    stored: frozenset[str] = frozenset()
     if fresh:
-        gathered = launcher.gathered() if isinstance(launcher, _GathersThenRest) else set()
-        storable = adjoint.storing.storable if adjoint.storing is not None else ()
-        base = len(params)
-        for k, (s, p) in enumerate(adjoint.shadow_of.items()):
-            if p in fresh:
-                if base + k in gathered:
-                    fresh_at.add(base + k)
-                elif s in storable and tuple(shadows[p].shape) == tuple(nd):
-                    stored.add(s)      # one work-item per element stores into it
-                else:
-                    shadows[p][...] = 0
-    if stored:
-        launcher = _storing_into(adjoint, launcher, frozenset(stored))
+        covered = frozenset(p for p in fresh if tuple(shadows[p].shape) == nd)
+        plan = adjoint.fresh_plans.get((fresh, covered))
+        if plan is None:
+            plan = adjoint.fresh_plans[fresh, covered] = _fresh_plan(
+                adjoint, launcher, len(params), fresh, covered)
+        launcher, fresh_at, stored, zeroed = plan
+        for p in zeroed:
+            shadows[p][...] = 0
     if not (adjoint.uses_status or adjoint.scratch or adjoint.active_scalars):
         # the common case (no stack, no copies, no scalar outputs): one launch
         args = tuple(values) + tuple(shadows[p] for p in adjoint.shadow_of.values())
@@ -503,8 +498,30 @@ def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tupl
         del kernel.cache[key]
         adjoint, launcher, key = adjoint_of(cfg, values, activity, nd, discard)
         if stored:
-            launcher = _storing_into(adjoint, launcher, frozenset(stored))
+            launcher = _storing_into(adjoint, launcher, stored)
     raise AssertionError("unreachable")
+
+
+def _fresh_plan(adjoint: Any, launcher: Any, base: int, fresh: frozenset[str],
+                covered: frozenset[str]) -> tuple[Any, frozenset[int], frozenset[str], tuple]:
+    """How an adjoint launch treats the shadows that hold no values yet (``fresh``; those in
+    ``covered`` have the launch's shape): (the launcher, the argument positions of the gather
+    kernels that store, the shadows the main kernel stores into, the shadows to zero first)."""
+    gathered = launcher.gathered() if isinstance(launcher, _GathersThenRest) else set()
+    storable = adjoint.storing.storable if adjoint.storing is not None else ()
+    fresh_at, stored, zeroed = set(), set(), []
+    for k, (s, p) in enumerate(adjoint.shadow_of.items()):
+        if p in fresh:
+            if base + k in gathered:
+                fresh_at.add(base + k)
+            elif s in storable and p in covered:
+                stored.add(s)          # one work-item per element stores into it
+            else:
+                zeroed.append(p)
+    stored = frozenset(stored)
+    if stored:
+        launcher = _storing_into(adjoint, launcher, stored)
+    return launcher, frozenset(fresh_at), stored, tuple(zeroed)
 
 
 def _storing_into(adjoint: Any, launcher: Any, stored: frozenset[str]) -> Any:

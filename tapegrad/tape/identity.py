@@ -23,14 +23,16 @@ from tapegrad.errors import TapegradError
 
 def array_key(x: Any) -> tuple:
     """An array's memory: (address, shape, strides, dtype)."""
+    return (_address(x), tuple(x.shape), tuple(x.strides), x.dtype.str)
+
+
+def _address(x: Any) -> int:
     if isinstance(x, np.ndarray):
-        ptr = x.__array_interface__["data"][0]
-    else:
-        ptr = x.__cuda_array_interface__["data"][0]
-    return (ptr, tuple(x.shape), tuple(x.strides), x.dtype.str)
+        return x.__array_interface__["data"][0]
+    return x.__cuda_array_interface__["data"][0]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     ident: tuple
     owner: Any          # a weak reference to the memory's owner, or the owner itself
@@ -56,7 +58,8 @@ class Identities:
         if known is not None and known[0]() is x and known[1] == x.shape \
                 and known[2] == x.strides:
             return known[3]
-        key = array_key(x)
+        ptr = _address(x)
+        key = (ptr, x.shape, x.strides, x.dtype.str)
         entry = self.by_memory.get(key)
         if entry is None or not entry.alive():
             entry = self._register(x, key, entry)
@@ -81,7 +84,7 @@ class Identities:
     def _register(self, x: Any, key: tuple, old: _Entry | None) -> _Entry:
         generation = 0 if old is None else old.ident[-1] + 1 if len(old.ident) > 4 else 1
         ident = key if generation == 0 else key + (generation,)
-        lo, hi = extent(x)
+        lo, hi = extent(x, key[0])
         self._check_overlap(x, lo, hi, old)
         owner = x
         while getattr(owner, "base", None) is not None:
@@ -119,16 +122,20 @@ class Identities:
             del self.extents[clash]          # freed memory, now reused
 
 
-def extent(x: Any) -> tuple[int, int]:
+def extent(x: Any, ptr: int | None = None) -> tuple[int, int]:
     """The byte range ``[lo, hi)`` an array's elements occupy (host and device addresses
-    never meet: device arrays are shifted into their own range)."""
-    ptr = array_key(x)[0]
+    never meet: device arrays are shifted into their own range); ``ptr``: its address, if
+    known."""
+    if ptr is None:
+        ptr = _address(x)
     lo = hi = ptr
     for n, st in zip(x.shape, x.strides):
         if n == 0:
             return ptr, ptr
-        lo += min(0, (n - 1) * st)
-        hi += max(0, (n - 1) * st)
+        if st < 0:
+            lo += (n - 1) * st
+        else:
+            hi += (n - 1) * st
     hi += x.dtype.itemsize
     if not isinstance(x, np.ndarray):
         lo, hi = lo + (1 << 64), hi + (1 << 64)

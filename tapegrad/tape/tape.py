@@ -178,54 +178,76 @@ class Tape:
 
     def record_launch(self, cfg: Any, args: tuple, ndrange: Any) -> None:
         """Called for every kernel launch while this tape records (the hot path of a
-        recorded simulation: one pass over the arguments)."""
+        recorded simulation: one pass over the array arguments, with what depends only on
+        the kernel and the argument types worked out once)."""
         kernel = cfg.kernel
-        plain = tuple(float(a) if type(a) is TrackedScalar else a for a in args)
+        tracked: tuple[int, ...] = ()
+        plain = args
+        for a in args:
+            if type(a) is TrackedScalar:
+                plain = tuple(float(a) if type(a) is TrackedScalar else a for a in args)
+                tracked = tuple(k for k, a in enumerate(args) if type(a) is TrackedScalar
+                                and a.tape is self)
+                break
         launcher, nd, key = L.prepare(cfg, plain, ndrange)   # bad launches fail before copies
-        reads, writes = L.access(kernel)
-        params = L.kernel_ir(kernel).params
-        tracked = tuple(k for k, a in enumerate(args) if type(a) is TrackedScalar
-                        and a.tape is self)
-        needs = kernel.cache.get(("needs", key, tracked))
-        if needs is None:
-            needs = kernel.cache[("needs", key, tracked)] = self.values_needed(
-                cfg, args, plain, nd)
+        plan = kernel.cache.get(("record plan", key, tracked))
+        if plan is None:
+            plan = kernel.cache[("record plan", key, tracked)] = self.plan_record(
+                cfg, args, plain, nd, key)
+        needs, arrays, params = plan
         seen = list(plain)
         ids: list[tuple | None] = [None] * len(args)
-        nodes: list[int | None] = [None] * len(args)
         read_ids, write_ids, live = [], [], []
-        for pos, (p, a) in enumerate(zip(params, args)):
-            if type(a) is TrackedScalar:
-                if a.tape is self:
-                    nodes[pos] = a.node
-            elif isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__"):
-                ident = ids[pos] = self.track(a)
-                if p in writes:
-                    seen[pos] = self.will_overwrite(a, p in reads and p in needs, ident)
-                    write_ids.append(ident)
-                if p in reads:
-                    read_ids.append(ident)
-                    if seen[pos] is a and p in needs:
-                        live.append((ident, pos, a))
+        track, readers = self.ids.track, self.readers
+        for pos, reads, writes, needed in arrays:
+            a = args[pos]
+            ident = ids[pos] = track(a)
+            if writes:
+                if reads and needed or readers.get(ident):
+                    seen[pos] = self.will_overwrite(a, reads and needed, ident)
+                write_ids.append(ident)
+            if reads:
+                read_ids.append(ident)
+                if needed and seen[pos] is a:
+                    live.append((ident, pos, a))
         if 0 not in nd:
             launcher(plain, nd)
-        for pos, p in enumerate(params):     # contents no adjoint reads: do not keep them
-            if ids[pos] is not None and p not in needs and seen[pos] is args[pos]:
-                x = seen[pos]
+        for pos, _, _, needed in arrays:   # contents no adjoint reads: do not keep them
+            x = seen[pos]
+            if not needed and x is args[pos]:
                 known = self.released.get(id(x))   # one weak slot per array, shared
                 if known is None or known.ref() is not x:
                     known = _Released.of(x)            # or x itself, if it cannot be
                     if type(known) is _Released:
                         self.released[id(x)] = known
                 seen[pos] = known
+        nodes = [None] * len(args)
+        for pos in tracked:
+            nodes[pos] = args[pos].node
+        # tuples of plain values, which the garbage collector stops following (a long
+        # recording's lists would make every full collection slower)
         record = LaunchRecord(
-            reads=read_ids, writes=write_ids,
-            scalars_in=[n for n in nodes if n is not None],
-            name=kernel.name, cfg=cfg, params=params, values=seen, ids=ids, nd=nd,
-            nodes=nodes, needs=needs)
+            reads=tuple(read_ids), writes=tuple(write_ids),
+            scalars_in=tuple(nodes[pos] for pos in tracked),
+            name=kernel.name, cfg=cfg, params=params, values=seen, ids=tuple(ids), nd=nd,
+            nodes=tuple(nodes), needs=needs)
         self.records.append(record)
         for ident, pos, a in live:
-            self.readers.setdefault(ident, []).append((record, pos, a))
+            readers.setdefault(ident, []).append((record, pos, a))
+
+    def plan_record(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...], key: tuple
+                    ) -> tuple[frozenset[str], tuple[tuple[int, bool, bool, bool], ...], list]:
+        """What recording a launch needs that depends only on the kernel and the argument
+        types: the parameters whose contents its adjoint may read, and for each array
+        argument (position, read?, written?, contents needed?)."""
+        kernel = cfg.kernel
+        reads, writes = L.access(kernel)
+        params = L.kernel_ir(kernel).params
+        needs = self.values_needed(cfg, args, plain, nd)
+        arrays = tuple((pos, p in reads, p in writes, p in needs)
+                       for pos, (p, k) in enumerate(zip(params, key[2]))
+                       if type(k) is tuple)          # an array's argument key (launch._arg_key)
+        return needs, arrays, params
 
     def values_needed(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...]
                       ) -> frozenset[str]:
@@ -306,13 +328,15 @@ class Tape:
             for ident in (*record.reads, *record.writes):
                 first_use.setdefault(ident, k)
         self.first_use = first_use
+        active_ids, active_nodes = self.active_ids, self.active_nodes
         for k in range(len(self.records) - 1, -1, -1):
             record = self.records[k]
             self.position = k
-            if (set(record.writes) & useful_ids or
+            if (not useful_ids.isdisjoint(record.writes) or
                     (record.scalar_out is not None and record.scalar_out in useful_nodes)) and (
-                    set(record.reads) & self.active_ids or set(record.scalars_in) & self.active_nodes
-                    or set(record.writes) & self.active_ids):
+                    not active_ids.isdisjoint(record.reads)
+                    or not active_nodes.isdisjoint(record.scalars_in)
+                    or not active_ids.isdisjoint(record.writes)):
                 record.backward(self)
             # no earlier record touches what this one made: its shadow is done, reuse the memory
             for ident in record.writes:
@@ -338,8 +362,9 @@ class Tape:
         self.active_ids = {self.key(s) for s in sources if is_array(s)}
         self.active_nodes = {s.node for s in sources if isinstance(s, TrackedScalar)}
         for record in self.records:
-            if set(record.reads) & self.active_ids or set(record.scalars_in) & self.active_nodes:
-                self.active_ids |= set(record.writes)
+            if not self.active_ids.isdisjoint(record.reads) \
+                    or not self.active_nodes.isdisjoint(record.scalars_in):
+                self.active_ids.update(record.writes)
                 if record.scalar_out is not None:
                     self.active_nodes.add(record.scalar_out)
 
@@ -348,10 +373,11 @@ class Tape:
         ids = {self.key(t) for t in targets if is_array(t)}
         nodes = {t.node for t in targets if isinstance(t, TrackedScalar)}
         for record in reversed(self.records):
-            if set(record.writes) & ids or (record.scalar_out is not None
-                                            and record.scalar_out in nodes):
-                ids |= set(record.reads) | set(record.writes)
-                nodes |= set(record.scalars_in)
+            if not ids.isdisjoint(record.writes) or (record.scalar_out is not None
+                                                     and record.scalar_out in nodes):
+                ids.update(record.reads)
+                ids.update(record.writes)
+                nodes.update(record.scalars_in)
         return ids, nodes
 
     def shadow(self, ident: int, unwritten_ok: bool = False) -> Any:

@@ -156,6 +156,23 @@ def test_updates_that_do_not_cover_the_shadow_zero_it_first(kernel, ndrange):
     np.testing.assert_allclose(dx, fd(cfg, args, ndrange, 0, w, wrt), atol=1e-8)
 
 
+def test_full_and_short_launches_of_one_kernel_alternate():
+    """How a launch treats its new gradients is worked out once per kind of launch and
+    remembered: a short launch after a full one (same compiled adjoint) must still zero the
+    elements it does not reach, and the full one after it store again."""
+    n = 19
+    x, y, w = rng.random(n), rng.random(n), rng.standard_normal(n)
+    cfg = axpy(CPU, 4)
+    for ndrange in (n, n - 5, n):
+        dx, z = nans(x), np.zeros(n)
+        tg.autodiff(tg.Reverse, cfg, tg.Const, tg.DuplicatedNoNeed(z, w.copy()), 2.0,
+                    tg.Duplicated(x, dx), y, ndrange=ndrange, accumulate=False)
+        np.testing.assert_allclose(dx, fd(cfg, [z, 2.0, x, y], ndrange, 0, w, 2), atol=1e-8)
+    adjoint = L.adjoint_of(cfg, (z, 2.0, x, y), ("dup", "const", "dup", "const"), (n,),
+                           frozenset({"Z"}))[0]
+    assert len(adjoint.fresh_plans) == 2        # stored into (full) and zeroed (short)
+
+
 def test_a_seed_the_adjoint_must_write_is_copied_not_changed():
     n = 13
     x, y, w = rng.random(n), np.zeros(n), rng.standard_normal(n)

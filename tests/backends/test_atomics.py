@@ -202,3 +202,28 @@ def test_launches_from_two_threads_do_not_share_copies():
     assert not errors and len(results) == 40
     for H in results:
         np.testing.assert_array_equal(H, expected)
+
+
+def test_launches_follow_numba_set_num_threads():
+    """A launch splits its groups into one task per Numba thread, read at every launch (not
+    once): after numba.set_num_threads(1) the per-task copies shrink to one, and counting
+    stays exact either way."""
+    import numba
+
+    from tapegrad.backends.cpu.backend import _thread_count
+
+    keys = np.random.default_rng(7).integers(0, BINS, 40_000)
+    expected = np.bincount(keys, minlength=BINS).astype(np.float64)
+    before = numba.get_num_threads()
+    try:
+        for threads in (1, before, 1):
+            numba.set_num_threads(threads)
+            assert _thread_count() == threads
+            H = np.zeros(BINS)
+            histogram(tg.CPU(), 256)(H, keys, np.ones(keys.size), ndrange=keys.size)
+            np.testing.assert_array_equal(H, expected)
+    finally:
+        numba.set_num_threads(before)
+    launcher = next(v for k, v in histogram.cache.items()
+                    if isinstance(k, tuple) and k[0] == "primal" and hasattr(v, "pool_cache"))
+    assert {pool.shape[0] for pool in launcher.pool_cache.values()} >= {1, before}
