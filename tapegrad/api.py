@@ -514,7 +514,7 @@ def _check_annotation(kernel: Any, backend: Any, name: str, a: Annotation) -> st
                               f"tg.make_zero({name})")
         if not backend.owns(dx):
             raise LaunchError(f"{kernel.name}: the shadow of {name} does not live on {backend!r}")
-        if not np.dtype(x.dtype).name.startswith("float"):
+        if np.dtype(x.dtype).kind != "f":
             raise TapegradError(f"{kernel.name}: {name} has dtype {x.dtype}; only float arrays "
                                 "carry derivatives (pass integer arrays as Const)")
         return "dup"

@@ -269,10 +269,19 @@ def _unparse(ir: Any) -> str:
 def _arg_key(args: tuple) -> tuple:
     """What a compiled kernel depends on: each argument's type, and for arrays (NumPy, CuPy,
     any ``__cuda_array_interface__``) also dtype and rank."""
-    return tuple((type(a), a.dtype.num, a.ndim, a.flags.writeable, a.dtype.isnative)
-                 if isinstance(a, np.ndarray) else
-                 (type(a), np.dtype(a.dtype).num, a.ndim) if hasattr(a, "__cuda_array_interface__")
-                 else type(a) for a in args)
+    key = []
+    for a in args:
+        t = type(a)
+        if t is float or t is int:             # the common scalars, without the checks below
+            key.append(t)
+        elif isinstance(a, np.ndarray):
+            dtype = a.dtype
+            key.append((t, dtype.num, a.ndim, a.flags.writeable, dtype.isnative))
+        elif hasattr(a, "__cuda_array_interface__"):
+            key.append((t, np.dtype(a.dtype).num, a.ndim))
+        else:
+            key.append(t)
+    return tuple(key)
 
 
 def _ndrange(kernel: Any, ndrange: Any) -> tuple[int, ...]:
