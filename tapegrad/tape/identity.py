@@ -58,8 +58,8 @@ class Identities:
         if known is not None and known[0]() is x and known[1] == x.shape \
                 and known[2] == x.strides:
             return known[3]
-        ptr = _address(x)
-        key = (ptr, x.shape, x.strides, x.dtype.str)
+        key = (_address(x), x.shape, x.strides, x.dtype.str) if isinstance(x, np.ndarray) \
+            else array_key(x)        # other array types may give shape and strides as lists
         entry = self.by_memory.get(key)
         if entry is None or not entry.alive():
             entry = self._register(x, key, entry)
