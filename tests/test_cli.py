@@ -34,6 +34,10 @@ def test_bench_quick_prints_the_table_and_writes_json(tmp_path):
     assert "adj/primal" in proc.stdout
     for row in data["gradients"]:
         assert row["adjoint_ms"] > 0 and row["hand_ms"] > 0 and row["autodiff_ms"] > 0
+    assert "per launch of a 64-element kernel" in proc.stdout
+    assert set(data["overhead_us"]) == {"kernel_call", "launch", "recorded_launch",
+                                        "replayed_adjoint", "autodiff"}
+    assert all(v > 0 for v in data["overhead_us"].values())
 
 
 def test_help_lists_the_commands():

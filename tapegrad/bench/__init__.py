@@ -7,7 +7,9 @@ data.
    derivatives, JAX ``jit(grad)``, PyTorch autograd, NVIDIA Warp (``wp.Tape``) and Taichi
    (``ti.ad.Tape``); peers that are not installed are skipped with a note.
 3. Adjoint and tangent launches against their primal and against adjoints written by hand.
-4. First-launch compile time and cached-load time, each in a fresh process.
+4. The overhead per launch: a tiny kernel called directly, launched, recorded on a tape,
+   its adjoint replayed, and differentiated with ``tg.autodiff``.
+5. First-launch compile time and cached-load time, each in a fresh process.
 
 Times are medians of several runs after a warm-up call.  Benchmarks never run as timed
 tests; the test suite only smoke-runs ``--quick``.
@@ -303,6 +305,56 @@ def _peer_table(quick: bool, repeats: int) -> list[dict]:
     return rows
 
 
+def _launch_overheads(quick: bool) -> dict:
+    """Microseconds per launch of a 64-element kernel, where the work is nothing and the cost
+    is all overhead: the compiled kernel called directly, a plain launch, a launch recorded
+    on a tape, an adjoint replayed by the tape's sweep, and ``tg.autodiff`` of one launch
+    (the costs a simulation of many small steps pays per step)."""
+    from tapegrad import launch as L
+    from tapegrad.bench.problems import saxpy_k
+    n, steps = 64, 100
+    cfg = saxpy_k(tg.CPU())
+    x, w = np.linspace(0.0, 1.0, n, dtype=np.float32), np.ones(n, np.float32)
+    z, dx = np.empty_like(x), np.empty_like(x)
+    launcher, nd, _ = L.prepare(cfg, (z, 0.5, x, x), n)
+
+    def chain(x: np.ndarray) -> Any:
+        for _ in range(steps):
+            out = np.empty_like(x)
+            cfg(out, 0.5, x, x, ndrange=n)
+            x = out
+        return tg.sum(x)
+
+    def record() -> Any:
+        tape = tg.Tape(watch_changes=False)
+        with tape:
+            loss = chain(x)
+        return tape, loss
+
+    def autodiff() -> Any:
+        return tg.autodiff(tg.Reverse, cfg, tg.Const, tg.DuplicatedNoNeed(z, w), 0.5,
+                           tg.Duplicated(x, dx), x, ndrange=n, accumulate=False)
+
+    repeats = 5 if quick else 20
+    tape, loss = record()
+    tape.gradient(loss, x)
+    autodiff()
+    us = {
+        "kernel_call": _median_ms(lambda: [launcher((z, 0.5, x, x), nd) for _ in range(steps)],
+                                  repeats) * 1e3 / steps,
+        "launch": _median_ms(lambda: [cfg(z, 0.5, x, x, ndrange=n) for _ in range(steps)],
+                             repeats) * 1e3 / steps,
+        "recorded_launch": _median_ms(record, repeats) * 1e3 / steps,
+        "replayed_adjoint": _median_ms(lambda: tape.gradient(loss, x), repeats) * 1e3 / steps,
+        "autodiff": _median_ms(lambda: [autodiff() for _ in range(steps)], repeats) * 1e3 / steps,
+    }
+    print(f"\nper launch of a {n}-element kernel (all overhead): compiled kernel called "
+          f"{us['kernel_call']:.1f} us, launch {us['launch']:.1f} us, recorded on a tape "
+          f"{us['recorded_launch']:.1f} us, adjoint replayed {us['replayed_adjoint']:.1f} us, "
+          f"tg.autodiff {us['autodiff']:.1f} us")
+    return us
+
+
 def _compile_times() -> dict:
     """First launch with an empty kernel cache, then again in a new process (cache hit)."""
     import subprocess
@@ -383,11 +435,12 @@ def main(quick: bool = False, json_path: str | None = None, backend: str = "cpu"
           "primal launch, then the adjoint; by hand = the adjoint loop written with numba; "
           "tangent = the forward-mode launch (outputs and tangents)")
     peers = _peer_table(quick, repeats)
+    overheads = _launch_overheads(quick)
     compile_times = _compile_times()
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"bandwidth_gbs": gbs, "quick": quick, "results": results,
-                       "gradients": gradients, "peers": peers, "compile": compile_times},
-                      f, indent=2)
+                       "gradients": gradients, "peers": peers, "overhead_us": overheads,
+                       "compile": compile_times}, f, indent=2)
         print(f"wrote {json_path}")
     return 0
