@@ -445,12 +445,13 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
     else:
         # the seeds' consumed elements need no zeros; if the adjoint still writes a seed
         # (stores twice, or reads the array), it gets a copy: the caller's stays as it was
-        adjoint = L.adjoint_of(cfg, seen, activity, nd, seeds)[0]
+        found = L.adjoint_of(cfg, seen, activity, nd, seeds)
+        adjoint = found[0]
         for s, p in adjoint.shadow_of.items():
             if p in seeds and s in adjoint.shadows_written:
                 shadows[p] = shadows[p].copy()
         scalars = L.run_adjoint(cfg, seen, shadows, activity, nd, discard=seeds,
-                                fresh=frozenset(shadows) - seeds)
+                                fresh=frozenset(shadows) - seeds, found=found)
     derivs = []
     for p, a in zip(params, annotated):
         if isinstance(a, Active):
@@ -478,6 +479,10 @@ def _seeds(kernel: Any, params: list[str], annotated: list[Annotation]) -> froze
 def _check_separate(kernel: Any, shadows: dict[str, Any]) -> None:
     """With ``accumulate=False`` results are written while seeds are read: no two shadows may
     share memory (checked before anything runs)."""
+    arrays = list(shadows.values())
+    if all(type(d) is np.ndarray and d.base is None for d in arrays) and \
+            len({id(d) for d in arrays}) == len(arrays):
+        return                  # distinct arrays that each own their memory cannot overlap
     spans = [(extent(d), p) for p, d in shadows.items()]
     for k, ((lo, hi), p) in enumerate(spans):
         for (lo2, hi2), q in spans[k + 1:]:

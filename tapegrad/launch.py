@@ -285,9 +285,11 @@ def _arg_key(args: tuple) -> tuple:
 
 
 def _ndrange(kernel: Any, ndrange: Any) -> tuple[int, ...]:
+    if type(ndrange) is int and ndrange >= 0:
+        return (ndrange,)                # the common cases, checked in one pass
     if type(ndrange) is tuple and 0 < len(ndrange) < 4 and all(
             type(n) is int and n >= 0 for n in ndrange):
-        return ndrange                   # the common case, checked in one pass
+        return ndrange
     if ndrange is None:
         raise LaunchError(f"{kernel.name}(backend)(...) needs ndrange=: the number of "
                           "work-items, e.g. ndrange=B.size or ndrange=B.shape")
@@ -422,8 +424,8 @@ def adjoint_of(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
 
 def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tuple[str, ...],
                 nd: tuple[int, ...], discard: frozenset[str] = frozenset(),
-                fresh: frozenset[str] = frozenset(), kept: frozenset[str] | None = None
-                ) -> dict[str, float]:
+                fresh: frozenset[str] = frozenset(), kept: frozenset[str] | None = None,
+                found: tuple | None = None) -> dict[str, float]:
     """Launch the adjoint of ``cfg`` once; return the derivatives of its Active scalars.
 
     ``values`` are the arguments as the primal launch saw them (arrays it overwrote as copies
@@ -437,11 +439,12 @@ def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tupl
     yet (the kernel that updates them stores instead of adding where it can, see
     ``tapegrad.ad.storefresh`` and ``tapegrad.ad.gather``; any other is zeroed first), and only the
     parameters in ``kept`` hold their real contents (a check: the tape kept what the
-    adjoint reads).
+    adjoint reads).  ``found``: what ``adjoint_of`` returned for these arguments, if the
+    caller asked already.
     """
     kernel, backend = cfg.kernel, cfg.backend
     params = kernel_ir(kernel).params
-    adjoint, launcher, key = adjoint_of(cfg, values, activity, nd, discard)
+    adjoint, launcher, key = found or adjoint_of(cfg, values, activity, nd, discard)
     if kept is not None and not adjoint.contents_read <= kept:
         raise LaunchError(
             f"tapegrad bug: the adjoint of {kernel.name} reads "

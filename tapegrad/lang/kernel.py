@@ -121,6 +121,9 @@ class Kernel:
         return f"<tg.kernel {self.name}>"
 
 
+_launch: Callable[..., None] | None = None    # tapegrad.launch.launch, once imported
+
+
 class ConfiguredKernel:
     """A kernel bound to a backend and a workgroup size; call it with the arguments."""
 
@@ -130,8 +133,11 @@ class ConfiguredKernel:
         self.workgroupsize = workgroupsize
 
     def __call__(self, *args: Any, ndrange: int | tuple[int, ...] | None = None) -> None:
-        from tapegrad import launch  # deferred: the launcher is a later stage than the language
-        launch.launch(self, args, ndrange)
+        global _launch
+        if _launch is None:   # deferred: the launcher is a later stage than the language
+            from tapegrad import launch
+            _launch = launch.launch
+        _launch(self, args, ndrange)
 
     def __repr__(self) -> str:
         return f"<tg.kernel {self.kernel.name} on {self.backend!r}, workgroupsize={self.workgroupsize}>"

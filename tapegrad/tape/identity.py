@@ -38,6 +38,7 @@ class _Entry:
     owner: Any          # a weak reference to the memory's owner, or the owner itself
     weak: bool
     meta: tuple         # (array type, shape, dtype): enough to make its shadow
+    span: tuple         # (lo, hi): the bytes its elements occupy (see extent)
 
     def alive(self) -> bool:
         return not self.weak or self.owner() is not None
@@ -84,19 +85,40 @@ class Identities:
     def _register(self, x: Any, key: tuple, old: _Entry | None) -> _Entry:
         generation = 0 if old is None else old.ident[-1] + 1 if len(old.ident) > 4 else 1
         ident = key if generation == 0 else key + (generation,)
-        lo, hi = extent(x, key[0])
-        self._check_overlap(x, lo, hi, old)
+        slot = self._slot_of(old)
+        if slot is not None:
+            # a freed array's exact memory (a simulation's new state, as the allocator hands
+            # out the memory of an old one): its range is in the list, overlapping nothing
+            lo, hi = old.span
+            self.extents[slot] = (lo, hi, ident)
+        else:
+            lo, hi = extent(x, key[0])
+            self._check_overlap(x, lo, hi, old)
+            if hi > lo:           # an empty range overlaps nothing (and would hide neighbours)
+                bisect.insort(self.extents, (lo, hi, ident))
         owner = x
         while getattr(owner, "base", None) is not None:
             owner = owner.base
+        meta = (type(x), tuple(x.shape), x.dtype)
         try:
-            entry = _Entry(ident, weakref.ref(owner), True, (type(x), tuple(x.shape), x.dtype))
+            entry = _Entry(ident, weakref.ref(owner), True, meta, (lo, hi))
         except TypeError:
-            entry = _Entry(ident, owner, False, (type(x), tuple(x.shape), x.dtype))
+            entry = _Entry(ident, owner, False, meta, (lo, hi))
         self.by_memory[key] = entry
         self.entries[ident] = entry
-        bisect.insort(self.extents, (lo, hi, ident))
         return entry
+
+    def _slot_of(self, old: _Entry | None) -> int | None:
+        """Where the dead entry ``old`` (same memory key as a new array) still has its range in
+        the sorted list, if it does.  The list's ranges never overlap (each new one is checked
+        against its neighbours; a clash with a live array is an error, a dead one is dropped),
+        so a range still listed overlaps no other."""
+        if old is None:
+            return None
+        k = bisect.bisect_left(self.extents, (*old.span, old.ident))
+        if k < len(self.extents) and self.extents[k][2] is old.ident:
+            return k
+        return None
 
     def _check_overlap(self, x: Any, lo: int, hi: int, old: _Entry | None) -> None:
         """Tracked live arrays never overlap, so only the neighbours can touch a new one;

@@ -223,6 +223,47 @@ def test_partially_overlapping_views_are_refused():
         tg.gradient(f, A)
 
 
+def test_an_empty_view_does_not_hide_an_overlap():
+    # an empty view has an empty byte range: listed among the ranges, it sat between B[:5]
+    # and B[3:8] and hid their overlap from the neighbour check
+    A = rng.random(10)
+
+    def f(A):
+        B = np.zeros(10)
+        sin_kernel(CPU)(B[:5], A[:5], ndrange=5)
+        sin_kernel(CPU)(B[2:][:0], A[2:][:0], ndrange=0)   # (B[2:2] starts at B's start)
+        sin_kernel(CPU)(B[3:8], A[3:8], ndrange=5)
+        return tg.sum(B[:5])
+
+    with pytest.raises(tg.TapegradError, match="views"):
+        tg.gradient(f, A)
+
+
+def test_an_array_in_freed_memory_is_still_checked_for_overlapping_views():
+    # a new array at a freed one's exact memory takes over its listed byte range; a view
+    # overlapping part of the new array must still be refused
+    A = rng.random(16)
+    reused = []
+
+    def f(A):
+        for _ in range(10):
+            D = np.empty(16)
+            sin_kernel(CPU)(D, A, ndrange=16)
+            address = D.ctypes.data
+            del D
+            D = np.empty(16)
+            if D.ctypes.data == address:
+                reused.append(True)
+                break
+        sin_kernel(CPU)(D, A, ndrange=16)               # D takes the freed array's range
+        sin_kernel(CPU)(D[4:12], np.ones(8), ndrange=8)  # (A[4:12] would clash with A)
+        return tg.sum(D)
+
+    with pytest.raises(tg.TapegradError, match="views"):
+        tg.gradient(f, A)
+    assert reused, "the allocator never reused the memory: the test proves nothing"
+
+
 # -- a 50-step simulation --------------------------------------------------------------------
 
 @tg.kernel
