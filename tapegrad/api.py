@@ -24,7 +24,7 @@ from tapegrad.tape.activity import (
     annotate,
 )
 from tapegrad.tape.forward import DualScalar, ForwardContext
-from tapegrad.tape.identity import extent
+from tapegrad.tape.identity import array_key, extent
 from tapegrad.tape.scalars import TrackedScalar
 from tapegrad.tape.tape import (
     Tape,
@@ -429,6 +429,11 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
     seeds: frozenset[str] = frozenset()
     if not accumulate:
         seeds = _seeds(kernel, params, annotated)
+    shadows = {p: a.dval for p, a in zip(params, annotated) if isinstance(a, Duplicated)}
+    if accumulate:                        # (checked before anything runs)
+        shadows = _one_object_per_memory(kernel, shadows)
+    else:
+        _check_separate(kernel, shadows)
     if _primal_needed(kernel, params, annotated):
         # arrays the kernel reads and overwrites: the adjoint needs their contents from before
         old = {p: values[params.index(p)].copy()
@@ -437,9 +442,6 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
         seen = tuple(old.get(p, v) for p, v in zip(params, values))
     else:
         seen = values
-    shadows = {p: a.dval for p, a in zip(params, annotated) if isinstance(a, Duplicated)}
-    if not accumulate:
-        _check_separate(kernel, shadows)
     if accumulate:
         scalars = L.run_adjoint(cfg, seen, shadows, activity, nd)   # the adjoint launch
     else:
@@ -474,6 +476,28 @@ def _seeds(kernel: Any, params: list[str], annotated: list[Annotation]) -> froze
                 f"d{p}, and it holds the derivative with respect to {p}'s old values after")
     return frozenset(p for p, a in zip(params, annotated)
                      if isinstance(a, Duplicated) and p in written)
+
+
+def _one_object_per_memory(kernel: Any, shadows: dict[str, Any]) -> dict[str, Any]:
+    """Shadows given as different views of the same memory become one object (the launch
+    separates shadows that are one array, see ``launch.run_adjoint``); views that overlap
+    in part are refused."""
+    arrays = list(shadows.values())
+    if all(type(d) is np.ndarray and d.base is None for d in arrays):
+        return shadows          # arrays that own their memory share it only if identical
+    seen: dict[tuple, Any] = {}
+    spans = []
+    for p, d in shadows.items():
+        key = array_key(d)
+        d = seen.setdefault(key, d)
+        shadows = {**shadows, p: d}
+        spans.append((extent(d), key, p))
+    for k, ((lo, hi), key, p) in enumerate(spans):
+        for (lo2, hi2), key2, q in spans[k + 1:]:
+            if key != key2 and lo < hi2 and lo2 < hi:
+                raise LaunchError(f"{kernel.name}: the shadows of {q} and {p} overlap in part; "
+                                  "pass separate arrays (or the same array for both)")
+    return shadows
 
 
 def _check_separate(kernel: Any, shadows: dict[str, Any]) -> None:

@@ -443,6 +443,59 @@ def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tupl
     caller asked already.
     """
     kernel, backend = cfg.kernel, cfg.backend
+    merges: list[tuple[Any, Any]] = []
+    if len({id(d) for d in shadows.values()}) < len(shadows):
+        assert found is None, "shadows that alias are separated before the adjoint is chosen"
+        shadows, discard, fresh, merges = _separate_aliased(kernel, backend, shadows, discard,
+                                                            fresh)
+    scalars = _run_adjoint(cfg, values, shadows, activity, nd, discard, fresh, kept, found)
+    for array, part in merges:
+        array += part
+    return scalars
+
+
+def _separate_aliased(kernel: Any, backend: Any, shadows: dict[str, Any],
+                      discard: frozenset[str], fresh: frozenset[str]
+                      ) -> tuple[dict[str, Any], frozenset[str], frozenset[str], list]:
+    """One array given as the shadow of several parameters (a launch that passed one array
+    for two arguments): compiled kernels must not see it twice, since Numba's parallel loops
+    take distinct array arguments to be distinct memory (LLVM may then move one argument's
+    load across the other's store, and an update is lost).  The parameter the kernel writes
+    keeps the array (its shadow is the seed the adjoint reads), else the first; every other
+    gets zeros of its own, added into the array after the launch, which is what updating
+    one array in the kernel's order gives: the written parameter's shadow is consumed before
+    the adjoints of its inputs add to it.  Returns the shadows, ``discard`` and ``fresh``
+    without the shared arrays (a shared array is read after the launch, and zeroed first if
+    it held no values), and the (array, part) pairs to add."""
+    written = access(kernel)[1]
+    sharing: dict[int, list[str]] = {}
+    for p, d in shadows.items():
+        sharing.setdefault(id(d), []).append(p)
+    shadows, merges = dict(shadows), []
+    for group in sharing.values():
+        if len(group) == 1:
+            continue
+        outputs = [p for p in group if p in written]
+        if len(outputs) > 1:
+            raise LaunchError(f"{kernel.name}: parameters {', '.join(outputs)} are written and "
+                              "were given the same array; pass separate arrays")
+        keep = outputs[0] if outputs else group[0]
+        array = shadows[keep]
+        if any(p in fresh for p in group):
+            array[...] = 0
+        for p in group:
+            if p != keep:
+                shadows[p] = backend.zeros(array.dtype, array.shape)
+                merges.append((array, shadows[p]))
+        discard, fresh = discard - set(group), fresh - set(group)
+    return shadows, discard, fresh, merges
+
+
+def _run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tuple[str, ...],
+                 nd: tuple[int, ...], discard: frozenset[str], fresh: frozenset[str],
+                 kept: frozenset[str] | None, found: tuple | None) -> dict[str, float]:
+    """``run_adjoint`` once no two shadows are the same array."""
+    kernel, backend = cfg.kernel, cfg.backend
     params = kernel_ir(kernel).params
     adjoint, launcher, key = found or adjoint_of(cfg, values, activity, nd, discard)
     if kept is not None and not adjoint.contents_read <= kept:
