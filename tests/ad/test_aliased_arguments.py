@@ -13,17 +13,12 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
+from tapegrad.bench.problems import saxpy_k as axpy  # Z[i] = a * X[i] + Y[i]
 
 CPU = tg.CPU()
 rng = np.random.default_rng(11)
 N = 16
 W = rng.standard_normal(N)
-
-
-@tg.kernel
-def axpy(Z, a, X, Y):
-    i = tg.index()
-    Z[i] = a * X[i] + Y[i]
 
 
 @tg.kernel
