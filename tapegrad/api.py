@@ -416,6 +416,11 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
             "launches the kernel and returns tg.sum(B) (then use tg.Active); to get a "
             "vector-Jacobian product, seed the output's shadow (dB[:] = w) and use tg.Const")
     annotated = [annotate(a) for a in args]
+    values = tuple(a.val for a in annotated)
+    if len({id(v) for v in values}) < len(values):      # one array for several parameters?
+        merged = _merged_autodiff(mode, cfg, ret, annotated, ndrange, accumulate)
+        if merged is not None:
+            return merged
     if not mode.reverse:
         return _forward_kernel(mode, cfg, annotated, ndrange)
     params = L.kernel_ir(kernel).params
@@ -423,7 +428,6 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
         raise LaunchError(f"{kernel.name} takes {len(params)} argument(s) ({', '.join(params)}), "
                           f"got {len(annotated)}")
     activity = tuple(_check_annotation(kernel, backend, p, a) for p, a in zip(params, annotated))
-    values = tuple(a.val for a in annotated)
     nd = L._ndrange(kernel, ndrange)
     L.check_args(kernel, backend, values)
     seeds: frozenset[str] = frozenset()
@@ -462,6 +466,48 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
         else:
             derivs.append(None)
     return (tuple(derivs),) if not mode.with_primal else (tuple(derivs), None)
+
+
+def _merged_autodiff(mode: Mode, cfg: ConfiguredKernel, ret: Any, annotated: list[Annotation],
+                     ndrange: Any, accumulate: bool) -> tuple | None:
+    """``tg.autodiff`` of a launch that passes one array for several parameters: the kernel
+    with those parameters merged (``launch.one_parameter_per_array``), given the same
+    annotation and shadow everywhere; the derivatives come back per original argument.
+    None when no array is passed twice (a scalar object can be)."""
+    values = tuple(a.val for a in annotated)
+    merged_cfg, kept_args, kept = L.one_parameter_per_array(cfg, tuple(annotated), values)
+    if merged_cfg is cfg:
+        return None
+    first: dict[int, Annotation] = {}
+    for a in annotated:
+        if not is_array(a.val):
+            continue
+        b = first.setdefault(id(a.val), a)
+        if b is not a and not _same_annotation(a, b):
+            how = (f"as tg.{type(b).__name__} and tg.{type(a).__name__}"
+                   if type(a) is not type(b) else "with different shadows")
+            raise TapegradError(
+                f"{cfg.kernel.name}: one array is passed for several arguments {how}; it is "
+                "one array with one shadow: give each the same annotation and the same shadow, "
+                "e.g. dx = tg.make_zero(x) and tg.Duplicated(x, dx) for both")
+    out = _autodiff_kernel(mode, merged_cfg, ret, kept_args, ndrange, accumulate)
+    if not mode.reverse:
+        return out
+    derivs = [None] * len(annotated)
+    for pos, d in zip(kept, out[0]):
+        derivs[pos] = d
+    return (tuple(derivs),) + out[1:]
+
+
+def _same_annotation(a: Annotation, b: Annotation) -> bool:
+    """Same annotation class and the same shadow(s): one object, or views of one memory."""
+    if type(a) is not type(b):
+        return False
+    da, db = getattr(a, "dval", None), getattr(b, "dval", None)
+    pairs = zip(da, db) if isinstance(da, tuple) and isinstance(db, tuple) and \
+        len(da) == len(db) else [(da, db)]
+    return all(x is y or (is_array(x) and is_array(y) and array_key(x) == array_key(y))
+               for x, y in pairs)
 
 
 def _seeds(kernel: Any, params: list[str], annotated: list[Annotation]) -> frozenset[str]:

@@ -8,6 +8,7 @@ compiled for these argument types, launch shape and workgroup size.
 from __future__ import annotations
 
 import ast
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -203,10 +204,64 @@ recorder: Any = None
 def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
     """Run a configured kernel ``cfg`` on ``args`` over ``ndrange`` (recorded on a tape if one
     is recording)."""
+    if len({id(a) for a in args}) < len(args):      # one object passed twice (rare)
+        cfg, args, _ = one_parameter_per_array(cfg, args, args)
     if recorder is not None:
         recorder(cfg, args, ndrange)
         return
     launch_now(cfg, args, ndrange)
+
+
+def one_parameter_per_array(cfg: Any, args: tuple, arrays: tuple
+                            ) -> tuple[Any, tuple, list[int]]:
+    """A launch that passes one array object for several parameters (``arrays[k]`` is the
+    array, if any, behind ``args[k]``) runs the kernel with those parameters merged into the
+    first: ``kern(Z, a, X, Y)`` launched on ``(z, 0.5, z, y)`` runs ``Z[i] = a * Z[i] + Y[i]``.
+    That is what one array means, and the only way to get it compiled: Numba takes distinct
+    array arguments of a parallel loop to be distinct memory, so a store through one
+    parameter would not be seen by a load through another (and an adjoint would lose
+    updates).  Differentiating the merged kernel is differentiating an in-place kernel.
+    Returns the configured kernel to launch, its arguments, and their positions in ``args``."""
+    kernel = cfg.kernel
+    params = kernel_ir(kernel).params
+    if len(args) != len(params):
+        return cfg, args, list(range(len(args)))   # the launch reports the wrong count
+    first: dict[int, int] = {}
+    merged: dict[str, str] = {}
+    kept = []
+    for pos, a in enumerate(arrays):
+        if isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__"):
+            at = first.setdefault(id(a), pos)
+            if at != pos:
+                merged[params[pos]] = params[at]
+                continue
+        kept.append(pos)
+    if not merged:
+        return cfg, args, kept
+    key = ("merged", tuple(sorted(merged.items())))
+    variant = kernel.cache.get(key)
+    if variant is None:
+        variant = kernel.cache[key] = _merged_kernel(kernel, merged)
+    return variant(cfg.backend, cfg.workgroupsize), tuple(args[pos] for pos in kept), kept
+
+
+def _merged_kernel(kernel: Any, merged: dict[str, str]) -> Any:
+    """``kernel`` with each parameter in ``merged`` replaced by the one it maps to."""
+    import copy
+
+    from tapegrad.lang.kernel import Kernel
+
+    class Rename(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.Name:
+            return ast.copy_location(ast.Name(id=merged[node.id], ctx=node.ctx), node) \
+                if node.id in merged else node
+
+    ir = kernel_ir(kernel)
+    body = [Rename().visit(st) for st in copy.deepcopy(ir.body)]
+    variant = Kernel(kernel.pyfunc)
+    variant.cache["ir"] = dataclasses.replace(
+        ir, params=[p for p in ir.params if p not in merged], body=body)
+    return variant
 
 
 def launch_now(cfg: Any, args: tuple, ndrange: Any) -> None:
@@ -457,16 +512,14 @@ def run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tupl
 def _separate_aliased(kernel: Any, backend: Any, shadows: dict[str, Any],
                       discard: frozenset[str], fresh: frozenset[str]
                       ) -> tuple[dict[str, Any], frozenset[str], frozenset[str], list]:
-    """One array given as the shadow of several parameters (a launch that passed one array
-    for two arguments): compiled kernels must not see it twice, since Numba's parallel loops
-    take distinct array arguments to be distinct memory (LLVM may then move one argument's
-    load across the other's store, and an update is lost).  The parameter the kernel writes
-    keeps the array (its shadow is the seed the adjoint reads), else the first; every other
-    gets zeros of its own, added into the array after the launch, which is what updating
-    one array in the kernel's order gives: the written parameter's shadow is consumed before
-    the adjoints of its inputs add to it.  Returns the shadows, ``discard`` and ``fresh``
-    without the shared arrays (a shared array is read after the launch, and zeroed first if
-    it held no values), and the (array, part) pairs to add."""
+    """One shadow array given for several different arrays the kernel only reads (their
+    gradients summed into it; one array passed for several parameters is merged into one
+    parameter before this, see ``one_parameter_per_array``).  Compiled kernels must not see
+    it twice: Numba takes distinct array arguments of a parallel loop to be distinct memory,
+    and one parameter's update would be lost.  The first keeps the array, each other gets
+    zeros of its own, added in after the launch.  Returns the shadows, ``discard`` and
+    ``fresh`` without the shared arrays (zeroed first if they held no values), and the
+    (array, part) pairs to add."""
     written = access(kernel)[1]
     sharing: dict[int, list[str]] = {}
     for p, d in shadows.items():
@@ -475,18 +528,17 @@ def _separate_aliased(kernel: Any, backend: Any, shadows: dict[str, Any],
     for group in sharing.values():
         if len(group) == 1:
             continue
-        outputs = [p for p in group if p in written]
-        if len(outputs) > 1:
-            raise LaunchError(f"{kernel.name}: parameters {', '.join(outputs)} are written and "
-                              "were given the same array; pass separate arrays")
-        keep = outputs[0] if outputs else group[0]
-        array = shadows[keep]
+        if any(p in written for p in group):
+            raise LaunchError(f"{kernel.name}: one shadow array is given for {', '.join(group)}, "
+                              "and the kernel writes one of them: its shadow is a seed the "
+                              "adjoint consumes, not a gradient to add to; give each array its "
+                              "own shadow")
+        array = shadows[group[0]]
         if any(p in fresh for p in group):
             array[...] = 0
-        for p in group:
-            if p != keep:
-                shadows[p] = backend.zeros(array.dtype, array.shape)
-                merges.append((array, shadows[p]))
+        for p in group[1:]:
+            shadows[p] = backend.zeros(array.dtype, array.shape)
+            merges.append((array, shadows[p]))
         discard, fresh = discard - set(group), fresh - set(group)
     return shadows, discard, fresh, merges
 

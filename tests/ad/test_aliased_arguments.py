@@ -1,10 +1,12 @@
 """One array passed for several arguments of a launch.
 
-Numba compiles a parallel loop taking distinct array arguments to be distinct memory, so an
-adjoint that got one shadow array for two parameters could lose an update (one parameter's
-load moved across the other's store).  The launch gives the compiled kernel separate arrays
-and adds them up after (``launch.run_adjoint``).  Every gradient here is checked against
-central finite differences in float64.
+Numba compiles a parallel loop taking distinct array arguments to be distinct memory, so a
+store through one parameter was not seen by a load through another (a primal read its old
+value, an adjoint lost updates).  A launch that passes one array object for several
+parameters now runs the kernel with them merged into one (``launch.one_parameter_per_array``),
+and one shadow given for several read-only arrays is split and summed after
+(``launch.run_adjoint``).  Every gradient is checked against central finite differences in
+float64, every primal against a sequential reading of the kernel.
 """
 
 from __future__ import annotations
@@ -28,6 +30,21 @@ def shifted_sum(Z, X, Y):
         Z[i] = X[i - 1] * Y[i + 1]          # a stencil: its adjoint gathers
     else:
         Z[i] = X[i]
+
+
+@tg.kernel
+def write_then_read(Y, Z, X):
+    i = tg.index()
+    a = X[i]
+    Z[i] = 2.0 * a
+    b = X[i]                                 # through another parameter: Z's new value
+    Y[i] = b * b
+
+
+@tg.kernel
+def square(Z, X):
+    i = tg.index()
+    Z[i] = X[i] * X[i]
 
 
 def fd(f, x: np.ndarray, eps: float = 1e-6) -> np.ndarray:
@@ -67,8 +84,29 @@ def stencil_inputs_alias(x):
     return tg.dot(out, W)
 
 
+def written_then_read_through_another_parameter(x):
+    z, y = tg.copy(x), np.zeros(N)
+    write_then_read(CPU, 4)(y, z, z, ndrange=N)
+    return tg.dot(y, W) + tg.dot(z, W)
+
+
+def squared_in_place_through_two_parameters(x):
+    z = tg.copy(x)
+    for _ in range(2):
+        square(CPU, 4)(z, z, ndrange=N)
+    return tg.dot(z, W)
+
+
+def test_a_primal_launch_sees_its_own_stores_through_another_parameter():
+    z, y = np.arange(N, dtype=np.float64), np.zeros(N)
+    write_then_read(CPU, 4)(y, z, z, ndrange=N)
+    np.testing.assert_array_equal(z, 2.0 * np.arange(N))
+    np.testing.assert_array_equal(y, (2.0 * np.arange(N)) ** 2)
+
+
 @pytest.mark.parametrize("f", [inputs_alias, everything_aliases, output_and_input_alias,
-                               stencil_inputs_alias])
+                               stencil_inputs_alias, written_then_read_through_another_parameter,
+                               squared_in_place_through_two_parameters])
 def test_tape_gradients_with_one_array_in_several_arguments(f):
     x = rng.random(N)
     expected = fd(f, x)
@@ -90,13 +128,50 @@ def test_kernel_autodiff_with_one_shadow_for_two_arguments():
         np.testing.assert_allclose(dx, fd(lambda v: np.dot(0.5 * v + v, W), x), rtol=1e-7)
 
 
-def test_shadows_that_overlap_in_part_are_refused_before_anything_runs():
+def test_one_array_with_two_different_shadows_is_refused():
     x, z = rng.random(N), np.zeros(N)
+    with pytest.raises(tg.TapegradError, match="with different shadows"):
+        tg.autodiff(tg.Reverse, axpy(CPU, 4), tg.Const, tg.Duplicated(z, W.copy()), 0.5,
+                    tg.Duplicated(x, np.zeros(N)), tg.Duplicated(x, np.zeros(N)), ndrange=N)
+    np.testing.assert_array_equal(z, 0.0)
+
+
+def test_shadows_that_overlap_in_part_are_refused_before_anything_runs():
+    x, y, z = rng.random(N), rng.random(N), np.zeros(N)
     buf = np.zeros(N + 2)
     seed = W.copy()
     with pytest.raises(tg.LaunchError, match="overlap in part"):
         tg.autodiff(tg.Reverse, axpy(CPU, 4), tg.Const, tg.Duplicated(z, seed), 0.5,
-                    tg.Duplicated(x, buf[:N]), tg.Duplicated(x, buf[2:]), ndrange=N)
+                    tg.Duplicated(x, buf[:N]), tg.Duplicated(y, buf[2:]), ndrange=N)
     np.testing.assert_array_equal(buf, 0.0)
     np.testing.assert_array_equal(seed, W)
     np.testing.assert_array_equal(z, 0.0)               # not even the primal launch ran
+
+
+def test_kernel_autodiff_of_an_in_place_launch_through_two_parameters():
+    x0 = np.array([2.0, 3.0, -1.5, 0.5])
+    x, dx = x0.copy(), np.ones(4)
+    tg.autodiff(tg.Reverse, square(CPU, 4), tg.Const, tg.Duplicated(x, dx),
+                tg.Duplicated(x, dx), ndrange=4)
+    np.testing.assert_allclose(dx, 2.0 * x0)         # d(x^2)/dx at the old values
+    np.testing.assert_allclose(x, x0 ** 2)
+    x, t = x0.copy(), np.ones(4)                      # forward: the tangent is updated too
+    tg.autodiff(tg.Forward, square(CPU, 4), tg.Const, tg.Duplicated(x, t),
+                tg.Duplicated(x, t), ndrange=4)
+    np.testing.assert_allclose(t, 2.0 * x0)
+
+
+def test_one_shadow_for_two_read_arrays_sums_their_gradients():
+    x, y, z = rng.random(N), rng.random(N), np.empty(N)
+    d = np.full(N, 0.5)
+    tg.autodiff(tg.Reverse, axpy(CPU, 4), tg.Const, tg.Duplicated(z, W.copy()), 0.25,
+                tg.Duplicated(x, d), tg.Duplicated(y, d), ndrange=N)
+    np.testing.assert_allclose(d, 0.5 + 0.25 * W + W)
+
+
+def test_the_seed_of_a_written_array_cannot_be_another_arrays_gradient():
+    x, y, z = rng.random(N), rng.random(N), np.empty(N)
+    d = W.copy()
+    with pytest.raises(tg.LaunchError, match="own shadow"):
+        tg.autodiff(tg.Reverse, axpy(CPU, 4), tg.Const, tg.Duplicated(z, d), 0.25,
+                    tg.Duplicated(x, d), y, ndrange=N)
