@@ -196,8 +196,13 @@ def _autodiff_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> 
         return _autodiff_forward_host(mode, f, ret, args)
     ret_kind = _return_kind(ret)
     annotated = [annotate(a) for a in args]
+    given: dict[int, Any] = {}
     for k, a in enumerate(annotated):
         _check_host_annotation(f, k, a)
+        if isinstance(a, Duplicated) and given.setdefault(id(a.val), a.dval) is not a.dval:
+            raise TapegradError(
+                f"{getattr(f, '__name__', 'f')}: argument {k} is an array given before with "
+                "another shadow; an array has one shadow: pass the same dx each time")
     tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     sources: list[Any] = []
     with tape:
@@ -337,6 +342,10 @@ def _seeded_sweep(tape: Tape, y: Any, w: Any, x: Any, x_bar: Any) -> None:
     if not is_array(y) or not tape.tracks(y):
         raise TapegradError("tg.vjp / tg.jacobian need f(x) to return an array its kernels "
                             "wrote, or a scalar from tg.sum/tg.dot/...")
+    if tape.key(x) == tape.key(y):     # f changed x in place and returned it: one shadow
+        x_bar[...] = w
+        tape.backward(y, {}, {tape.key(x): x_bar}, [x], seed_target=False, seeded=[y])
+        return
     seed = _empty_like(y)
     seed[...] = w
     # x_bar is ours and new: the sweep may store into it rather than add to its zeros

@@ -261,6 +261,7 @@ def _merged_kernel(kernel: Any, merged: dict[str, str]) -> Any:
     variant = Kernel(kernel.pyfunc)
     variant.cache["ir"] = dataclasses.replace(
         ir, params=[p for p in ir.params if p not in merged], body=body)
+    variant.merged_from = kernel
     return variant
 
 
@@ -284,8 +285,17 @@ def prepare(cfg: Any, args: tuple, ndrange: Any) -> tuple[Any, tuple[int, ...], 
         launcher = compile_kernel(kernel, "primal", backend, argtypes, len(nd), wgs)
         check_writable(kernel, args)
         kernel.cache[key] = launcher
-        kernel.cache[("last", "primal", backend)] = launcher
+        _remember_last(kernel, {("last", "primal", backend): launcher})
     return launcher, nd, key
+
+
+def _remember_last(kernel: Any, entries: dict) -> None:
+    """What ``kern.source()`` shows: the last code compiled or launched, also for the kernel
+    a merged variant was made from (``one_parameter_per_array``)."""
+    kernel.cache.update(entries)
+    origin = getattr(kernel, "merged_from", None)
+    if origin is not None:
+        origin.cache.update(entries)
 
 
 def source_of(kernel: Any, mode: str, backend: Any) -> str:
@@ -472,8 +482,8 @@ def adjoint_of(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
         kernel.cache[key] = entry
     adjoint, launcher = entry
     if kernel.cache.get(("last", "reverse", backend)) is not launcher:   # for kern.source()
-        kernel.cache[("last", "reverse", backend)] = launcher
-        kernel.cache[("last adjoint",)] = [g.ir for g in adjoint.gathers] + [adjoint.ir]
+        _remember_last(kernel, {("last", "reverse", backend): launcher, ("last adjoint",): (
+            [g.ir for g in adjoint.gathers] + [adjoint.ir])})
     return adjoint, launcher, key
 
 
@@ -691,8 +701,8 @@ def run_tangent(cfg: Any, values: tuple, tangents: dict[str, tuple], activity: t
         entry = compile_tangent(kernel, backend, argtypes, activity, len(nd), wgs, width)
         kernel.cache[key] = entry
     tangent, launcher = entry
-    kernel.cache[("last", "forward", backend)] = launcher
-    kernel.cache[("last tangent",)] = tangent.ir
+    _remember_last(kernel, {("last", "forward", backend): launcher,
+                            ("last tangent",): tangent.ir})
     args = list(values) + [tangents[p][j] for p, j in tangent.tangent_params]
     if 0 not in nd:
         launcher(tuple(args), nd)

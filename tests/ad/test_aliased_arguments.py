@@ -175,3 +175,35 @@ def test_the_seed_of_a_written_array_cannot_be_another_arrays_gradient():
     with pytest.raises(tg.LaunchError, match="own shadow"):
         tg.autodiff(tg.Reverse, axpy(CPU, 4), tg.Const, tg.Duplicated(z, d), 0.25,
                     tg.Duplicated(x, d), y, ndrange=N)
+
+
+def test_vjp_of_a_function_that_changes_its_input_in_place_and_returns_it():
+    def f(x):
+        axpy(CPU, 4)(x, 0.5, x, x, ndrange=N)        # x <- 1.5 x
+        return x
+
+    y, x_bar = tg.vjp(f, rng.random(N), W)
+    np.testing.assert_allclose(x_bar, 1.5 * W, rtol=1e-12)
+    J = tg.jacobian(f, rng.random(N))
+    np.testing.assert_allclose(J, 1.5 * np.eye(N), rtol=1e-12)
+
+
+def test_one_array_with_two_shadows_in_a_host_function_is_refused_before_it_runs():
+    ran = []
+
+    def g(a, b):
+        ran.append(True)
+        return tg.dot(a, b)
+
+    x = rng.random(N)
+    with pytest.raises(tg.TapegradError, match="one shadow"):
+        tg.autodiff(tg.Reverse, g, tg.Active, tg.Duplicated(x, np.zeros(N)),
+                    tg.Duplicated(x, np.zeros(N)))
+    assert not ran
+
+
+def test_the_source_of_a_merged_launch_is_shown_for_the_kernel():
+    z, y = np.arange(4.0), np.zeros(4)
+    write_then_read(CPU, 4)(y, z, z, ndrange=4)
+    source = write_then_read.source("primal", CPU)
+    assert "def write_then_read(Y, Z, _n0" in source and "X[np.uint64" not in source
