@@ -199,9 +199,19 @@ class Tape:
         ids: list[tuple | None] = [None] * len(args)
         read_ids, write_ids, live = [], [], []
         track, readers = self.ids.track, self.readers
+        for pos, *_ in arrays:
+            ids[pos] = track(args[pos])
+        if len(arrays) > 1 and len({ids[pos] for pos, *_ in arrays}) < len(arrays):
+            # two views of one memory: launch with one object for both, which merges their
+            # parameters (launch.one_parameter_per_array)
+            first: dict[tuple, Any] = {}
+            same = tuple(a if ids[pos] is None else first.setdefault(ids[pos], a)
+                         for pos, a in enumerate(args))
+            L.launch(cfg, same, ndrange)
+            return
         for pos, reads, writes, needed in arrays:
             a = args[pos]
-            ident = ids[pos] = track(a)
+            ident = ids[pos]
             if writes:
                 if reads and needed or readers.get(ident):
                     seen[pos] = self.will_overwrite(a, reads and needed, ident)

@@ -207,3 +207,15 @@ def test_the_source_of_a_merged_launch_is_shown_for_the_kernel():
     write_then_read(CPU, 4)(y, z, z, ndrange=4)
     source = write_then_read.source("primal", CPU)
     assert "def write_then_read(Y, Z, _n0" in source and "X[np.uint64" not in source
+
+
+def test_two_views_of_one_array_on_a_tape_are_one_array():
+    def f(x):
+        z, y = tg.copy(x), np.zeros(N)
+        write_then_read(CPU, 4)(y, z, z[:], ndrange=N)   # z[:] is another object, same memory
+        return tg.dot(y, W) + tg.dot(z, W)
+
+    x = rng.random(N)
+    (g,) = tg.gradient(f, x.copy())
+    np.testing.assert_allclose(g, fd(written_then_read_through_another_parameter, x),
+                               rtol=1e-7, atol=1e-9)
