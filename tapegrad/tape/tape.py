@@ -201,7 +201,8 @@ class Tape:
         track, readers = self.ids.track, self.readers
         for pos, *_ in arrays:
             ids[pos] = track(args[pos])
-        if len(arrays) > 1 and len({ids[pos] for pos, *_ in arrays}) < len(arrays):
+        # (an identity is one object per tracked memory: comparing ids skips hashing them)
+        if len(arrays) > 1 and len({id(ids[pos]) for pos, *_ in arrays}) < len(arrays):
             # two views of one memory: launch with one object for both, which merges their
             # parameters (launch.one_parameter_per_array)
             first: dict[tuple, Any] = {}
