@@ -219,3 +219,18 @@ def test_two_views_of_one_array_on_a_tape_are_one_array():
     (g,) = tg.gradient(f, x.copy())
     np.testing.assert_allclose(g, fd(written_then_read_through_another_parameter, x),
                                rtol=1e-7, atol=1e-9)
+
+
+def test_backends_agree(backend, size):
+    """Merging one array's parameters on every backend (the CUDA one simulated here)."""
+    n = size(N, 8)
+    x0, w = rng.random(n), rng.standard_normal(n)
+    z, y = tg.asarray(backend, np.arange(n, dtype=np.float64)), tg.asarray(backend, np.zeros(n))
+    write_then_read(backend, 4)(y, z, z, ndrange=n)
+    np.testing.assert_array_equal(tg.to_numpy(y), (2.0 * np.arange(n)) ** 2)
+    x, out = tg.asarray(backend, x0), tg.asarray(backend, np.zeros(n))
+    dx, seed = tg.asarray(backend, np.zeros(n)), tg.asarray(backend, w)
+    tg.autodiff(tg.Reverse, axpy(backend, 4), tg.Const, tg.Duplicated(out, seed), 0.5,
+                tg.Duplicated(x, dx), tg.Duplicated(x, dx), ndrange=n)
+    np.testing.assert_allclose(tg.to_numpy(dx), 1.5 * w, rtol=1e-12)
+    np.testing.assert_allclose(tg.to_numpy(out), 1.5 * x0, rtol=1e-12)
