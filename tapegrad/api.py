@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -424,7 +425,7 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
             "differentiate a scalar computed from its outputs, write a host function that "
             "launches the kernel and returns tg.sum(B) (then use tg.Active); to get a "
             "vector-Jacobian product, seed the output's shadow (dB[:] = w) and use tg.Const")
-    annotated = [annotate(a) for a in args]
+    annotated = _one_object_per_array(annotate(a) for a in args)
     values = tuple(a.val for a in annotated)
     if len({id(v) for v in values}) < len(values):      # one array for several parameters?
         merged = _merged_autodiff(mode, cfg, ret, annotated, ndrange, accumulate)
@@ -475,6 +476,25 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
         else:
             derivs.append(None)
     return (tuple(derivs),) if not mode.with_primal else (tuple(derivs), None)
+
+
+def _one_object_per_array(annotated: Any) -> list[Annotation]:
+    """Arguments that are different views of one memory (``x`` and ``x[:]``) get one
+    object, so that ``_merged_autodiff`` merges their parameters."""
+    annotated = list(annotated)
+    arrays = [a.val for a in annotated if is_array(a.val)]
+    if all(type(v) is np.ndarray and v.base is None for v in arrays):
+        return annotated        # arrays that own their memory share it only if identical
+    first: dict[tuple, Any] = {}
+    out = []
+    for a in annotated:
+        if is_array(a.val):
+            v = first.setdefault(array_key(a.val), a.val)
+            if v is not a.val:
+                a = copy.copy(a)
+                a.val = v
+        out.append(a)
+    return out
 
 
 def _merged_autodiff(mode: Mode, cfg: ConfiguredKernel, ret: Any, annotated: list[Annotation],

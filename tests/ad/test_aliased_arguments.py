@@ -234,3 +234,12 @@ def test_backends_agree(backend, size):
                 tg.Duplicated(x, dx), tg.Duplicated(x, dx), ndrange=n)
     np.testing.assert_allclose(tg.to_numpy(dx), 1.5 * w, rtol=1e-12)
     np.testing.assert_allclose(tg.to_numpy(out), 1.5 * x0, rtol=1e-12)
+
+
+def test_kernel_autodiff_of_two_views_of_one_array():
+    z0 = np.arange(N, dtype=np.float64)
+    z, y, dz, dy = z0.copy(), np.zeros(N), np.zeros(N), W.copy()
+    tg.autodiff(tg.Reverse, write_then_read(CPU, 4), tg.Const, tg.Duplicated(y, dy),
+                tg.Duplicated(z, dz), tg.Duplicated(z[:], dz), ndrange=N)
+    np.testing.assert_array_equal(y, (2.0 * z0) ** 2)      # the primal saw one array
+    np.testing.assert_allclose(dz, 8.0 * z0 * W, rtol=1e-12)   # d(4 z0^2)/dz0 . W
