@@ -482,8 +482,11 @@ def _one_object_per_array(annotated: Any) -> list[Annotation]:
     """Arguments that are different views of one memory (``x`` and ``x[:]``) get one
     object, so that ``_merged_autodiff`` merges their parameters."""
     annotated = list(annotated)
-    arrays = [a.val for a in annotated if is_array(a.val)]
-    if all(type(v) is np.ndarray and v.base is None for v in arrays):
+    for a in annotated:
+        t = type(a.val)
+        if not (t is float or t is int or t is np.ndarray and a.val.base is None):
+            break
+    else:
         return annotated        # arrays that own their memory share it only if identical
     first: dict[tuple, Any] = {}
     out = []
