@@ -558,23 +558,17 @@ def _seeds(kernel: Any, params: list[str], annotated: list[Annotation]) -> froze
 
 def _one_object_per_memory(kernel: Any, shadows: dict[str, Any]) -> dict[str, Any]:
     """Shadows given as different views of the same memory become one object (the launch
-    separates shadows that are one array, see ``launch.run_adjoint``); views that overlap
-    in part are refused."""
+    separates shadows that are one array, see ``launch.run_adjoint``); views that share
+    some of their elements are refused."""
     arrays = list(shadows.values())
     if all(type(d) is np.ndarray and d.base is None for d in arrays):
         return shadows          # arrays that own their memory share it only if identical
     seen: dict[tuple, Any] = {}
-    spans = []
-    for p, d in shadows.items():
-        key = array_key(d)
-        d = seen.setdefault(key, d)
-        shadows = {**shadows, p: d}
-        spans.append((extent(d), key, p))
-    for k, ((lo, hi), key, p) in enumerate(spans):
-        for (lo2, hi2), key2, q in spans[k + 1:]:
-            if key != key2 and lo < hi2 and lo2 < hi:
-                raise LaunchError(f"{kernel.name}: the shadows of {q} and {p} overlap in part; "
-                                  "pass separate arrays (or the same array for both)")
+    shadows = {p: seen.setdefault(array_key(d), d) for p, d in shadows.items()}
+    for p, q in _sharing_memory(shadows):
+        if shadows[p] is not shadows[q]:
+            raise LaunchError(f"{kernel.name}: the shadows of {q} and {p} share some of their "
+                              "elements; pass separate arrays (or the same array for both)")
     return shadows
 
 
@@ -585,14 +579,23 @@ def _check_separate(kernel: Any, shadows: dict[str, Any]) -> None:
     if all(type(d) is np.ndarray and d.base is None for d in arrays) and \
             len({id(d) for d in arrays}) == len(arrays):
         return                  # distinct arrays that each own their memory cannot overlap
-    spans = [(extent(d), p) for p, d in shadows.items()]
-    for k, ((lo, hi), p) in enumerate(spans):
-        for (lo2, hi2), q in spans[k + 1:]:
-            if lo < hi2 and lo2 < hi:
-                raise TapegradError(
-                    f"{kernel.name}: with accumulate=False the shadows of {q} and {p} share "
-                    "memory, so one would be overwritten while the other is read; pass "
-                    "separate arrays")
+    for p, q in _sharing_memory(shadows):
+        raise TapegradError(
+            f"{kernel.name}: with accumulate=False the shadows of {q} and {p} share memory, "
+            "so one would be overwritten while the other is read; pass separate arrays")
+
+
+def _sharing_memory(shadows: dict[str, Any]) -> list[tuple[str, str]]:
+    """The pairs of shadows with elements in common: their byte ranges overlap and, for
+    NumPy arrays, ``np.shares_memory`` says so (interleaved views share none)."""
+    items = [(p, d, extent(d)) for p, d in shadows.items()]
+    pairs = []
+    for k, (p, a, (lo, hi)) in enumerate(items):
+        for q, b, (lo2, hi2) in items[k + 1:]:
+            if lo < hi2 and lo2 < hi and not (isinstance(a, np.ndarray) and isinstance(
+                    b, np.ndarray) and not np.shares_memory(a, b)):
+                pairs.append((p, q))
+    return pairs
 
 
 def _primal_needed(kernel: Any, params: list[str], annotated: list[Annotation]) -> bool:
