@@ -560,11 +560,7 @@ def _run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tup
     kernel, backend = cfg.kernel, cfg.backend
     params = kernel_ir(kernel).params
     adjoint, launcher, key = found or adjoint_of(cfg, values, activity, nd, discard)
-    if kept is not None and not adjoint.contents_read <= kept:
-        raise LaunchError(
-            f"tapegrad bug: the adjoint of {kernel.name} reads "
-            f"{sorted(adjoint.contents_read - kept)}, whose contents the tape did not keep; "
-            "please report it with the kernel")
+    _check_kept(kernel, adjoint, kept)
     fresh_at: frozenset[int] = frozenset()
     stored: frozenset[str] = frozenset()
     if fresh:
@@ -627,6 +623,67 @@ def _run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tup
         if stored:
             launcher = _storing_into(adjoint, launcher, stored)
     raise AssertionError("unreachable")
+
+
+@dataclasses.dataclass(slots=True)
+class Replay:
+    """One adjoint launch worked out in advance: a tape's sweep runs the same kernel with the
+    same argument types and the same pattern of activities and shadow states once per
+    recorded step, so it asks ``replay_for`` once per pattern and then only gathers the
+    arrays and calls ``run_replay`` (what ``run_adjoint`` works out per call, done once)."""
+
+    adjoint: Any
+    launcher: Any
+    fresh_at: frozenset[int]          # argument positions of gather kernels that store
+    zeroed: tuple[str, ...]           # shadows to zero before the launch
+    order: tuple[str, ...]            # the shadow parameters, in the adjoint's argument order
+
+
+def replay_for(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int, ...],
+               discard: frozenset[str], fresh: frozenset[str], covered: frozenset[str],
+               kept: frozenset[str]) -> Replay | None:
+    """The ``Replay`` of ``cfg``'s adjoint for this pattern (arguments as in ``run_adjoint``;
+    ``covered``: the ``fresh`` shadows of the launch's shape), or None when the adjoint needs
+    ``run_adjoint``'s general path (a stack, scratch copies, Active scalars)."""
+    adjoint, launcher, _ = adjoint_of(cfg, values, activity, nd, discard)
+    if adjoint.uses_status or adjoint.scratch or adjoint.active_scalars:
+        return None
+    _check_kept(cfg.kernel, adjoint, kept)
+    fresh_at: frozenset[int] = frozenset()
+    zeroed: tuple[str, ...] = ()
+    if fresh:
+        launcher, fresh_at, _, zeroed = _fresh_plan(
+            adjoint, launcher, len(kernel_ir(cfg.kernel).params), fresh, covered)
+    return Replay(adjoint, launcher, fresh_at, zeroed, tuple(adjoint.shadow_of.values()))
+
+
+def run_replay(cfg: Any, replay: Replay, values: list, shadows: dict[str, Any],
+               nd: tuple[int, ...]) -> None:
+    """Launch a ``Replay`` on one record's arrays (no two shadows the same array)."""
+    for p in replay.zeroed:
+        shadows[p][...] = 0
+    args = (*values, *[shadows[p] for p in replay.order])
+    if 0 in nd:
+        for k in replay.fresh_at:     # nothing runs: a fresh shadow still needs its zeros
+            args[k][...] = 0
+        return
+    kernel = cfg.kernel
+    if kernel.cache.get(("last", "reverse", cfg.backend)) is not replay.launcher:
+        _remember_last(kernel, {("last", "reverse", cfg.backend): replay.launcher,
+                                ("last adjoint",): [g.ir for g in replay.adjoint.gathers]
+                                + [replay.adjoint.ir]})
+    if replay.fresh_at:
+        replay.launcher(args, nd, replay.fresh_at)
+    else:
+        replay.launcher(args, nd)
+
+
+def _check_kept(kernel: Any, adjoint: Any, kept: frozenset[str] | None) -> None:
+    if kept is not None and not adjoint.contents_read <= kept:
+        raise LaunchError(
+            f"tapegrad bug: the adjoint of {kernel.name} reads "
+            f"{sorted(adjoint.contents_read - kept)}, whose contents the tape did not keep; "
+            "please report it with the kernel")
 
 
 def _fresh_plan(adjoint: Any, launcher: Any, base: int, fresh: frozenset[str],

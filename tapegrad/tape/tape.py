@@ -194,7 +194,7 @@ class Tape:
         if plan is None:
             plan = kernel.cache[("record plan", key, tracked)] = self.plan_record(
                 cfg, args, plain, nd, key)
-        needs, arrays, params = plan
+        needs, arrays, params, replays = plan
         seen = list(plain)
         ids: list[tuple | None] = [None] * len(args)
         read_ids, write_ids, live = [], [], []
@@ -241,16 +241,18 @@ class Tape:
             reads=tuple(read_ids), writes=tuple(write_ids),
             scalars_in=tuple(nodes[pos] for pos in tracked),
             name=kernel.name, cfg=cfg, params=params, values=seen, ids=tuple(ids), nd=nd,
-            nodes=tuple(nodes), needs=needs)
+            nodes=tuple(nodes), needs=needs, replays=replays)
         self.records.append(record)
         for ident, pos, a in live:
             readers.setdefault(ident, []).append((record, pos, a))
 
     def plan_record(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...], key: tuple
-                    ) -> tuple[frozenset[str], tuple[tuple[int, bool, bool, bool], ...], list]:
+                    ) -> tuple[frozenset[str], tuple[tuple[int, bool, bool, bool], ...], list,
+                               dict]:
         """What recording a launch needs that depends only on the kernel and the argument
-        types: the parameters whose contents its adjoint may read, and for each array
-        argument (position, read?, written?, contents needed?)."""
+        types: the parameters whose contents its adjoint may read, for each array argument
+        (position, read?, written?, contents needed?), the parameters, and the place where
+        sweeps keep the adjoint launches they work out (``launch.Replay``, per pattern)."""
         kernel = cfg.kernel
         reads, writes = L.access(kernel)
         params = L.kernel_ir(kernel).params
@@ -258,7 +260,7 @@ class Tape:
         arrays = tuple((pos, p in reads, p in writes, p in needs)
                        for pos, (p, k) in enumerate(zip(params, key[2]))
                        if type(k) is tuple)          # an array's argument key (launch._arg_key)
-        return needs, arrays, params
+        return needs, arrays, params, {}
 
     def values_needed(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...]
                       ) -> frozenset[str]:
@@ -543,31 +545,58 @@ class LaunchRecord(Record):
     nd: tuple[int, ...] = ()
     nodes: list[int | None] = field(default_factory=list)
     needs: frozenset[str] = frozenset()      # parameters whose contents the adjoint may read
+    replays: dict = field(default_factory=dict)   # launch.Replay per pattern (shared)
 
     def redirect(self, pos: int, copy: Any) -> None:
         self.values[pos] = copy
 
     def backward(self, tape: Tape) -> None:
-        activity = []
         shadows = {}
-        discard, fresh = [], []
+        pattern = []      # per parameter: its activity and its shadow's state (_DUP | ...)
         values = [v.get(tape.stand_ins) if type(v) is _Released else v for v in self.values]
         for p, v, ident, node in zip(self.params, values, self.ids, self.nodes):
             if ident is not None and ident in tape.active_ids and v.dtype.kind == "f":
-                activity.append("dup")
-                shadows[p] = tape.shadow(ident, unwritten_ok=True)
+                sh = shadows[p] = tape.shadow(ident, unwritten_ok=True)
+                code = _DUP
                 if ident in tape.fresh:
-                    fresh.append(p)
-                    tape.written(ident)        # run_adjoint writes or zeroes it
+                    code |= _FRESH | (_COVERED if tuple(sh.shape) == self.nd else 0)
+                    tape.written(ident)        # the adjoint launch writes or zeroes it
                 if tape.discardable(ident):
-                    discard.append(p)
+                    code |= _DISCARD
             elif node is not None and node in tape.active_nodes:
-                activity.append("active")
+                code = _ACTIVE
             else:
-                activity.append("const")
-        scalars = L.run_adjoint(self.cfg, tuple(values), shadows, tuple(activity), self.nd,
-                                frozenset(discard), frozenset(fresh), kept=self.needs)
+                code = _CONST
+            pattern.append(code)
+        key = (tuple(pattern), self.nd)
+        replay = self.replays.get(key, _UNKNOWN)
+        if replay is _UNKNOWN:
+            if len(self.replays) >= _REPLAYS_KEPT:      # (launches over many ndranges)
+                self.replays.clear()
+            replay = self.replays[key] = L.replay_for(self.cfg, tuple(values), *self.split(
+                pattern), kept=self.needs)
+        if replay is not None and (len(shadows) < 2 or len({id(d) for d in shadows.values()})
+                                   == len(shadows)):
+            L.run_replay(self.cfg, replay, values, shadows, self.nd)
+            return
+        scalars = L.run_adjoint(self.cfg, tuple(values), shadows, *self.split(pattern)[:-1],
+                                kept=self.needs)
         if scalars:
             for p, node in zip(self.params, self.nodes):
                 if p in scalars:
                     tape.add_scalar_bar(node, scalars[p])
+
+    def split(self, pattern: list[int]) -> tuple:
+        """``pattern`` as ``run_adjoint`` takes it: (activity, nd, discard, fresh), and the
+        fresh shadows of the launch's shape."""
+        activity = tuple("dup" if c & _DUP else "active" if c == _ACTIVE else "const"
+                         for c in pattern)
+        def having(flag: int) -> frozenset[str]:
+            return frozenset(p for p, c in zip(self.params, pattern) if c & flag)
+        return activity, self.nd, having(_DISCARD), having(_FRESH), having(_COVERED)
+
+
+# a parameter's part in a replayed adjoint (LaunchRecord.backward)
+_CONST, _ACTIVE, _DUP, _FRESH, _DISCARD, _COVERED = 0, 1, 2, 4, 8, 16
+_UNKNOWN = object()
+_REPLAYS_KEPT = 64

@@ -408,3 +408,32 @@ def test_reused_shadows_of_finished_temporaries_start_from_zero():
     np.testing.assert_allclose(g, fd_gradient(f, x), rtol=1e-6, atol=1e-9)
     (again,) = tg.gradient(f, x)
     np.testing.assert_array_equal(g, again)
+
+
+def test_replayed_adjoints_follow_each_records_pattern():
+    """A sweep works an adjoint launch out once per kernel, argument types, ndrange and
+    pattern of shadows (holding no values yet, covering the launch, read afterwards) and
+    reuses it.  Here one kernel's records see several patterns at one ndrange (the last
+    launch over all of x stores into x's new gradient, the earlier ones add to it), over
+    more ndranges than a kernel keeps launches for, across sweeps and forms."""
+    x = rng.random(80)
+    sizes = list(range(1, x.size + 1)) + [x.size] * 3
+    scales = 1.0 + np.arange(1, len(sizes) + 1) / 64
+
+    def f(x):
+        total = 0.0
+        for n, s in zip(sizes, scales):
+            u = np.empty(n)       # written whole by the launch: its shadow is read by no one
+            scale(CPU)(u, x, s, ndrange=n)
+            total = total + tg.dot(u, u)
+        return total
+
+    # d/dx_i of sum_k sum_{i < n_k} (x_i s_k)^2 = 2 x_i sum_{k: n_k > i} s_k^2
+    expected = 2 * x * np.array([sum(s * s for n, s in zip(sizes, scales) if n > i)
+                                 for i in range(x.size)])
+    for _ in range(2):
+        (g,) = tg.gradient(f, x)
+        np.testing.assert_allclose(g, expected, rtol=1e-12)
+    dx = np.ones_like(x)
+    tg.autodiff(tg.Reverse, f, tg.Active, tg.Duplicated(x, dx))      # adds into dx
+    np.testing.assert_allclose(dx, 1 + expected, rtol=1e-12)

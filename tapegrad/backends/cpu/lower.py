@@ -61,6 +61,9 @@ class Lowered:
     pools: tuple = ()
 
 
+_MERGE_BLOCK = 4096     # elements per parallel task when merging 1-D copies
+
+
 class CPULowering(ExprLowering):
     def __init__(self, tk: TypedKernel, promoted: set[str] | None = None,
                  per_item: set[str] | None = None):
@@ -290,20 +293,29 @@ class _KernelWriter(ModuleWriter):
             out.emit(f"{a}__priv = {a}__pool", 1)
 
     def privatize_merge(self) -> None:
+        """Add the per-task copies into the arrays (and zero them for the next launch), the
+        tasks' loop outside the last dimension's, so that the innermost loop runs along
+        contiguous rows and LLVM vectorises it (with the tasks innermost it did not: 0.25-0.5
+        ms of a 512^2 float32 matmul adjoint's 6)."""
         out = self.out
         for a, nd in self.private_sums.items():
             out.emit(f"if _private_{a}:", 1)
             idx = ", ".join(f"_m{d}" for d in range(nd))
-            out.emit(f"for _m0 in numba.prange({a}.shape[0]):", 2)
-            for d in range(1, nd):
-                out.emit(f"for _m{d} in range({a}.shape[{d}]):", 2 + d)
-            inner = 2 + nd
-            out.emit(f"_s = {a}__priv[0, {idx}]", inner)
-            out.emit(f"{a}__priv[0, {idx}] = 0", inner)     # zero again for the next launch
-            out.emit("for _t in range(1, _nchunks):", inner)
-            out.emit(f"_s += {a}__priv[_t, {idx}]", inner + 1)
-            out.emit(f"{a}__priv[_t, {idx}] = 0", inner + 1)
-            out.emit(f"{a}[{idx}] += _s", inner)
+            last = f"_m{nd - 1}"
+            if nd == 1:       # blocks of the one dimension are the parallel tasks
+                out.emit(f"for _b in numba.prange(({a}.shape[0] + {_MERGE_BLOCK - 1}) "
+                         f"// {_MERGE_BLOCK}):", 2)
+                rows = f"range(_b * {_MERGE_BLOCK}, min({a}.shape[0], (_b + 1) * {_MERGE_BLOCK}))"
+            else:
+                out.emit(f"for _m0 in numba.prange({a}.shape[0]):", 2)
+                for d in range(1, nd - 1):
+                    out.emit(f"for _m{d} in range({a}.shape[{d}]):", 2 + d)
+                rows = f"range({a}.shape[{nd - 1}])"
+            inner = 2 + max(nd - 1, 1)
+            out.emit("for _t in range(_nchunks):", inner)
+            out.emit(f"for {last} in {rows}:", inner + 1)
+            out.emit(f"{a}[{idx}] += {a}__priv[_t, {idx}]", inner + 2)
+            out.emit(f"{a}__priv[_t, {idx}] = 0", inner + 2)   # zero again for the next launch
 
     def special(self, s: ast.stmt, depth: int, low: CPULowering) -> bool:
         if isinstance(s, ast.Expr) and tg_name(s.value) in ("atomic_add", "atomic_sub") \
