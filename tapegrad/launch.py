@@ -637,6 +637,7 @@ class Replay:
     fresh_at: frozenset[int]          # argument positions of gather kernels that store
     zeroed: tuple[str, ...]           # shadows to zero before the launch
     order: tuple[str, ...]            # the shadow parameters, in the adjoint's argument order
+    shown: Any                        # what kern.source() shows for it (adjoint_of's launcher)
 
 
 def replay_for(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int, ...],
@@ -644,8 +645,12 @@ def replay_for(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
                kept: frozenset[str]) -> Replay | None:
     """The ``Replay`` of ``cfg``'s adjoint for this pattern (arguments as in ``run_adjoint``;
     ``covered``: the ``fresh`` shadows of the launch's shape), or None when the adjoint needs
-    ``run_adjoint``'s general path (a stack, scratch copies, Active scalars)."""
+    ``run_adjoint``'s general path (a stack, scratch copies, Active scalars).  Any record of
+    the same kernel and argument types may use it: the values a record keeps (copies the tape
+    made, stand-ins for freed arrays) can differ from the launch's arrays in being writeable
+    and in layout, which pick compiled code but not what the adjoint is."""
     adjoint, launcher, _ = adjoint_of(cfg, values, activity, nd, discard)
+    shown = launcher
     if adjoint.uses_status or adjoint.scratch or adjoint.active_scalars:
         return None
     _check_kept(cfg.kernel, adjoint, kept)
@@ -654,7 +659,7 @@ def replay_for(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
     if fresh:
         launcher, fresh_at, _, zeroed = _fresh_plan(
             adjoint, launcher, len(kernel_ir(cfg.kernel).params), fresh, covered)
-    return Replay(adjoint, launcher, fresh_at, zeroed, tuple(adjoint.shadow_of.values()))
+    return Replay(adjoint, launcher, fresh_at, zeroed, tuple(adjoint.shadow_of.values()), shown)
 
 
 def run_replay(cfg: Any, replay: Replay, values: list, shadows: dict[str, Any],
@@ -663,15 +668,15 @@ def run_replay(cfg: Any, replay: Replay, values: list, shadows: dict[str, Any],
     for p in replay.zeroed:
         shadows[p][...] = 0
     args = (*values, *[shadows[p] for p in replay.order])
+    kernel = cfg.kernel
+    if kernel.cache.get(("last", "reverse", cfg.backend)) is not replay.shown:
+        _remember_last(kernel, {("last", "reverse", cfg.backend): replay.shown,
+                                ("last adjoint",): [g.ir for g in replay.adjoint.gathers]
+                                + [replay.adjoint.ir]})
     if 0 in nd:
         for k in replay.fresh_at:     # nothing runs: a fresh shadow still needs its zeros
             args[k][...] = 0
         return
-    kernel = cfg.kernel
-    if kernel.cache.get(("last", "reverse", cfg.backend)) is not replay.launcher:
-        _remember_last(kernel, {("last", "reverse", cfg.backend): replay.launcher,
-                                ("last adjoint",): [g.ir for g in replay.adjoint.gathers]
-                                + [replay.adjoint.ir]})
     if replay.fresh_at:
         replay.launcher(args, nd, replay.fresh_at)
     else:

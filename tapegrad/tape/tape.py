@@ -587,8 +587,8 @@ class LaunchRecord(Record):
                     tape.add_scalar_bar(node, scalars[p])
 
     def split(self, pattern: list[int]) -> tuple:
-        """``pattern`` as ``run_adjoint`` takes it: (activity, nd, discard, fresh), and the
-        fresh shadows of the launch's shape."""
+        """``pattern`` as ``replay_for`` takes it: (activity, nd, discard, fresh, covered);
+        ``run_adjoint`` takes the first four."""
         activity = tuple("dup" if c & _DUP else "active" if c == _ACTIVE else "const"
                          for c in pattern)
         def having(flag: int) -> frozenset[str]:

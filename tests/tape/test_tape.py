@@ -437,3 +437,15 @@ def test_replayed_adjoints_follow_each_records_pattern():
     dx = np.ones_like(x)
     tg.autodiff(tg.Reverse, f, tg.Active, tg.Duplicated(x, dx))      # adds into dx
     np.testing.assert_allclose(dx, 1 + expected, rtol=1e-12)
+    # a sweep whose one launch stores into x's new gradient: kern.source() still shows the
+    # adjoint proper (as the IR view does), not the storing variant
+    (g,) = tg.gradient(_scaled_square, x)
+    np.testing.assert_allclose(g, 2 * 1.5 ** 2 * x, rtol=1e-12)
+    assert "A_bar[i] += " in scale.source(mode="reverse")
+    assert "A_bar[np.uint64(i)] += " in scale.source(mode="reverse", backend=CPU)
+
+
+def _scaled_square(x):
+    u = np.empty_like(x)
+    scale(CPU)(u, x, 1.5, ndrange=x.size)
+    return tg.dot(u, u)

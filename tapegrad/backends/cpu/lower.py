@@ -61,7 +61,7 @@ class Lowered:
     pools: tuple = ()
 
 
-_MERGE_BLOCK = 4096     # elements per parallel task when merging 1-D copies
+_MERGE_BLOCK = 4096     # at most this many elements per parallel task merging 1-D copies
 
 
 class CPULowering(ExprLowering):
@@ -303,15 +303,16 @@ class _KernelWriter(ModuleWriter):
             idx = ", ".join(f"_m{d}" for d in range(nd))
             last = f"_m{nd - 1}"
             if nd == 1:       # blocks of the one dimension are the parallel tasks
-                out.emit(f"for _b in numba.prange(({a}.shape[0] + {_MERGE_BLOCK - 1}) "
-                         f"// {_MERGE_BLOCK}):", 2)
-                rows = f"range(_b * {_MERGE_BLOCK}, min({a}.shape[0], (_b + 1) * {_MERGE_BLOCK}))"
+                out.emit(f"_mb = min({_MERGE_BLOCK}, max(1024, -(-{a}.shape[0] // _nchunks)))",
+                         2)        # (at least one block per thread when there is work for it)
+                out.emit(f"for _b in numba.prange(({a}.shape[0] + _mb - 1) // _mb):", 2)
+                rows = f"range(_b * _mb, min({a}.shape[0], (_b + 1) * _mb))"
             else:
                 out.emit(f"for _m0 in numba.prange({a}.shape[0]):", 2)
                 for d in range(1, nd - 1):
                     out.emit(f"for _m{d} in range({a}.shape[{d}]):", 2 + d)
                 rows = f"range({a}.shape[{nd - 1}])"
-            inner = 2 + max(nd - 1, 1)
+            inner = 2 + max(nd - 1, 1)     # inside the prange and the middle dimensions
             out.emit("for _t in range(_nchunks):", inner)
             out.emit(f"for {last} in {rows}:", inner + 1)
             out.emit(f"{a}[{idx}] += {a}__priv[_t, {idx}]", inner + 2)
