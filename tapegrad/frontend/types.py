@@ -135,6 +135,7 @@ class TypedKernel:
     callees: dict[int, TypedKernel] = field(default_factory=dict)   # id(call) -> callee
     return_type: Type = NONE
     symbol: str = ""     # its name in generated code (set by the backend)
+    launch_groupsize: tuple[int, ...] = ()   # the launch's, where a backend runs another
 
     def type_of(self, node: ast.AST) -> Type:
         return self.types[id(node)]

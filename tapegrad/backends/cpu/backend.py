@@ -13,6 +13,7 @@ import numpy as np
 from tapegrad.backends.base import Backend
 from tapegrad.backends.cache import load_source
 from tapegrad.backends.cpu.lower import Lowered, lower_kernel
+from tapegrad.backends.cpu.rows import with_cpu_groupsize
 from tapegrad.backends.numba_lower import compile_error
 from tapegrad.errors import KernelCompileError, KernelIndexError
 from tapegrad.frontend.types import TypedKernel
@@ -60,9 +61,44 @@ class CPU(Backend):
         return _DEFAULT_GROUPSIZE[rank]
 
     def compile(self, tk: TypedKernel) -> Callable[..., None]:
-        lowered = lower_kernel(tk)
-        module, path = load_source(lowered.source, tk.name)
-        return _Launcher(getattr(module, lowered.symbol), lowered, str(path), tk.groupsize)
+        rows = with_cpu_groupsize(tk)      # rows of the CPU's choosing, where nothing can tell
+        if rows is tk:
+            return _compile(tk)
+        # both lowered now: a typed kernel's IR is shared, and later passes may rewrite it
+        # (Numba compiles each on its first launch)
+        return _ByLaunchSize(_compile(tk), _compile(rows))
+
+
+def _compile(tk: TypedKernel) -> _Launcher:
+    lowered = lower_kernel(tk)
+    module, path = load_source(lowered.source, tk.name)
+    return _Launcher(getattr(module, lowered.symbol), lowered, str(path), tk.groupsize)
+
+
+class _ByLaunchSize:
+    """A kernel the CPU may run in rows of its own choosing (``tapegrad.backends.cpu.rows``):
+    launches of ``ROWS_FROM`` work-items or more run that variant, smaller ones the launch's
+    groupsize, where the grouping costs little."""
+
+    ROWS_FROM = 16384
+
+    def __init__(self, launch_groups: _Launcher, rows: _Launcher):
+        self.launch_groups = launch_groups
+        self.rows = rows
+        self.last = launch_groups
+
+    @property
+    def source(self) -> str:
+        """The code the last launch ran."""
+        return self.last.source
+
+    def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
+        items = 1
+        for n in ndrange:
+            items *= n
+        run = self.launch_groups if items < self.ROWS_FROM else self.rows
+        self.last = run
+        run(args, ndrange)
 
 
 def _thread_count() -> int:

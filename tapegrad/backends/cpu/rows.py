@@ -1,0 +1,151 @@
+"""The CPU's own workgroup shape for kernels that cannot tell their workgroups apart.
+
+On the CPU one thread runs a whole workgroup as a loop nest, and only the innermost loop, along
+one row of the group, is vectorised.  Workgroup sizes chosen for a GPU make short rows: a
+2048^2 stencil in (16, 16) groups ran its primal in 1.08 ms against 0.46-0.59 ms in rows of
+256 or more (2 threads, float32), its gradient 1.77 ms against 0.62-0.74.  A kernel that never
+asks for its local index, its group index or the group size, and shares nothing within a
+group (no local memory, no barriers), computes the same whatever the grouping, so the CPU runs
+it in groups of its own shape (``_ROWS``) instead, for launches large enough that it matters
+(``backend._ByLaunchSize``: 16384 work-items; smaller launches keep the launch's groupsize).
+
+It does so only where longer rows cannot hurt: when every array the kernel indexes with the
+last dimension's global index takes it in its last subscript (``A[i, j + 1]``, not the
+transpose's ``B[j, i]``, whose square tiles keep each cache line it writes in use).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+from tapegrad.frontend.ir import tg_name
+from tapegrad.frontend.types import Array, TypedKernel
+
+# what a group shape shows: the work-item's place in its group, the group's place, its size,
+# and what the group's work-items share
+_OBSERVE_GROUPS = {"local_index", "local_indices", "group_index", "group_indices", "groupsize",
+                   "localmem", "synchronize"}
+
+# the shape the CPU runs such kernels in, per rank.  A 2-D stencil launched in (16, 16) groups,
+# float32, 2 threads, primal / gradient us, run in: (1, 1024) 8.8 / 22.7 at 256^2, 459 / 550
+# at 2048^2, 76 / 145 at 8192 x 64; (4, 256) 8.2 / 21.8, 593 / 649, 62 / 117; (2, 512),
+# (4, 512), (2, 1024) and (8, 256) no better than one of those.  One row per group streams
+# through memory in order (the best at 2048^2); arrays of rows much shorter than 1024 would
+# rather have several rows per group.  Rank 3 (not measured): rows of 256, four per group.
+_ROWS = {1: (1024,), 2: (1, 1024), 3: (1, 4, 256)}
+_ROW_ENOUGH = 256      # a launch whose groups have rows this long (and 1024 work-items) keeps them
+
+
+def cpu_groupsize(tk: TypedKernel) -> tuple[int, ...]:
+    """The groupsize the CPU runs ``tk`` in: its own (``_ROWS``) when the kernel cannot tell
+    and its row-wise accesses gain from it, else the launch's."""
+    ours = _ROWS.get(tk.rank)
+    if ours is None or _covers(tk.groupsize, ours) or _observes_groups(tk) \
+            or not _row_wise(tk):
+        return tk.groupsize
+    return ours
+
+
+def with_cpu_groupsize(tk: TypedKernel) -> TypedKernel:
+    """``tk`` with the groupsize the CPU runs it in."""
+    size = cpu_groupsize(tk)
+    if size == tk.groupsize:
+        return tk
+    return dataclasses.replace(tk, groupsize=size, launch_groupsize=tk.groupsize)
+
+
+def _covers(size: tuple[int, ...], ours: tuple[int, ...]) -> bool:
+    """The launch's groups already have rows and work-items enough (a CPU-minded choice is
+    kept: (4, 256) runs a 256^2 stencil as fast as (1, 1024))."""
+    items = 1
+    for w in size:
+        items *= w
+    return size[-1] >= min(_ROW_ENOUGH, ours[-1]) and items >= 1024
+
+
+def _observes_groups(tk: TypedKernel) -> bool:
+    for k in [tk, *tk.callees.values()]:
+        for n in ast.walk(ast.Module(body=k.ir.body, type_ignores=[])):
+            if tg_name(n) in _OBSERVE_GROUPS:
+                return True
+        if k is not tk and _uses_indices(k):    # (device functions see no work-item)
+            return True
+    return False
+
+
+def _uses_indices(k: TypedKernel) -> bool:
+    return any((tg_name(n) or "").endswith(("_index", "_indices"))
+               for n in ast.walk(ast.Module(body=k.ir.body, type_ignores=[])))
+
+
+def _row_wise(tk: TypedKernel) -> bool:
+    """Whether the last dimension's global index (and anything computed from it) appears in
+    array subscripts only as their last component, and reaches no device function."""
+    body = ast.Module(body=tk.ir.body, type_ignores=[])
+    last = tk.rank - 1
+    tainted: set[str] = set()
+
+    def taints(e: ast.AST) -> bool:
+        for n in ast.walk(e):
+            if isinstance(n, ast.Name) and n.id in tainted:
+                return True
+            name = tg_name(n)
+            if name == "global_index" and tk.rank > 1:
+                return True                      # the linear index mixes all dimensions
+        return False
+
+    changed = True
+    while changed:                              # names computed from it, to a fixed point
+        changed = False
+        for n in ast.walk(body):
+            if isinstance(n, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = n.targets if isinstance(n, ast.Assign) else [n.target]
+                value = n.value
+                if value is None:
+                    continue
+                for t in targets:
+                    for name in _names_from(t, value, last, taints):
+                        if name not in tainted:
+                            tainted.add(name)
+                            changed = True
+            elif isinstance(n, ast.For) and isinstance(n.target, ast.Name) \
+                    and taints(n.iter) and n.target.id not in tainted:
+                tainted.add(n.target.id)
+                changed = True
+    for n in ast.walk(body):
+        if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) \
+                and _global_array(tk, n.value.id):
+            parts = n.slice.elts if isinstance(n.slice, ast.Tuple) else [n.slice]
+            if any(taints(p) for p in parts[:-1]):
+                return False
+        elif isinstance(n, ast.Call) and id(n) in tk.callees \
+                and any(taints(a) for a in n.args):
+            return False
+    return True
+
+
+def _names_from(target: ast.AST, value: ast.AST, last: int, taints) -> list[str]:
+    """The names in ``target`` that take the last global index, or a value computed from it,
+    from ``value``."""
+    if isinstance(target, ast.Name):        # (the whole tuple of indices taints its name)
+        return [target.id] if taints(value) or tg_name(value) == "global_indices" else []
+    if isinstance(target, ast.Tuple):
+        if tg_name(value) == "global_indices":
+            elt = target.elts[last] if last < len(target.elts) else None
+            return [elt.id] if isinstance(elt, ast.Name) else []
+        if isinstance(value, ast.Tuple) and len(value.elts) == len(target.elts):
+            out = []
+            for t, v in zip(target.elts, value.elts):
+                out += _names_from(t, v, last, taints)
+            return out
+        return [n.id for n in ast.walk(target) if isinstance(n, ast.Name)] if taints(value) \
+            else []
+    return []
+
+
+def _global_array(tk: TypedKernel, name: str) -> bool:
+    """Whether ``name`` is an array in memory (not a work-item's private array)."""
+    params = tk.ir.params
+    t = tk.argtypes[params.index(name)] if name in params else tk.locals.get(name)
+    return isinstance(t, Array) and t.space == "global"
