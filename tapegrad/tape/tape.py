@@ -202,7 +202,8 @@ class Tape:
         for pos, *_ in arrays:
             ids[pos] = track(args[pos])
         # (an identity is one object per tracked memory: comparing ids skips hashing them)
-        if len(arrays) > 1 and len({id(ids[pos]) for pos, *_ in arrays}) < len(arrays):
+        if len(arrays) > 1 and (ids[arrays[0][0]] is ids[arrays[1][0]] if len(arrays) == 2
+                                else len({id(ids[pos]) for pos, *_ in arrays}) < len(arrays)):
             # two views of one memory: launch with one object for both, which merges their
             # parameters (launch.one_parameter_per_array)
             first: dict[tuple, Any] = {}

@@ -221,6 +221,26 @@ def test_two_views_of_one_array_on_a_tape_are_one_array():
                                rtol=1e-7, atol=1e-9)
 
 
+@tg.kernel
+def double_then_add_square(Z, X):
+    i = tg.index()
+    Z[i] = 2.0 * X[i]
+    b = X[i]                                 # through the other parameter: Z's new value
+    Z[i] = Z[i] + b * b
+
+
+def test_two_views_as_the_only_two_arrays_on_a_tape_are_one_array():
+    """(a launch of two array parameters takes the tape's short way to the same check)"""
+    def f(x):
+        z = tg.copy(x)
+        double_then_add_square(CPU, 4)(z, z[:], ndrange=N)     # z = 2x + (2x)^2
+        return tg.dot(z, W)
+
+    x = rng.random(N)
+    (g,) = tg.gradient(f, x.copy())
+    np.testing.assert_allclose(g, (2 + 8 * x) * W, rtol=1e-12)
+
+
 def test_backends_agree(backend, size):
     """Merging one array's parameters on every backend (the CUDA one simulated here)."""
     n = size(N, 8)
