@@ -43,6 +43,8 @@ class Transform:
         return copied
 
     def fresh(self, stem: str) -> str:
+        # (stems must not make the names the backends' lowering uses for its loops, `_g0`,
+        # `_l1`, `_r1`, `_n0`...: a temporary `_g2` once overwrote a 3-D launch's group index)
         self.count += 1
         return f"_{stem}{self.count}"
 

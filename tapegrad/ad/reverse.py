@@ -581,7 +581,7 @@ class _Reverse(Transform):
             fwd.append(ast.For(target=_n(k, True), iter=copy.deepcopy(s.iter), body=f_body or
                                [ast.Pass()], orelse=[]))
             fwd[-1]._tg_recomputed = recomputed
-            back = self.fresh("r")
+            back = self.fresh("rev")
             k_value = _add(_c(start_v + (trips - 1) * step_v), _mul(_n(back), _c(-step_v)))
             rev.append(ast.For(target=_n(back, True), iter=ast.Call(
                 func=_n("range"), args=[_c(trips)], keywords=[]),
@@ -601,7 +601,7 @@ class _Reverse(Transform):
                 fwd += self.push(_n(v), False)
             for v in (stride, first, count):
                 rev += self.pop(_n(v, True), False)
-        back = self.fresh("r")
+        back = self.fresh("rev")
         # k runs backwards: the r-th reverse iteration is forward iteration count - 1 - r
         k_value = _add(_n(first), _mul(ast.BinOp(left=ast.BinOp(left=_n(count), op=ast.Sub(),
                                                                 right=_c(1)),
@@ -626,7 +626,7 @@ class _Reverse(Transform):
         if self.loop_depth:
             fwd += self.push(_n(count), False)
             rev += self.pop(_n(count, True), False)
-        back = self.fresh("r")
+        back = self.fresh("rev")
         rev.append(ast.For(target=_n(back, True), iter=ast.Call(func=_n("range"), args=[_n(count)],
                                                                 keywords=[]),
                            body=r_body or [ast.Pass()], orelse=[]))
@@ -648,7 +648,7 @@ class _Reverse(Transform):
             return [ast.Expr(value=tg_call("atomic_add", [_n(shadow), _clone(e.slice), g]))]
         out: list[ast.stmt] = []
         if not isinstance(g, (ast.Name, ast.Constant, ast.UnaryOp)):
-            tmp = self.fresh("g")
+            tmp = self.fresh("d")
             out.append(_assign(tmp, g))
             g = _n(tmp)
         if isinstance(e, ast.BinOp):

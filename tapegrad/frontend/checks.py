@@ -69,8 +69,24 @@ class _Checker(ast.NodeVisitor):
         if a.vararg or a.kwarg or a.kwonlyargs or a.posonlyargs or a.defaults:
             self.fail(tree, f"{tree.name}: kernel and device-function parameters must be plain "
                             "positional names (no defaults, *args, **kwargs or keyword-only)")
+        self.check_names(tree)
         for stmt in tree.body:
             self.visit(stmt)
+
+    def check_names(self, tree: ast.FunctionDef) -> None:
+        """Names with ``__`` belong to the code tapegrad generates (per-item slots, copies);
+        so do names starting with an underscore, which locals may still use (the resolver
+        renames them, frontend/resolve.py) but parameters may not."""
+        for node in ast.walk(tree):
+            param = isinstance(node, ast.arg)
+            name = node.arg if param else \
+                node.id if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store) else None
+            if name and ("__" in name or param and name.startswith("_")):
+                what = "parameter" if param else "variable"
+                self.fail(node, f"a kernel may not name a {what} {name!r}: names that contain "
+                                "'__'" + (" or start with an underscore" if param else "")
+                                + " are reserved for the code tapegrad generates from the "
+                                "kernel, and would clash with it; rename it")
 
     def generic_visit(self, node: ast.AST) -> None:
         for kind, hint in _STATEMENT_HINTS.items():

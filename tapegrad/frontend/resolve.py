@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import builtins
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,8 @@ def resolve(parsed: Parsed, is_kernel: bool) -> KernelIR:
     params = [a.arg for a in tree.args.args]
     local_names = set(params) | _assigned_names(tree)
     resolver = _Resolver(parsed, local_names)
+    local_names = {resolver.renamed.get(n, n) for n in local_names}
+    params = [resolver.renamed.get(p, p) for p in params]
     body = [resolver.visit(stmt) for stmt in tree.body if not _is_docstring(stmt)]
     body = [s for s in body if s is not None]
     return KernelIR(name=tree.name, params=params, body=body, filename=parsed.filename,
@@ -81,11 +84,22 @@ def _assigned_names(tree: ast.FunctionDef) -> set[str]:
     return names
 
 
+_GENERATED_SUFFIX = re.compile(r"_(bar|dot)\d*$")
+
+
 class _Resolver(ast.NodeTransformer):
     def __init__(self, parsed: Parsed, local_names: set[str]):
         self.parsed = parsed
         self.local_names = local_names
         self.funcs: dict[str, Func] = {}
+        # a local named like the generated code's (`_k`, `_a1`: loop variables and adjoint
+        # temporaries start with an underscore; `x_bar`, `x_dot`: the adjoint and tangent of
+        # `x`) gets a name of its own; names with '__' and parameters starting with '_' are
+        # refused earlier (frontend/checks.py)
+        params = {a.arg for a in parsed.tree.args.args}
+        self.renamed = {n: f"{n}__" for n in local_names
+                        if n not in params and n.startswith("_") and n != "_"
+                        or _GENERATED_SUFFIX.search(n)}
         if "tg" in local_names:
             raise KernelSyntaxError("a kernel may not have a local variable or parameter named "
                                     "'tg' (the name of the kernel language); rename it",
@@ -146,6 +160,8 @@ class _Resolver(ast.NodeTransformer):
 
     # -- expressions ----------------------------------------------------------------------
     def visit_Name(self, node: ast.Name) -> ast.expr:
+        if node.id in self.renamed:
+            return ast.copy_location(ast.Name(id=self.renamed[node.id], ctx=node.ctx), node)
         if node.id in self.local_names or node.id == "range":
             return node
         return self.as_value(node, self.lookup(node))
@@ -238,6 +254,7 @@ class _Resolver(ast.NodeTransformer):
 
     # -- statements -----------------------------------------------------------------------
     def visit_For(self, node: ast.For) -> ast.stmt:
+        node.target = self.visit(node.target)
         node.iter.args = [self.visit(a) for a in node.iter.args]
         node.body = [self.visit(s) for s in node.body]
         return node

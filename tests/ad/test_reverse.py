@@ -683,3 +683,58 @@ def test_tile_shadows_keep_their_atomics_when_the_ndrange_cuts_a_group():
                     tg.Duplicated(np.zeros((8, 6)), r(8, 6)), tg.Duplicated(A, np.zeros_like(A)),
                     tg.Duplicated(B, np.zeros_like(B)), ndrange=(8, 6))
     assert "atomic_add(tile_a_bar" in matmul.source(mode="reverse")
+
+
+@tg.kernel
+def scaled_exp_3d(Y, X, a):
+    i, j, k = tg.index(tg.Global, tg.NTuple)
+    Y[i, j, k] = a * tg.exp(X[i, j, k])
+
+
+@pytest.mark.parametrize("shape", [(8, 8, 8), (5, 9, 300)])
+def test_3d_adjoint_temporaries_do_not_clobber_the_group_index(backend, shape):
+    """The adjoint's temporaries once shared the lowering's names for the group index
+    (`_g2`): a 3-D gradient came out wrong, or wrote out of bounds."""
+    x, w, a = rng.random(shape), rng.random(shape), 1.3
+    X, dX = tg.asarray(backend, x), tg.asarray(backend, np.zeros(shape))
+    Y, seed = tg.asarray(backend, np.zeros(shape)), tg.asarray(backend, w)
+    ((_, _, a_bar),) = tg.autodiff(tg.Reverse, scaled_exp_3d(backend, (4, 4, 4)), tg.Const,
+                                   tg.Duplicated(Y, seed), tg.Duplicated(X, dX), tg.Active(a),
+                                   ndrange=shape)
+    np.testing.assert_allclose(a_bar, (np.exp(x) * w).sum(), rtol=1e-12)
+    np.testing.assert_allclose(tg.to_numpy(dX), a * np.exp(x) * w, rtol=1e-12)
+
+
+@tg.kernel
+def local_named_like_a_shadow(B, A):
+    i = tg.index()
+    A_bar = A[i] * 2.0                    # the adjoint's name for A's shadow
+    acc_bar = A_bar * A[i]                # and for the adjoint of a local acc
+    acc = acc_bar
+    B[i] = acc
+
+
+def test_locals_named_like_adjoints_keep_their_own_meaning():
+    x, w = rng.random(16), rng.random(16)
+    dx = np.zeros(16)
+    tg.autodiff(tg.Reverse, local_named_like_a_shadow(tg.CPU(), 4), tg.Const,
+                tg.Duplicated(np.zeros(16), w.copy()), tg.Duplicated(x, dx), ndrange=16)
+    np.testing.assert_allclose(dx, 4 * x * w, rtol=1e-14)     # d(2 x^2)/dx
+
+
+@tg.kernel
+def product_with_a_bar(B, A, A_bar):
+    i = tg.index()
+    B[i] = A[i] * A_bar[i]
+
+
+def test_a_parameter_named_like_a_shadow_is_differentiated_too():
+    """(its adjoint's shadow of A would have taken the name A_bar twice: a SyntaxError in
+    the generated code)"""
+    x, y, w = rng.random(16), rng.random(16), rng.random(16)
+    dx, dy = np.zeros(16), np.zeros(16)
+    tg.autodiff(tg.Reverse, product_with_a_bar(tg.CPU(), 4), tg.Const,
+                tg.Duplicated(np.zeros(16), w.copy()), tg.Duplicated(x, dx),
+                tg.Duplicated(y, dy), ndrange=16)
+    np.testing.assert_allclose(dx, y * w, rtol=1e-14)
+    np.testing.assert_allclose(dy, x * w, rtol=1e-14)

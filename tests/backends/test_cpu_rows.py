@@ -51,6 +51,30 @@ def linear_index(B, A):
 
 
 @tg.kernel
+def transpose_by_part(B, A):
+    j = tg.index(tg.Global, tg.NTuple)[1]      # the last index, taken out of the tuple
+    i = tg.index(tg.Global, tg.NTuple)[0]
+    B[j, i] = A[i, j]
+
+
+@tg.kernel
+def transpose_atomically(B, A):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    tg.atomic_add(B, (j, i), A[i, j])
+
+
+@tg.func
+def cube(v):
+    return v * v * v
+
+
+@tg.kernel
+def cube_gathered(Y, X, idx):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    Y[i, j] = cube(X[idx[i, j], 0])          # loaded values index, not the work-item's j
+
+
+@tg.kernel
 def scale1d(Y, X, a):
     i = tg.index()
     Y[i] = a * X[i] * X[i]
@@ -71,7 +95,7 @@ def _groupsize_run(kern, mode: str = "primal") -> str:
 LARGE = 16384       # work-items from which a launch runs in the CPU's rows
 
 
-@pytest.mark.parametrize("shape", [(37, 450), (8200, 2), (1, 20000), (129, 129)])
+@pytest.mark.parametrize("shape", [(37, 450), (70, 256), (1, 20000), (65, 257)])
 @pytest.mark.parametrize("groupsize", [(16, 16), (8, 64), (3, 5)])
 def test_a_kernel_in_short_rows_runs_in_longer_ones_with_the_same_results(shape, groupsize):
     x = rng.random(shape)
@@ -82,8 +106,11 @@ def test_a_kernel_in_short_rows_runs_in_longer_ones_with_the_same_results(shape,
     assert f"Launched with groupsize {groupsize}" in stencil.source(backend=CPU)
 
 
-def test_small_launches_keep_the_launch_groupsize():
-    x = rng.random((37, 300))
+@pytest.mark.parametrize("shape", [(37, 300), (8200, 2), (100, 255)])
+def test_small_or_narrow_launches_keep_the_launch_groupsize(shape):
+    """(few work-items: the grouping costs little; short rows: a row of 1024 would be mostly
+    empty, and an Active scalar's per-group sum would run over all of it)"""
+    x = rng.random(shape)
     y = np.full(x.shape, np.nan)
     small_stencil(CPU, (16, 16))(y, x, 0.1, ndrange=x.shape)
     np.testing.assert_allclose(y, _stencil_reference(x, 0.1), rtol=1e-14)
@@ -91,7 +118,7 @@ def test_small_launches_keep_the_launch_groupsize():
 
 
 def test_its_gradient_too():
-    x, w, a = rng.random((130, 130)), rng.random((130, 130)), 0.2
+    x, w, a = rng.random((64, 260)), rng.random((64, 260)), 0.2
 
     def f(x):
         y = np.empty_like(x)
@@ -126,6 +153,8 @@ def test_one_dimensional_groups_grow_to_1024():
     (transpose, lambda x: (np.empty(x.shape[::-1]), x)),     # writes B[j, i]: square tiles pay
     (row_offsets, lambda x: (np.empty_like(x), x)),           # reads its local index
     (linear_index, lambda x: (np.empty_like(x), x)),          # the linear index mixes dims
+    (transpose_by_part, lambda x: (np.empty(x.shape[::-1]), x)),
+    (transpose_atomically, lambda x: (np.zeros(x.shape[::-1]), x)),
 ])
 def test_kernels_that_can_tell_or_prefer_tiles_keep_the_launch_groupsize(kern, make):
     x = rng.random((160, 120))
@@ -133,7 +162,7 @@ def test_kernels_that_can_tell_or_prefer_tiles_keep_the_launch_groupsize(kern, m
     kern(CPU, (4, 8))(out, arg, ndrange=x.shape)
     assert "groupsize (4, 8)" in _groupsize_run(kern)
     assert "Launched with" not in kern.source(backend=CPU)
-    if kern is transpose:
+    if kern in (transpose, transpose_by_part, transpose_atomically):
         np.testing.assert_array_equal(out, x.T)
     elif kern is row_offsets:
         i, j = np.indices(x.shape)
@@ -148,3 +177,12 @@ def test_a_cpu_minded_groupsize_is_kept():
     stencil(CPU, (4, 256))(y, x, 0.1, ndrange=x.shape)
     np.testing.assert_allclose(y, _stencil_reference(x, 0.1), rtol=1e-14)
     assert "groupsize (4, 256)" in _groupsize_run(stencil)
+
+
+def test_values_loaded_from_arrays_do_not_count_as_the_work_items_index():
+    x = rng.random((300, 3))
+    idx = rng.integers(0, 300, (60, 300))
+    y = np.empty((60, 300))
+    cube_gathered(CPU, (16, 16))(y, x, idx, ndrange=y.shape)
+    np.testing.assert_allclose(y, x[idx, 0] ** 3, rtol=1e-15)
+    assert "groupsize (1, 1024)" in _groupsize_run(cube_gathered)

@@ -1029,3 +1029,25 @@ def test_shape_size_len(backend):
     B = np.zeros(3)
     row_sums(backend, 2)(B, M, ndrange=3)
     np.testing.assert_allclose(B, M.sum(1) / 3 + 12)
+
+
+@tg.kernel
+def underscored_locals(Y, X):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    n, m = X.shape
+    _acc = 0.0
+    if 0 < j < m - 1:                      # rows split at the boundary, with a loop `_k`
+        for _k in range(3):
+            _acc += X[i, j + _k - 1]
+    Y[i, j] = _acc
+
+
+def test_locals_named_like_generated_code_get_names_of_their_own(backend):
+    """`_k` and `_acc` are also names in the generated code (a loop over a split row, an
+    adjoint's sum); the user's get their own."""
+    x = np.random.default_rng(3).random((6, 40))
+    y = tg.asarray(backend, np.zeros_like(x))
+    underscored_locals(backend, (2, 8))(y, tg.asarray(backend, x), ndrange=x.shape)
+    expected = np.zeros_like(x)
+    expected[:, 1:-1] = x[:, :-2] + x[:, 1:-1] + x[:, 2:]
+    np.testing.assert_allclose(tg.to_numpy(y), expected, rtol=1e-14)

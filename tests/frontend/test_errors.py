@@ -163,6 +163,27 @@ def bad_func_slice():
         return A[::2]  # ERR:func-slice
 
 
+def bad_reserved_local():
+    @tg.kernel
+    def k(B, A):
+        i = tg.index()
+        a__items = A[i]  # ERR:reserved-local
+        B[i] = a__items
+
+
+def bad_reserved_param():
+    @tg.kernel
+    def k(B, _A):  # ERR:reserved-param
+        B[0] = _A[0]
+
+
+def bad_reserved_func_local():
+    @tg.func
+    def f(x):
+        y__t = x * x  # ERR:reserved-func-local
+        return y__t
+
+
 SYNTAX_CASES = [
     (bad_slice, "slice", "index single elements"),
     (bad_list, "list", "use a tuple"),
@@ -182,6 +203,9 @@ SYNTAX_CASES = [
     (bad_matmul_op, "matmul", "write the loops out"),
     (bad_default_param, "default-param", "plain positional names"),
     (bad_func_slice, "func-slice", "index single elements"),
+    (bad_reserved_local, "reserved-local", "reserved for the code tapegrad generates"),
+    (bad_reserved_param, "reserved-param", "or start with an underscore"),
+    (bad_reserved_func_local, "reserved-func-local", "contain '__'"),
 ]
 
 

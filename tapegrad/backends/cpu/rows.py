@@ -7,7 +7,8 @@ one row of the group, is vectorised.  Workgroup sizes chosen for a GPU make shor
 asks for its local index, its group index or the group size, and shares nothing within a
 group (no local memory, no barriers), computes the same whatever the grouping, so the CPU runs
 it in groups of its own shape (``_ROWS``) instead, for launches large enough that it matters
-(``backend._ByLaunchSize``: 16384 work-items; smaller launches keep the launch's groupsize).
+(``backend._ByLaunchSize``: 16384 work-items, rows of 256; other launches keep the launch's
+groupsize).
 
 It does so only where longer rows cannot hurt: when every array the kernel indexes with the
 last dimension's global index takes it in its last subscript (``A[i, j + 1]``, not the
@@ -65,18 +66,9 @@ def _covers(size: tuple[int, ...], ours: tuple[int, ...]) -> bool:
 
 
 def _observes_groups(tk: TypedKernel) -> bool:
-    for k in [tk, *tk.callees.values()]:
-        for n in ast.walk(ast.Module(body=k.ir.body, type_ignores=[])):
-            if tg_name(n) in _OBSERVE_GROUPS:
-                return True
-        if k is not tk and _uses_indices(k):    # (device functions see no work-item)
-            return True
-    return False
-
-
-def _uses_indices(k: TypedKernel) -> bool:
-    return any((tg_name(n) or "").endswith(("_index", "_indices"))
-               for n in ast.walk(ast.Module(body=k.ir.body, type_ignores=[])))
+    # (device functions cannot ask: the type checker refuses these intrinsics in them)
+    return any(tg_name(n) in _OBSERVE_GROUPS
+               for n in ast.walk(ast.Module(body=tk.ir.body, type_ignores=[])))
 
 
 def _row_wise(tk: TypedKernel) -> bool:
@@ -87,13 +79,17 @@ def _row_wise(tk: TypedKernel) -> bool:
     tainted: set[str] = set()
 
     def taints(e: ast.AST) -> bool:
-        for n in ast.walk(e):
-            if isinstance(n, ast.Name) and n.id in tainted:
-                return True
-            name = tg_name(n)
-            if name == "global_index" and tk.rank > 1:
-                return True                      # the linear index mixes all dimensions
-        return False
+        if isinstance(e, ast.Name):
+            return e.id in tainted
+        if isinstance(e, ast.Subscript):
+            if tg_name(e.value) == "global_indices":       # tg.index(tg.Global, tg.NTuple)[k]
+                return not (isinstance(e.slice, ast.Constant) and e.slice.value != last)
+            if isinstance(e.value, ast.Name) and e.value.id in tainted:
+                return True                      # a part of the indices' tuple
+            return False        # a value loaded from an array: data, not the work-item's index
+        if tg_name(e) == "global_index" and tk.rank > 1:
+            return True                          # the linear index mixes all dimensions
+        return any(taints(c) for c in ast.iter_child_nodes(e))
 
     changed = True
     while changed:                              # names computed from it, to a fixed point
@@ -114,14 +110,18 @@ def _row_wise(tk: TypedKernel) -> bool:
                 tainted.add(n.target.id)
                 changed = True
     for n in ast.walk(body):
-        if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) \
-                and _global_array(tk, n.value.id):
-            parts = n.slice.elts if isinstance(n.slice, ast.Tuple) else [n.slice]
-            if any(taints(p) for p in parts[:-1]):
-                return False
+        array, index = None, None
+        if isinstance(n, ast.Subscript):
+            array, index = n.value, n.slice
+        elif (tg_name(n) or "").startswith("atomic_") and len(n.args) > 1:
+            array, index = n.args[0], n.args[1]
         elif isinstance(n, ast.Call) and id(n) in tk.callees \
                 and any(taints(a) for a in n.args):
-            return False
+            return False            # the device function may index with it in any position
+        if isinstance(array, ast.Name) and _global_array(tk, array.id):
+            parts = index.elts if isinstance(index, ast.Tuple) else [index]
+            if any(taints(p) for p in parts[:-1]):
+                return False
     return True
 
 
