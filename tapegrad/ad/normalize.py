@@ -92,11 +92,17 @@ class _Inliner:
         for field in ("value", "test"):
             if hasattr(s, field) and getattr(s, field) is not None:
                 setattr(s, field, self.expr(getattr(s, field), funcs, pre, s))
-        if isinstance(s, (ast.Assign, ast.AugAssign)):
-            targets = s.targets if isinstance(s, ast.Assign) else [s.target]
-            for t in targets:
-                if isinstance(t, ast.Subscript):
-                    t.slice = self.expr(t.slice, funcs, pre, s)
+        if isinstance(s, ast.Assign):       # (copies: the kernel's own IR stays as it was)
+            s.targets = [copy.copy(t) for t in s.targets]
+            targets = s.targets
+        elif isinstance(s, ast.AugAssign):
+            s.target = copy.copy(s.target)
+            targets = [s.target]
+        else:
+            targets = []
+        for t in targets:
+            if isinstance(t, ast.Subscript):
+                t.slice = self.expr(t.slice, funcs, pre, s)
         if isinstance(s, ast.For):
             s.iter = copy.copy(s.iter)
             s.iter.args = [self.expr(a, funcs, pre, s) for a in s.iter.args]

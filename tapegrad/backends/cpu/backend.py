@@ -64,8 +64,8 @@ class CPU(Backend):
         rows = with_cpu_groupsize(tk)      # rows of the CPU's choosing, where nothing can tell
         if rows is tk:
             return _compile(tk)
-        # both lowered now: a typed kernel's IR is shared, and later passes may rewrite it
-        # (Numba compiles each on its first launch)
+        # both lowered now, from the kernel's IR as it is (a typed kernel refers to it node
+        # by node); Numba compiles each variant on its first launch
         return _ByLaunchSize(_compile(tk), _compile(rows))
 
 
