@@ -575,13 +575,7 @@ def _run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tup
     if not (adjoint.uses_status or adjoint.scratch or adjoint.active_scalars):
         # the common case (no stack, no copies, no scalar outputs): one launch
         args = tuple(values) + tuple(shadows[p] for p in adjoint.shadow_of.values())
-        if 0 in nd:
-            for k in fresh_at:
-                args[k][...] = 0
-        elif fresh_at:
-            launcher(args, nd, fresh_at)
-        else:
-            launcher(args, nd)
+        _launch_adjoint(launcher, args, nd, fresh_at)
         return {}
     backup: dict[str, Any] = {}
     if adjoint.uses_status:   # to undo a launch whose stack overflowed: what it changes
@@ -595,14 +589,7 @@ def _run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tup
         status = backend.zeros(np.int64, 1) if adjoint.uses_status else None
         if status is not None:
             args.append(status)
-        if 0 not in nd:
-            if fresh_at:
-                launcher(tuple(args), nd, fresh_at)
-            else:
-                launcher(tuple(args), nd)
-        elif fresh_at:                 # nothing ran: a fresh shadow still needs its zeros
-            for k in fresh_at:
-                args[k][...] = 0
+        _launch_adjoint(launcher, tuple(args), nd, fresh_at)
         needed = int(backend.to_numpy(status)[0]) if status is not None else 0
         if needed == 0:
             return {p: float(backend.to_numpy(o)[0]) for p, o in zip(adjoint.active_scalars, outs)}
@@ -673,14 +660,21 @@ def run_replay(cfg: Any, replay: Replay, values: list, shadows: dict[str, Any],
         _remember_last(kernel, {("last", "reverse", cfg.backend): replay.shown,
                                 ("last adjoint",): [g.ir for g in replay.adjoint.gathers]
                                 + [replay.adjoint.ir]})
+    _launch_adjoint(replay.launcher, args, nd, replay.fresh_at)
+
+
+def _launch_adjoint(launcher: Any, args: tuple, nd: tuple[int, ...], fresh_at: frozenset[int]
+                    ) -> None:
+    """One adjoint launch; ``fresh_at``: the argument positions of gather kernels that store
+    (shadows holding no values yet), which get their zeros when nothing runs (an empty
+    ndrange)."""
     if 0 in nd:
-        for k in replay.fresh_at:     # nothing runs: a fresh shadow still needs its zeros
+        for k in fresh_at:
             args[k][...] = 0
-        return
-    if replay.fresh_at:
-        replay.launcher(args, nd, replay.fresh_at)
+    elif fresh_at:
+        launcher(args, nd, fresh_at)
     else:
-        replay.launcher(args, nd)
+        launcher(args, nd)
 
 
 def _check_kept(kernel: Any, adjoint: Any, kept: frozenset[str] | None) -> None:
