@@ -285,6 +285,7 @@ def prepare(cfg: Any, args: tuple, ndrange: Any) -> tuple[Any, tuple[int, ...], 
         launcher = compile_kernel(kernel, "primal", backend, argtypes, len(nd), wgs)
         check_writable(kernel, args)
         kernel.cache[key] = launcher
+    if kernel.cache.get(("last", "primal", backend)) is not launcher:   # for kern.source()
         _remember_last(kernel, {("last", "primal", backend): launcher})
     return launcher, nd, key
 

@@ -197,6 +197,11 @@ def test_kernel_objects():
     assert "numba" in lowered and "def fill(" in lowered
     with pytest.raises(tg.LaunchError, match="mode"):
         fill.source(mode="no-such-mode")
+    # the code of the most recent launch, also when its compiled code was cached
+    fill(cpu, 4)(B, 1.0, ndrange=5)
+    assert "groupsize (4,)" in fill.source(backend=cpu)
+    cfg(B, 2.5, ndrange=5)
+    assert "groupsize (8,)" in fill.source(backend=cpu)
 
 
 def test_error_hierarchy():
