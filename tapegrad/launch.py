@@ -285,14 +285,23 @@ def prepare(cfg: Any, args: tuple, ndrange: Any) -> tuple[Any, tuple[int, ...], 
         launcher = compile_kernel(kernel, "primal", backend, argtypes, len(nd), wgs)
         check_writable(kernel, args)
         kernel.cache[key] = launcher
-    if kernel.cache.get(("last", "primal", backend)) is not launcher:   # for kern.source()
+    if not _shows(kernel, ("last", "primal", backend), launcher):    # for kern.source()
         _remember_last(kernel, {("last", "primal", backend): launcher})
     return launcher, nd, key
 
 
+def _shows(kernel: Any, key: tuple, launcher: Any) -> bool:
+    """Whether ``kern.source()`` shows ``launcher`` already, for the kernel and for the kernel
+    a merged variant was made from (which a launch through another variant may have
+    changed)."""
+    origin = getattr(kernel, "merged_from", None)
+    return kernel.cache.get(key) is launcher and (
+        origin is None or origin.cache.get(key) is launcher)
+
+
 def _remember_last(kernel: Any, entries: dict) -> None:
-    """What ``kern.source()`` shows: the last code compiled or launched, also for the kernel
-    a merged variant was made from (``one_parameter_per_array``)."""
+    """What ``kern.source()`` shows: the last code launched, also for the kernel a merged
+    variant was made from (``one_parameter_per_array``)."""
     kernel.cache.update(entries)
     origin = getattr(kernel, "merged_from", None)
     if origin is not None:
@@ -482,7 +491,7 @@ def adjoint_of(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
                                 discard, full)
         kernel.cache[key] = entry
     adjoint, launcher = entry
-    if kernel.cache.get(("last", "reverse", backend)) is not launcher:   # for kern.source()
+    if not _shows(kernel, ("last", "reverse", backend), launcher):      # for kern.source()
         _remember_last(kernel, {("last", "reverse", backend): launcher, ("last adjoint",): (
             [g.ir for g in adjoint.gathers] + [adjoint.ir])})
     return adjoint, launcher, key
@@ -657,7 +666,7 @@ def run_replay(cfg: Any, replay: Replay, values: list, shadows: dict[str, Any],
         shadows[p][...] = 0
     args = (*values, *[shadows[p] for p in replay.order])
     kernel = cfg.kernel
-    if kernel.cache.get(("last", "reverse", cfg.backend)) is not replay.shown:
+    if not _shows(kernel, ("last", "reverse", cfg.backend), replay.shown):
         _remember_last(kernel, {("last", "reverse", cfg.backend): replay.shown,
                                 ("last adjoint",): [g.ir for g in replay.adjoint.gathers]
                                 + [replay.adjoint.ir]})

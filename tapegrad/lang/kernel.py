@@ -25,6 +25,8 @@ class Func:
     9.0
     """
 
+    merged_from: Kernel | None = None   # a variant with parameters merged: the kernel it is of
+
     def __init__(self, pyfunc: Callable[..., Any]):
         self.pyfunc = pyfunc
         self.name = pyfunc.__name__

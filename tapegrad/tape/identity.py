@@ -12,6 +12,7 @@ owner lives, and a new array at a dead owner's address gets a new identity (a ne
 from __future__ import annotations
 
 import bisect
+import sys
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +28,10 @@ def array_key(x: Any) -> tuple:
 
 
 def _address(x: Any) -> int:
-    if isinstance(x, np.ndarray):
+    if issubclass(type(x), np.ndarray):      # (a proxy claiming the class has no such struct)
         return _numpy_address(x)
+    if isinstance(x, np.ndarray):
+        return _address_by_interface(x)
     return x.__cuda_array_interface__["data"][0]
 
 
@@ -42,6 +45,8 @@ def _address_by_struct() -> Any:
     ``__array_interface__``, which builds a dict per call (a recorded launch asks once per new
     array).  Checked here against ``__array_interface__`` on an array and a view; None where
     the layout differs."""
+    if sys.implementation.name != "cpython":     # elsewhere id() is no address
+        return None
     import ctypes
     read = ctypes.c_void_p.from_address
     offset = object.__basicsize__

@@ -207,6 +207,15 @@ def test_the_source_of_a_merged_launch_is_shown_for_the_kernel():
     write_then_read(CPU, 4)(y, z, z, ndrange=4)
     source = write_then_read.source("primal", CPU)
     assert "def write_then_read(Y, Z, _n0" in source and "X[np.uint64" not in source
+    merged, plain = "def write_then_read(Y, Z, _n0", "def write_then_read(Y, Z, X, _n0"
+    write_then_read(CPU, 4)(y, z, z.copy(), ndrange=4)       # the last launch is shown
+    assert plain in write_then_read.source("primal", CPU)
+    write_then_read(CPU, 4)(y, z, z, ndrange=4)              # (compiled before: cached)
+    assert merged in write_then_read.source("primal", CPU)
+    for _ in range(2):   # a tape finds two views of one memory after looking the kernel up
+        with tg.Tape():
+            write_then_read(CPU, 4)(y, z, z[:], ndrange=4)
+        assert merged in write_then_read.source("primal", CPU)
 
 
 def test_two_views_of_one_array_on_a_tape_are_one_array():

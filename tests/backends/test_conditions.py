@@ -20,6 +20,26 @@ def edges(Y, X):
 
 
 @tg.kernel
+def guarded_shape(Y, X):
+    i = tg.index()
+    # a tuple element at an index the first test keeps in range
+    if i < 2 and X.shape[i] > 3:
+        Y[i] = 1.0
+    else:
+        Y[i] = 0.0
+
+
+@tg.kernel
+def count_positive_indices(Y):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    ij = tg.index(tg.Global, tg.NTuple)
+    k = 0
+    while k < 2 and ij[k] > 0:
+        k += 1
+    Y[i, j] = k
+
+
+@tg.kernel
 def guarded(Y, X):
     i = tg.index()
     # the load is evaluated only when the index is inside the array
@@ -62,3 +82,13 @@ def test_a_chain_with_a_load_keeps_short_circuiting():
     body = [ln for ln in guarded.source(backend=cpu).splitlines()
             if not ln.strip().startswith("#")]
     assert any(" and " in ln and "X[" in ln for ln in body)
+
+
+def test_a_tuple_index_an_earlier_test_keeps_in_range_is_not_evaluated_early():
+    y = np.full(5, np.nan)
+    guarded_shape(tg.CPU(), 4)(y, np.zeros((3, 4)), ndrange=5)
+    np.testing.assert_array_equal(y, [0.0, 1.0, 0.0, 0.0, 0.0])
+    y2 = np.full((3, 4), np.nan)
+    count_positive_indices(tg.CPU(), (2, 2))(y2, ndrange=y2.shape)
+    i, j = np.indices(y2.shape)
+    np.testing.assert_array_equal(y2, np.where(i > 0, np.where(j > 0, 2, 1), 0))

@@ -112,15 +112,19 @@ class CPULowering(ExprLowering):
 
     def eager_safe(self, e: ast.expr) -> bool:
         """Whether evaluating ``e`` can neither fail nor cost: names, constants, comparisons,
-        +, -, *, bit operations, shapes and tuple elements (no array loads, no calls, no
-        division, which short-circuiting may be guarding)."""
+        +, -, *, bit operations, shapes and tuple elements at constant indices (no array
+        loads, no calls, no division, no tuple index that an earlier test may be keeping in
+        range: short-circuiting may be guarding them)."""
         if isinstance(e, (ast.Name, ast.Constant)):
             return True
         if isinstance(e, ast.Attribute):
             return e.attr in ("shape", "size", "ndim") and self.eager_safe(e.value)
-        if isinstance(e, ast.Subscript):
+        if isinstance(e, ast.Subscript):     # a tuple's element at a constant index (checked
+            k = e.slice                        # when typed: another index may be out of range)
+            if isinstance(k, ast.UnaryOp) and isinstance(k.op, ast.USub):
+                k = k.operand
             return isinstance(self.tk.types.get(id(e.value)), TupleT) \
-                and self.eager_safe(e.value) and self.eager_safe(e.slice)
+                and isinstance(k, ast.Constant) and self.eager_safe(e.value)
         if isinstance(e, ast.BinOp):
             return isinstance(e.op, (ast.Add, ast.Sub, ast.Mult, ast.BitAnd, ast.BitOr,
                                      ast.BitXor)) \
