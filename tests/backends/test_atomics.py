@@ -175,16 +175,20 @@ def test_per_thread_copies_are_reused_and_left_zero():
     would take a page fault per 4 KiB), so the merge must leave them zero: repeated and
     differently sized launches keep counting exactly."""
     rng = np.random.default_rng(5)
-    cfg = histogram(tg.CPU(), 256)
+    kernel = tg.kernel(histogram.pyfunc)     # its own compiled launchers, only these launches
+    cfg = kernel(tg.CPU(), 256)
     for n in (50_000, 50_000, 3_000, 50_000):
         keys = rng.integers(0, BINS, n)
         weights = rng.integers(0, 4, n).astype(np.float64)
         H = np.zeros(BINS)
         cfg(H, keys, weights, ndrange=n)
         np.testing.assert_array_equal(H, np.bincount(keys, weights=weights, minlength=BINS))
-    pools = _copies_kept(histogram)
+    pools = _copies_kept(kernel)
     assert pools, "the copies are kept for the next launch"
     assert all(not pool.any() for pool in pools)
+    # the large launches (the CPU's rows) and the small one (the launch's groups) are two
+    # compiled variants; they share one copy per thread and shape
+    assert len({id(pool) for pool in pools}) == 1
 
 
 def test_launches_from_two_threads_do_not_share_copies():

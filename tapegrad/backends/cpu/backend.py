@@ -90,6 +90,9 @@ class _ByLaunchSize:
         self.launch_groups = launch_groups
         self.rows = rows
         self.last = launch_groups
+        # one set of per-thread copies for both (same arrays, same shapes; each launch
+        # leaves them zero), not one per variant
+        rows.pool_cache = launch_groups.pool_cache
 
     @property
     def source(self) -> str:
