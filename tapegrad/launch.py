@@ -285,27 +285,29 @@ def prepare(cfg: Any, args: tuple, ndrange: Any) -> tuple[Any, tuple[int, ...], 
         launcher = compile_kernel(kernel, "primal", backend, argtypes, len(nd), wgs)
         check_writable(kernel, args)
         kernel.cache[key] = launcher
-    if not _shows(kernel, ("last", "primal", backend), launcher):    # for kern.source()
-        _remember_last(kernel, {("last", "primal", backend): launcher})
+    _show(kernel, "primal", backend, launcher)
     return launcher, nd, key
 
 
-def _shows(kernel: Any, key: tuple, launcher: Any) -> bool:
-    """Whether ``kern.source()`` shows ``launcher`` already, for the kernel and for the kernel
-    a merged variant was made from (which a launch through another variant may have
-    changed)."""
+def _show(kernel: Any, mode: str, backend: Any, launcher: Any, ir: Any = None) -> None:
+    """What ``kern.source(mode, backend)`` shows: the code of the last launch (``ir``: the
+    kernel-language IR it came from, for ``kern.source(mode)``), also for the kernel a merged
+    variant was made from (``one_parameter_per_array``), which a launch through another
+    variant may have changed.  The hot path is an identity test per launch."""
     origin = getattr(kernel, "merged_from", None)
-    return kernel.cache.get(key) is launcher and (
-        origin is None or origin.cache.get(key) is launcher)
+    if kernel.shown.get(mode) is launcher and (origin is None
+                                               or origin.shown.get(mode) is launcher):
+        return
+    entries = {("last", mode, backend): launcher}
+    if ir is not None:
+        entries[_IR_SHOWN[mode]] = ir
+    for k in (kernel, origin):
+        if k is not None:
+            k.cache.update(entries)
+            k.shown[mode] = launcher     # (a launcher belongs to one backend)
 
 
-def _remember_last(kernel: Any, entries: dict) -> None:
-    """What ``kern.source()`` shows: the last code launched, also for the kernel a merged
-    variant was made from (``one_parameter_per_array``)."""
-    kernel.cache.update(entries)
-    origin = getattr(kernel, "merged_from", None)
-    if origin is not None:
-        origin.cache.update(entries)
+_IR_SHOWN = {"reverse": ("last adjoint",), "forward": ("last tangent",)}
 
 
 def source_of(kernel: Any, mode: str, backend: Any) -> str:
@@ -491,9 +493,8 @@ def adjoint_of(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
                                 discard, full)
         kernel.cache[key] = entry
     adjoint, launcher = entry
-    if not _shows(kernel, ("last", "reverse", backend), launcher):      # for kern.source()
-        _remember_last(kernel, {("last", "reverse", backend): launcher, ("last adjoint",): (
-            [g.ir for g in adjoint.gathers] + [adjoint.ir])})
+    if kernel.shown.get("reverse") is not launcher or kernel.merged_from is not None:
+        _show(kernel, "reverse", backend, launcher, [g.ir for g in adjoint.gathers] + [adjoint.ir])
     return adjoint, launcher, key
 
 
@@ -666,10 +667,9 @@ def run_replay(cfg: Any, replay: Replay, values: list, shadows: dict[str, Any],
         shadows[p][...] = 0
     args = (*values, *[shadows[p] for p in replay.order])
     kernel = cfg.kernel
-    if not _shows(kernel, ("last", "reverse", cfg.backend), replay.shown):
-        _remember_last(kernel, {("last", "reverse", cfg.backend): replay.shown,
-                                ("last adjoint",): [g.ir for g in replay.adjoint.gathers]
-                                + [replay.adjoint.ir]})
+    if kernel.shown.get("reverse") is not replay.shown or kernel.merged_from is not None:
+        _show(kernel, "reverse", cfg.backend, replay.shown,
+              [g.ir for g in replay.adjoint.gathers] + [replay.adjoint.ir])
     _launch_adjoint(replay.launcher, args, nd, replay.fresh_at)
 
 
@@ -767,8 +767,7 @@ def run_tangent(cfg: Any, values: tuple, tangents: dict[str, tuple], activity: t
         entry = compile_tangent(kernel, backend, argtypes, activity, len(nd), wgs, width)
         kernel.cache[key] = entry
     tangent, launcher = entry
-    _remember_last(kernel, {("last", "forward", backend): launcher,
-                            ("last tangent",): tangent.ir})
+    _show(kernel, "forward", backend, launcher, tangent.ir)
     args = list(values) + [tangents[p][j] for p, j in tangent.tangent_params]
     if 0 not in nd:
         launcher(tuple(args), nd)

@@ -25,8 +25,6 @@ class Func:
     9.0
     """
 
-    merged_from: Kernel | None = None   # a variant with parameters merged: the kernel it is of
-
     def __init__(self, pyfunc: Callable[..., Any]):
         self.pyfunc = pyfunc
         self.name = pyfunc.__name__
@@ -82,10 +80,13 @@ class Kernel:
     [0.0, 2.0, 4.0, 6.0]
     """
 
+    merged_from: Kernel | None = None   # a variant with parameters merged: the kernel it is of
+
     def __init__(self, pyfunc: Callable[..., Any]):
         self.pyfunc = pyfunc
         self.name = pyfunc.__name__
         self.cache: dict[Any, Any] = {}   # filled by the frontend and backends
+        self.shown: dict[str, Any] = {}   # mode -> the launcher kern.source(mode) shows
         self._configured: dict[Any, ConfiguredKernel] = {}
         functools.update_wrapper(self, pyfunc)
 
