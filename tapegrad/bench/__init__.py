@@ -11,10 +11,8 @@ data.
    its adjoint replayed, and differentiated with ``tg.autodiff``.
 5. First-launch compile time and cached-load time, each in a fresh process.
 
-Times are medians of several runs after a warm-up call; the implementations compared in one
-table row run in turns (``_side_by_side_ms``), so that a machine slowing down for a while
-slows all of them alike.  Benchmarks never run as timed tests; the test suite only
-smoke-runs ``--quick``.
+Times are medians of several runs after a warm-up call.  Benchmarks never run as timed
+tests; the test suite only smoke-runs ``--quick``.
 """
 
 from __future__ import annotations
@@ -153,34 +151,6 @@ def _median_ms(fn: Callable[[], Any], repeats: int) -> float:
     return float(np.median(times) * 1e3)
 
 
-def _side_by_side_ms(fns: dict[str, Callable[[], Any]], repeats: int,
-                     failed: dict[str, str] | None = None) -> dict[str, float]:
-    """Median ms of each function, measured in turns: each round runs every function once
-    untimed (its data back in the caches, as in a loop of calls) and twice timed, in an order
-    that rotates from round to round.  On a shared machine whole stretches of a run slow
-    down by 10-30%; timed one after another, whichever ran in such a stretch looked slower
-    (this bench's gradient/primal ratios moved by up to 2x between runs); in turns every
-    function meets the same stretches.  A function that raises is dropped (and reported in
-    ``failed``), the others go on."""
-    names = list(fns)
-    times: dict[str, list[float]] = {k: [] for k in names}
-    for r in range((repeats + 1) // 2):
-        for k in names[r % len(names):] + names[:r % len(names)]:
-            if k not in times:
-                continue
-            try:
-                fns[k]()
-                for _ in range(2):
-                    t0 = time.perf_counter()
-                    fns[k]()
-                    times[k].append(time.perf_counter() - t0)
-            except Exception as exc:   # a peer failing must not stop the comparison
-                if failed is not None:
-                    failed[k] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:60]}"
-                del times[k]
-    return {k: float(np.median(v) * 1e3) for k, v in times.items()}
-
-
 def _cases(quick: bool) -> list[dict]:
     rng = np.random.default_rng(0)
     cpu = tg.CPU()
@@ -303,13 +273,15 @@ def _peer_table(quick: bool, repeats: int) -> list[dict]:
     print("-" * len(header))
     rows, skipped = [], {}
     for prob in problems(quick):
+        timings = {}
         ours = [("tapegrad", make_tapegrad), ("tg Enzyme", make_tapegrad_enzyme)]
-        pairs = {}
         for impl, make in ours + list(PEERS.items()):
             try:
                 primal, grad = make(prob)
                 primal()
                 grad()
+                t_p = _median_ms(primal, repeats)
+                t_g = _median_ms(grad, repeats)
             except Unavailable as why:
                 skipped.setdefault(impl, str(why))
                 continue
@@ -317,23 +289,10 @@ def _peer_table(quick: bool, repeats: int) -> list[dict]:
                 print(f"{prob['name']:<30} {impl:<10} failed: {type(exc).__name__}: "
                       f"{str(exc).splitlines()[0][:60]}")
                 continue
-            pairs[impl] = (primal, grad)
-        failed: dict[str, str] = {}
-        ms = _side_by_side_ms({(impl, part): fn for impl, pair in pairs.items()
-                               for part, fn in zip(("primal", "gradient"), pair)},
-                              repeats, failed)
-        timings = {}
-        for impl in pairs:
-            if (impl, "primal") not in ms or (impl, "gradient") not in ms:
-                why = failed.get((impl, "primal")) or failed.get((impl, "gradient"))
-                print(f"{prob['name']:<30} {impl:<10} failed: {why}")
-                continue
-            t_p, t_g = ms[(impl, "primal")], ms[(impl, "gradient")]
             timings[impl] = (t_p, t_g)
             rows.append({"problem": prob["name"], "implementation": impl, "primal_ms": t_p,
                          "gradient_ms": t_g, "gradient_over_primal": t_g / t_p})
             print(f"{prob['name']:<30} {impl:<10} {t_p:>7.3f} ms {t_g:>7.3f} ms {t_g / t_p:>10.2f}x")
-        del pairs      # (the peers' copies of the data)
         peers = {k: v for k, v in timings.items() if k not in dict(ours)}
         if "tapegrad" in timings and peers:
             best = min(peers, key=lambda k: peers[k][1])
@@ -441,10 +400,8 @@ def main(quick: bool = False, json_path: str | None = None, backend: str = "cpu"
         first = time.perf_counter() - t0
         case["numba"]()
         row = {"kernel": case["name"], "first_launch_s": first}
-        timed = _side_by_side_ms({impl: case[impl] for impl in ("tapegrad", "numba", "numpy")},
-                                 repeats)
-        for impl, ms in timed.items():
-            row[f"{impl}_ms"] = ms
+        for impl in ("tapegrad", "numba", "numpy"):
+            row[f"{impl}_ms"] = _median_ms(case[impl], repeats)
         row["floor_ms"] = case["bytes"] / (gbs * 1e9) * 1e3
         row["tg_over_numba"] = row["tapegrad_ms"] / row["numba_ms"]
         row["tg_over_numpy"] = row["tapegrad_ms"] / row["numpy_ms"]
@@ -465,10 +422,8 @@ def main(quick: bool = False, json_path: str | None = None, backend: str = "cpu"
     for case in _gradient_cases(quick):
         case["hand"]()
         row = {"kernel": case["name"]}
-        timed = _side_by_side_ms({impl: case[impl] for impl in
-                                  ("primal", "adjoint", "autodiff", "hand", "tangent")}, repeats)
-        for impl, ms in timed.items():
-            row[f"{impl}_ms"] = ms
+        for impl in ("primal", "adjoint", "autodiff", "hand", "tangent"):
+            row[f"{impl}_ms"] = _median_ms(case[impl], repeats)
         row["adjoint_over_primal"] = row["adjoint_ms"] / row["primal_ms"]
         row["adjoint_over_hand"] = row["adjoint_ms"] / row["hand_ms"]
         row["tangent_over_primal"] = row["tangent_ms"] / row["primal_ms"]
