@@ -267,6 +267,14 @@ class _Inference:
                 if name in self.ir.params:
                     raise self.fail(at, f"the array argument {name} cannot be reassigned in a "
                                         "kernel; write into its elements, or use another name")
+                if isinstance(t, Array) and not (isinstance(at, ast.Assign) and tg_name(
+                        at.value) in ("localmem", "private")):
+                    # one name per array: derivatives and the CPU's per-thread copies follow
+                    # an array by its name (a read through a second name lost its derivative)
+                    what = ast.unparse(at.value) if isinstance(at, ast.Assign) else "an array"
+                    raise self.fail(at, f"{name} = {what} gives an array a second name; "
+                                        f"kernels use each array under one name: index "
+                                        f"{what} itself")
                 if old is not None and old != t:
                     raise self.fail(at, f"{name} is assigned arrays of different kinds ({old} "
                                         f"and {t}); use two names")

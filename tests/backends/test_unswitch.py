@@ -134,3 +134,56 @@ def test_generated_flag_tests_are_decided_per_group():
     expected = np.where(np.arange(n) < n - 3, 2 * x * w, 0.0)     # closed form
     np.testing.assert_allclose(dx, expected, rtol=1e-14)
     assert "min(_lim0, X.size - 3 - _g0 * 4)" in guarded_square.source(mode="reverse", backend=cpu)
+
+
+@tg.kernel
+def left_part(Y, X):
+    i = tg.index()
+    if i < X.size / 2:            # int / int is a float: not a bound the split can use
+        Y[i] = X[i]
+    else:
+        Y[i] = -1.0
+
+
+@tg.kernel
+def below_column(Y, X, a):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    if j < a:
+        Y[i, j] = X[i, j]
+    else:
+        Y[i, j] = -1.0
+
+
+def test_a_range_test_with_a_float_bound_keeps_every_work_item():
+    x = np.arange(1.0, 12.0)
+    y = np.full_like(x, np.nan)
+    left_part(tg.CPU(), 16)(y, x, ndrange=x.size)
+    np.testing.assert_array_equal(y, np.where(np.arange(11) < 11 / 2, x, -1.0))
+    x2 = np.random.default_rng(3).random((20, 301))
+    for groupsize in [(2, 8), (16, 16)]:        # (16, 16): the CPU's rows (6020 items: not)
+        y2 = np.full_like(x2, np.nan)
+        below_column(tg.CPU(), groupsize)(y2, x2, 2.5, ndrange=x2.shape)
+        np.testing.assert_array_equal(y2, np.where(np.arange(301) < 2.5, x2, -1.0))
+
+
+@tg.kernel
+def half_stencil(Y, X):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    n, m = X.shape
+    if 0 < j and j < m / 2 and 0 < i and i < n - 1:
+        Y[i, j] = X[i, j - 1] + 2.0 * X[i + 1, j] - X[i, j + 1] * X[i - 1, j]
+    else:
+        Y[i, j] = X[i, j]
+
+
+def test_the_gather_adjoint_of_a_float_bound_matches_finite_differences():
+    rng = np.random.default_rng(4)
+    x = rng.random((9, 13))
+    w = rng.random((9, 13))
+
+    def loss(x):
+        y = np.empty_like(x)
+        half_stencil(tg.CPU(), (4, 8))(y, x, ndrange=x.shape)
+        return tg.dot(y, w)
+
+    assert tg.testing.check_grad(loss, x, max_elements=117)

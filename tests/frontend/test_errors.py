@@ -263,6 +263,13 @@ def reassign_array_arg(B, A):
 
 
 @tg.kernel
+def alias_array(B, A):
+    i = tg.index()
+    C = A  # ERR:alias-array
+    B[i] = C[i] + A[i]
+
+
+@tg.kernel
 def undefined_name(B):
     i = tg.index()
     B[i] = not_defined_anywhere + 1.0  # ERR:undefined  # noqa: F821
@@ -405,6 +412,7 @@ TYPE_CASES = [
     (float_into_int, (I64, F64), "float-into-int", "int(...)"),
     (float_augassign_into_int, (I64,), "float-aug-into-int", "int(...)"),
     (reassign_array_arg, (F64, F64), "reassign-array", "another name"),
+    (alias_array, (F64, np.zeros(4)), "alias-array", "C = A gives an array a second name"),
     (undefined_name, (F64,), "undefined", "not_defined_anywhere"),
     (calls_print, (F64,), "print", "print"),
     (uses_recursion, (I64,), "recursion", "recursion"),

@@ -414,7 +414,7 @@ class _KernelWriter(ModuleWriter):
     def versioned_item_loop(self, stmts: list[ast.stmt], low: CPULowering, depth: int) -> None:
         """The work-item loop, with its first ``if`` decided once per group where possible
         (see versioning.py)."""
-        plan = plan_versions(stmts, self.ir.params, self.rank)
+        plan = plan_versions(stmts, self.ir.params, self.rank, self.integral)
         if plan is None:
             self.item_loop(stmts, low, depth, set())
             return
@@ -431,6 +431,10 @@ class _KernelWriter(ModuleWriter):
             self.item_loop(stmts_k, low, depth + 1, set())
             if not stmts_k:
                 out.emit("pass", depth + 1)
+
+    def integral(self, e: ast.expr) -> bool:
+        t = self.tk.types.get(id(e))
+        return isinstance(t, Scalar) and not t.is_float and t.dtype != "bool"
 
     def split_item_loop(self, plan: Versions, low: CPULowering, depth: int) -> None:
         """Range tests on the global index: each row of the group (its innermost index range)

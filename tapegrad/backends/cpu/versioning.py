@@ -20,6 +20,7 @@ This module finds the ``if`` and says how to decide it; ``lower.py`` emits the l
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tapegrad.backends.structure import is_uniform
@@ -36,8 +37,12 @@ class Versions:
     otherwise: list[ast.stmt]          # ... and when it does not
 
 
-def plan_versions(stmts: list[ast.stmt], params: list[str], rank: int) -> Versions | None:
-    """The versions of the work-item statements ``stmts``, or None (one plain loop)."""
+def plan_versions(stmts: list[ast.stmt], params: list[str], rank: int,
+                  integral: Callable[[ast.expr], bool]) -> Versions | None:
+    """The versions of the work-item statements ``stmts``, or None (one plain loop).
+    ``integral(e)``: whether ``e`` is an integer; a range test's bounds must be (the split
+    computes the first and last work-item where it holds: ``j < m / 2`` is not ``j < m // 2``,
+    and a float bound gave wrong results)."""
     if any(isinstance(n, ast.Return) for st in stmts for n in ast.walk(st)):
         return None
     assigned: dict[str, int] = {}
@@ -72,7 +77,7 @@ def plan_versions(stmts: list[ast.stmt], params: list[str], rank: int) -> Versio
             return Versions(prelude, st.test, [], rest_before + st.body + rest_after,
                             rest_before + st.orelse + rest_after)
         def uniform(e: ast.expr, fixed: set[str] = fixed) -> bool:
-            return is_uniform(e, fixed)
+            return is_uniform(e, fixed) and integral(e)
 
         ranges = range_tests(st.test, index_dims, uniform)
         if ranges is not None:
