@@ -336,7 +336,11 @@ class Tape:
         self.activity_from(sources)
         if seed_target:
             self.seed(target)
-        useful_ids, useful_nodes = self.useful_from([target] if seed_target else list(seeded))
+        # (with an Active return the given shadows are seeds too, as in Enzyme: a launch that
+        # writes an array whose shadow holds values consumes and propagates them, whether or
+        # not it reaches the result)
+        useful_ids, useful_nodes = self.useful_from(([target] if seed_target else [])
+                                                    + list(seeded))
         first_use: dict[Any, int] = {}
         for k, record in enumerate(self.records):
             for ident in (*record.reads, *record.writes):
@@ -372,15 +376,27 @@ class Tape:
             raise not_a_scalar(target)
 
     def activity_from(self, sources: list[Any]) -> None:
-        """Forward pass: what depends on the sources (everything else is constant)."""
+        """Forward pass: what depends on the sources (everything else is constant).  Arrays
+        are tracked by identity, not by version: one overwritten from a source later is
+        active for the earlier records that read it too, and those give it a shadow, so
+        their outputs must be active as well: passes to a fixed point (an array read while
+        constant, then overwritten from the source, made the earlier reader's adjoint take
+        an active input into a constant output, which adjoint generation refuses)."""
         self.active_ids = {self.key(s) for s in sources if is_array(s)}
         self.active_nodes = {s.node for s in sources if isinstance(s, TrackedScalar)}
-        for record in self.records:
-            if not self.active_ids.isdisjoint(record.reads) \
-                    or not self.active_nodes.isdisjoint(record.scalars_in):
-                self.active_ids.update(record.writes)
-                if record.scalar_out is not None:
-                    self.active_nodes.add(record.scalar_out)
+        changed = True
+        while changed:
+            changed = False
+            for record in self.records:
+                if not self.active_ids.isdisjoint(record.reads) \
+                        or not self.active_nodes.isdisjoint(record.scalars_in):
+                    if not self.active_ids.issuperset(record.writes):
+                        self.active_ids.update(record.writes)
+                        changed = True
+                    if record.scalar_out is not None \
+                            and record.scalar_out not in self.active_nodes:
+                        self.active_nodes.add(record.scalar_out)
+                        changed = True
 
     def useful_from(self, targets: list[Any]) -> tuple[set[int], set[int]]:
         """Backward pass: what can reach the targets (the rest is skipped)."""

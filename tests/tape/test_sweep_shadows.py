@@ -5,6 +5,8 @@ each test checks against finite differences or a closed form."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -260,3 +262,57 @@ def test_a_strided_view_no_adjoint_reads_is_kept_as_it_is():
 
     (g,) = tg.gradient(loss, x)
     np.testing.assert_allclose(g, 2.0 * w, rtol=1e-12)
+
+
+@tg.kernel
+def scaled(Y, X, s):
+    i = tg.index()
+    Y[i] = s * X[i]
+
+
+@tg.kernel
+def sine(Y, X):
+    i = tg.index()
+    Y[i] = math.sin(X[i])
+
+
+def test_an_array_read_while_constant_then_overwritten_from_the_source():
+    """Activity follows arrays by identity: ``c`` is active by the end, so the launch that
+    read it while it was constant gets an adjoint, whose output must then be active too."""
+    c0, w = rng.random(6), rng.random(6)
+
+    def f(x):
+        c = c0.copy()
+        y = np.empty(6)
+        square(CPU)(y, c, ndrange=6)          # does not depend on x
+        scaled(CPU)(c, x, 2.0, ndrange=6)     # c overwritten from x
+        return tg.dot(y, w) + tg.dot(c, w)
+
+    x = rng.random(6)
+    (g,) = tg.gradient(f, x)
+    np.testing.assert_allclose(g, 2.0 * w, rtol=1e-12)
+    np.testing.assert_allclose(g, fd_gradient(f, x), rtol=1e-7)
+
+
+def test_with_an_active_return_every_given_shadow_is_a_seed():
+    """Enzyme's semantics: a Duplicated output's shadow holding values is consumed and
+    propagated even when that output does not reach the returned scalar, so two functions
+    equal as mathematics give the same derivatives."""
+    a, w = np.linspace(0.1, 0.5, 5), rng.random(5)
+
+    def f(b, c, a):
+        sine(CPU)(b, a, ndrange=5)
+        sine(CPU)(c, a, ndrange=5)
+        return tg.sum(b)
+
+    def f_same(b, c, a):
+        sine(CPU)(b, a, ndrange=5)
+        sine(CPU)(c, a, ndrange=5)
+        return tg.sum(b) + 0.0 * tg.sum(c)
+
+    for fn in (f, f_same):
+        da, dc = np.zeros(5), w.copy()
+        tg.autodiff(tg.Reverse, fn, tg.Active, tg.Duplicated(np.zeros(5), np.zeros(5)),
+                    tg.Duplicated(np.zeros(5), dc), tg.Duplicated(a.copy(), da))
+        np.testing.assert_allclose(da, np.cos(a) * (1.0 + w), rtol=1e-12)
+        np.testing.assert_array_equal(dc, 0.0)     # consumed: c was overwritten
