@@ -8,7 +8,7 @@ import copy
 
 from tapegrad.errors import KernelSyntaxError, located
 from tapegrad.frontend.ir import tg_name
-from tapegrad.frontend.types import Scalar, TypedKernel
+from tapegrad.frontend.types import Scalar, TupleT, TypedKernel
 
 
 class Transform:
@@ -73,9 +73,14 @@ class Transform:
                             and self.is_float(target) and self.active(n.value):
                         self.active_names.add(target.id)
                         changed = True
-                    elif isinstance(target, ast.Tuple) and self.active(n.value):
-                        raise self.fail(n, "tuples of float values cannot be differentiated; "
-                                           "assign their elements one by one")
+                    elif isinstance(target, ast.Name) and isinstance(self.T(target), TupleT) \
+                            and any(isinstance(t, Scalar) and t.is_float
+                                    for t in self.T(target).items) and self.carries(n.value):
+                        # a tuple held whole: its elements' derivatives would be lost
+                        raise self.fail(n, f"{target.id} holds a tuple of values that depend "
+                                           "on the differentiated inputs; tuples cannot carry "
+                                           "derivatives: unpack it into scalars where it is "
+                                           f"made ({', '.join(f'{target.id}{k}' for k in range(len(self.T(target).items)))} = ...)")
                     elif isinstance(target, ast.Subscript):
                         changed |= self.store_activity(n, target.value.id, n.value)
                 elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Subscript):
@@ -92,6 +97,10 @@ class Transform:
         raise self.fail(at, f"this stores a value that depends on the differentiated inputs into "
                             f"{array}, which is Const, so its derivative would be lost; pass "
                             f"Duplicated({array}, d{array}) (or DuplicatedNoNeed)")
+
+    def carries(self, e: ast.expr) -> bool:
+        """Does a part of ``e`` (a tuple, say) depend on an active input?"""
+        return any(self.active(n) for n in ast.walk(e) if isinstance(n, ast.expr))
 
     def active(self, e: ast.expr) -> bool:
         """Does ``e`` carry a derivative (a float depending on an active input)?"""

@@ -256,14 +256,19 @@ def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
     if method != "__call__" or kwargs:
         raise TapegradError(f"numpy.{ufunc.__name__}.{method} on a tracked scalar is not "
                             "differentiable; use tg functions and + - * / **")
-    name = ufunc.__name__
+    name = "true_divide" if ufunc.__name__ == "divide" else ufunc.__name__
+    # a NumPy scalar operand as a plain number: its own operators would come back here
+    # (np.float64(1) - s recursed without end)
+    inputs = tuple(float(v) if isinstance(v, np.generic) else v for v in inputs)
     if name in ("add", "subtract", "multiply", "true_divide", "power"):
         a, b = inputs
         return {"add": lambda: a + b, "subtract": lambda: a - b, "multiply": lambda: a * b,
                 "true_divide": lambda: a / b, "power": lambda: a ** b}[name]()
     if name == "negative":
         return -inputs[0]
-    if name in _UFUNCS:
-        return scalar_math(_UFUNCS[name], inputs)
+    if name in _UFUNCS and len(inputs) == 1:
+        # the operand's own rule: a tape's scalar records it, forward mode's carries the
+        # tangents (np.exp of a forward-mode scalar lost them through scalar_math)
+        return inputs[0].__tg_math__(_UFUNCS[name], inputs)
     raise TapegradError(f"numpy.{name} of a tracked scalar is not differentiable; use "
                         "tg.sqrt/exp/log/... and + - * / **")

@@ -3,6 +3,7 @@ array is touched."""
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
@@ -106,3 +107,51 @@ def test_reverse_source_needs_a_differentiation_first():
         B[i] = A[i]
     with pytest.raises(tg.LaunchError, match="differentiate it once"):
         fresh.source(mode="reverse")
+
+
+@tg.func
+def _sum_and_product(x, y):
+    return x + y, x * y
+
+
+@tg.kernel
+def tuple_held_whole(B, A):
+    i = tg.index()
+    t = (A[i], 2.0 * A[i])
+    B[i] = t[0] + t[1]
+
+
+@tg.kernel
+def device_tuple_held_whole(B, A):
+    i = tg.index()
+    r = _sum_and_product(A[i], 3.0)
+    B[i] = r[0] + r[1]
+
+
+@tg.kernel
+def device_tuple_unpacked(B, A):
+    i = tg.index()
+    s, p = _sum_and_product(A[i], 3.0)
+    t = (i, i + 1)                   # a tuple of ints carries no derivative: fine
+    B[i] = s + p + 0.0 * t[0]
+
+
+@pytest.mark.parametrize("kern", [tuple_held_whole, device_tuple_held_whole])
+@pytest.mark.parametrize("mode", [tg.Reverse, tg.Forward])
+def test_a_tuple_of_active_floats_held_whole_is_refused_at_its_line(kern, mode):
+    """(its elements' derivatives were silently zero)"""
+    a = np.linspace(0.1, 1.0, 4)
+    with pytest.raises(tg.KernelSyntaxError, match="unpack it into scalars") as info:
+        tg.autodiff(mode, kern(tg.CPU(), 4), tg.Const, tg.Duplicated(np.zeros(4), np.ones(4)),
+                    tg.Duplicated(a, np.zeros(4)), ndrange=4)
+    lines, first = inspect.getsourcelines(kern.pyfunc)
+    made = first + next(k for k, ln in enumerate(lines) if "= (" in ln or "= _sum" in ln)
+    assert f"{__file__}:{made}:" in str(info.value)
+
+
+def test_unpacked_tuples_differentiate():
+    a = np.linspace(0.1, 1.0, 4)
+    da = np.zeros(4)
+    tg.autodiff(tg.Reverse, device_tuple_unpacked(tg.CPU(), 4), tg.Const,
+                tg.Duplicated(np.zeros(4), np.ones(4)), tg.Duplicated(a, da), ndrange=4)
+    np.testing.assert_allclose(da, 4.0, rtol=1e-12)      # d/da (a + 3 + 3a)

@@ -198,3 +198,24 @@ def test_atomics_and_local_memory_reductions_forward():
                 tg.Duplicated(w, dw), ndrange=40)
     np.testing.assert_allclose(dH, np.bincount(bins, 2 * w * dw, minlength=3), rtol=1e-12)
     assert "atomic_add(H_dot" in histogram_weights.source(mode="forward", backend=CPU)
+
+
+def test_numpy_functions_and_numpy_scalars_on_host_scalars_in_both_modes():
+    """np.exp(tg.mean(x)) keeps its tangent in forward mode (it was dropped); a NumPy scalar
+    on the left of an operator works (it recursed without end)."""
+    x, v = r(4) + 0.5, rng.standard_normal(4)
+    w = r(4)
+
+    def f(x):
+        m = tg.mean(x)
+        return (np.exp(m) + np.sin(m) * np.sqrt(m) + np.abs(-m) + np.log(m)
+                + np.float64(1.5) - tg.sum(x) + np.sum(w) * tg.dot(x, x)
+                + np.float64(2.0) / tg.dot(x, x) + np.float64(0.5) ** m)
+
+    y, y_dot = tg.jvp(f, x, v)
+    (g,) = tg.gradient(f, x)
+    h = 1e-6
+    fd = (float(f(x + h * v)) - float(f(x - h * v))) / (2 * h)
+    assert y == pytest.approx(float(f(x)))
+    assert y_dot == pytest.approx(fd, rel=1e-7)
+    assert float(g @ v) == pytest.approx(fd, rel=1e-7)
