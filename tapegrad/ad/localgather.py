@@ -310,6 +310,10 @@ def _update_plan(u: ast.Call, k: str, local: list[str], groupsize: tuple[int, ..
         return None
     # the element (li, lj) of this work-item gets, from work-item (.., f at d, ..) at k = its
     # own local index d: substitute local[d] -> _f and k -> local[d] at once
+    for n in ast.walk(value):   # arrays other than local memory (arguments, private arrays)
+        if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) and not (
+                n.value.id in decls and tg_name(decls[n.value.id].value) == "localmem"):
+            return None         # cannot be shared between work-items as a scalar
     scalars: set[str] = set()
     for n in ast.walk(value):
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):

@@ -738,3 +738,39 @@ def test_a_parameter_named_like_a_shadow_is_differentiated_too():
                 tg.Duplicated(y, dy), ndrange=16)
     np.testing.assert_allclose(dx, y * w, rtol=1e-14)
     np.testing.assert_allclose(dy, x * w, rtol=1e-14)
+
+
+TILE_T = 4
+
+
+@tg.kernel
+def tile_times_argument(C, A, M):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    li, lj = tg.index(tg.Local, tg.NTuple)
+    ta = tg.localmem(A.dtype, (TILE_T, TILE_T))
+    ta[li, lj] = A[i, j]
+    tg.synchronize()
+    acc = 0.0
+    for k in range(TILE_T):
+        acc += ta[li, k] * M[k, j]       # the other operand an argument, not local memory
+    C[i, j] = acc
+
+
+def test_a_tile_loop_with_an_argument_array_operand_differentiates():
+    """(its tile shadow's update cannot be gathered with the argument shared as a scalar:
+    it failed to compile; now the atomic form)"""
+    rng_ = np.random.default_rng(21)
+    a, m, w = rng_.random((8, 8)), rng_.random((4, 8)), rng_.random((8, 8))
+
+    def loss(a):
+        c = np.zeros((8, 8))
+        tile_times_argument(tg.CPU(), (TILE_T, TILE_T))(c, a, m, ndrange=(8, 8))
+        return tg.dot(c, w)
+
+    (g,) = tg.gradient(loss, a)
+    expected = np.zeros((8, 8))     # C block = A block @ M block, per 4 x 4 group
+    for bi in range(2):
+        for bj in range(2):
+            rows, cols = slice(4 * bi, 4 * bi + 4), slice(4 * bj, 4 * bj + 4)
+            expected[rows, cols] = w[rows, cols] @ m[:, cols].T
+    np.testing.assert_allclose(g, expected, rtol=1e-12)
