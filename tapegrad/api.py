@@ -246,7 +246,8 @@ def jvp(f: Callable[..., Any], x: Any, v: Any) -> tuple[Any, Any]:
     >>> float(y), y_dot
     (10.0, 6.0)
     """
-    arg = Duplicated(x, v) if is_array(x) else Duplicated(float(x), float(v))
+    # (a copy of v: the run updates x's tangent along with x, and v is the caller's)
+    arg = Duplicated(x, v.copy()) if is_array(x) else Duplicated(float(x), float(v))
     tangent, primal = _autodiff_forward_host(ForwardWithPrimal, f, Duplicated, (arg,))
     return primal, tangent
 
@@ -398,6 +399,7 @@ def jacobian(f: Callable[..., Any], x: Any, mode: Mode = Reverse) -> Any:
 def _jacobian_forward(f: Callable[..., Any], x: Any, width: int = 8) -> Any:
     """Columns of the Jacobian in chunks of ``width`` directions (one batched run each)."""
     columns = []
+    original = x.copy() if x.size > width else x   # f may change x: each run starts from it
     for start in range(0, x.size, width):
         count = min(width, x.size - start)
         seeds = []
@@ -405,8 +407,9 @@ def _jacobian_forward(f: Callable[..., Any], x: Any, width: int = 8) -> Any:
             e = _zeros_like(x).ravel()
             e[start + k] = 1
             seeds.append(e.reshape(x.shape))
+        at = x if start == 0 else original.copy()  # (x itself once, as in reverse mode)
         (tangents,) = _autodiff_forward_host(Forward, f, BatchDuplicated,
-                                             (BatchDuplicated(x, tuple(seeds)),))
+                                             (BatchDuplicated(at, tuple(seeds)),))
         for t in tangents:
             columns.append(np.ravel(_host_array(t)) if is_array(t) else np.array([t]))
     return np.stack(columns, axis=1)

@@ -182,16 +182,15 @@ class _Forward(Transform):
                 terms.append(neg(ast.BinOp(left=mul(clone(e), tb), op=ast.Div(), right=clone(b))))
         elif isinstance(op, ast.Pow):
             if isinstance(b, ast.Constant):
-                if ta is not None:
+                if ta is not None and b.value != 0:
                     power = ast.BinOp(left=clone(a), op=ast.Pow(), right=const(b.value - 1))
                     terms.append(mul(mul(const(float(b.value)), power), ta))
-            else:
+            else:   # tg.pow's partials (guarded where the plain formulas give NaN)
+                pa, pb = partials("pow", [clone(a), clone(b)], clone(e))
                 if ta is not None:
-                    power = ast.BinOp(left=clone(a), op=ast.Pow(), right=ast.BinOp(
-                        left=clone(b), op=ast.Sub(), right=const(1.0)))
-                    terms.append(mul(mul(clone(b), power), ta))
+                    terms.append(mul(pa, ta))
                 if tb is not None:
-                    terms.append(mul(mul(clone(e), tg_call("log", [clone(a)])), tb))
+                    terms.append(mul(pb, tb))
         elif isinstance(op, ast.Mod):
             if ta is not None:
                 terms.append(ta)

@@ -667,14 +667,15 @@ class _Reverse(Transform):
             if isinstance(op, ast.Pow):
                 if isinstance(b, ast.Constant):
                     p = b.value
+                    if p == 0:
+                        return out
                     da = _mul(g, _mul(_c(float(p)), ast.BinOp(left=_clone(a), op=ast.Pow(),
                                                              right=_c(p - 1))))
                     return out + self.backprop(a, da)
-                da = _mul(g, _mul(_clone(b), ast.BinOp(left=_clone(a), op=ast.Pow(),
-                                                     right=ast.BinOp(left=_clone(b), op=ast.Sub(),
-                                                                     right=_c(1.0)))))
-                db = _mul(_clone(g), _mul(_clone(e), tg_call("log", [_clone(a)])))
-                return out + self.backprop(a, da) + self.backprop(b, db)
+                # tg.pow's partials, guarded where the plain formulas give NaN for a finite
+                # derivative (x ** k at x = 0, k = 0; the exponent's at x <= 0)
+                pa, pb = partials("pow", [_clone(a), _clone(b)], _clone(e))
+                return out + self.backprop(a, _mul(g, pa)) + self.backprop(b, _mul(_clone(g), pb))
             if isinstance(op, ast.Mod):
                 quotient = tg_call("floor", [ast.BinOp(left=_clone(a), op=ast.Div(), right=_clone(b))])
                 return out + self.backprop(a, g) + self.backprop(b, _neg(_mul(_clone(g), quotient)))

@@ -198,6 +198,7 @@ class _Inference:
         self.resolve_func = resolve_func
         self.stack = stack
         self.env: dict[str, Type] = dict(zip(tk.ir.params, tk.argtypes))
+        self.declared: dict[str, int] = {}   # local array name -> its declaration statement
         self.returns: Type | None = None
         self.final = False
 
@@ -267,8 +268,13 @@ class _Inference:
                 if name in self.ir.params:
                     raise self.fail(at, f"the array argument {name} cannot be reassigned in a "
                                         "kernel; write into its elements, or use another name")
-                if isinstance(t, Array) and not (isinstance(at, ast.Assign) and tg_name(
-                        at.value) in ("localmem", "private")):
+                declares = isinstance(at, ast.Assign) and tg_name(at.value) in ("localmem",
+                                                                               "private")
+                if declares and self.declared.setdefault(name, id(at)) != id(at):
+                    # (declarations are hoisted: both would be one buffer, of the last shape)
+                    raise self.fail(at, f"{name} is declared a second time; give each "
+                                        f"tg.{tg_name(at.value)}(...) its own name")
+                if isinstance(t, Array) and not declares:
                     # one name per array: derivatives and the CPU's per-thread copies follow
                     # an array by its name (a read through a second name lost its derivative)
                     what = ast.unparse(at.value) if isinstance(at, ast.Assign) else "an array"

@@ -219,3 +219,67 @@ def test_numpy_functions_and_numpy_scalars_on_host_scalars_in_both_modes():
     assert y == pytest.approx(float(f(x)))
     assert y_dot == pytest.approx(fd, rel=1e-7)
     assert float(g @ v) == pytest.approx(fd, rel=1e-7)
+
+
+@tg.kernel
+def polynomial(B, A, C):
+    i = tg.index()
+    acc = 0.0
+    for k in range(3):
+        acc += C[k] * A[i] ** k          # the k = 0 term at A = 0: 0 ** -1 in the plain rule
+    B[i] = acc
+
+
+@tg.kernel
+def power_of(C, A, E):
+    i = tg.index()
+    C[i] = A[i] ** E[i]
+
+
+def test_power_derivatives_are_finite_where_the_derivative_is():
+    """x ** k with an integer k running from 0, and x ** y at x <= 0: both modes agree with
+    the closed form (they gave NaN, which tg.pow's rule already avoided)."""
+    a, c = np.array([0.0, 0.5, -1.0]), np.array([1.0, 2.0, 3.0])
+    expected = c[1] + 2.0 * c[2] * a
+    db = np.zeros(3)
+    tg.autodiff(tg.Forward, polynomial(CPU), tg.Const, tg.Duplicated(np.zeros(3), db),
+                tg.Duplicated(a, np.ones(3)), c, ndrange=3)
+    da = np.zeros(3)
+    tg.autodiff(tg.Reverse, polynomial(CPU), tg.Const, tg.Duplicated(np.zeros(3), np.ones(3)),
+                tg.Duplicated(a, da), c, ndrange=3)
+    np.testing.assert_allclose(db, expected, rtol=1e-12)
+    np.testing.assert_allclose(da, expected, rtol=1e-12)
+    a, e = np.array([-2.0, 0.0, 1.5]), np.array([2.0, 2.0, 2.0])
+    dc = np.zeros(3)
+    tg.autodiff(tg.Forward, power_of(CPU), tg.Const, tg.Duplicated(np.zeros(3), dc),
+                tg.Duplicated(a, np.ones(3)), tg.Duplicated(e, np.zeros(3)), ndrange=3)
+    np.testing.assert_allclose(dc, e * a ** (e - 1), rtol=1e-12)
+    da, de = np.zeros(3), np.zeros(3)
+    tg.autodiff(tg.Reverse, power_of(CPU), tg.Const, tg.Duplicated(np.zeros(3), np.ones(3)),
+                tg.Duplicated(a, da), tg.Duplicated(e, de), ndrange=3)
+    np.testing.assert_allclose(da, e * a ** (e - 1), rtol=1e-12)
+    assert np.isfinite(de).all() and de[2] == pytest.approx(1.5 ** 2 * np.log(1.5))
+
+
+@tg.kernel
+def half_square_in_place(X):
+    i = tg.index()
+    X[i] = X[i] * X[i] * 0.5
+
+
+def test_forward_jacobian_and_jvp_of_a_function_that_changes_its_input():
+    """The forward Jacobian runs f once per 8 directions: each run starts from the input as
+    given (the later ones ran on the changed x); jvp leaves the caller's v alone."""
+    def f(x):
+        half_square_in_place(CPU)(x, ndrange=x.size)
+        return x
+
+    x0 = np.linspace(0.1, 1.0, 12)
+    x = x0.copy()
+    J = tg.jacobian(f, x, mode=tg.Forward)
+    np.testing.assert_allclose(J, np.diag(x0), rtol=1e-12)
+    np.testing.assert_allclose(x, 0.5 * x0 * x0, rtol=1e-12)   # changed once, as in reverse
+    v = np.ones(4)
+    y, y_dot = tg.jvp(f, np.linspace(0.1, 1.0, 4), v)
+    np.testing.assert_array_equal(v, 1.0)
+    np.testing.assert_allclose(y_dot, np.linspace(0.1, 1.0, 4), rtol=1e-12)

@@ -270,6 +270,17 @@ def alias_array(B, A):
 
 
 @tg.kernel
+def localmem_declared_twice(B, A):
+    i = tg.index()
+    li = tg.index(tg.Local)
+    t = tg.localmem(A.dtype, tg.groupsize())
+    t[li] = A[i]
+    tg.synchronize()
+    t = tg.localmem(A.dtype, (2,))  # ERR:declared-twice
+    B[i] = t[0]
+
+
+@tg.kernel
 def undefined_name(B):
     i = tg.index()
     B[i] = not_defined_anywhere + 1.0  # ERR:undefined  # noqa: F821
@@ -413,6 +424,7 @@ TYPE_CASES = [
     (float_augassign_into_int, (I64,), "float-aug-into-int", "int(...)"),
     (reassign_array_arg, (F64, F64), "reassign-array", "another name"),
     (alias_array, (F64, np.zeros(4)), "alias-array", "C = A gives an array a second name"),
+    (localmem_declared_twice, (F64, np.zeros(4)), "declared-twice", "its own name"),
     (undefined_name, (F64,), "undefined", "not_defined_anywhere"),
     (calls_print, (F64,), "print", "print"),
     (uses_recursion, (I64,), "recursion", "recursion"),
