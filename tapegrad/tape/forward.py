@@ -86,6 +86,14 @@ class DualScalar(float):
         return self._rbinary(o, r, b * a ** (b - 1) if b != 0 else 0.0,
                              r * math.log(a) if a > 0 else 0.0)
 
+    def __mod__(self, o: Any) -> DualScalar:     # a - b * floor(a / b)
+        a, b = float(self), float(o)
+        return self._binary(o, a % b, 1.0, -math.floor(a / b))
+
+    def __rmod__(self, o: Any) -> DualScalar:
+        a, b = float(o), float(self)
+        return self._rbinary(o, a % b, 1.0, -math.floor(a / b))
+
     def __neg__(self) -> DualScalar:
         return self._make(-float(self), (-t for t in self.tangents))
 

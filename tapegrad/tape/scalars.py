@@ -62,6 +62,14 @@ class TrackedScalar(float):
         return self._op("**", (o,), r, (r * math.log(a) if a > 0 else 0.0,
                                          b * a ** (b - 1) if b != 0 else 0.0))
 
+    def __mod__(self, o: Any) -> Any:     # a - b * floor(a / b)
+        a, b = float(self), float(o)
+        return self._op("%", (o,), a % b, (1.0, -math.floor(a / b)))
+
+    def __rmod__(self, o: Any) -> Any:
+        a, b = float(o), float(self)
+        return self._op("%", (o,), a % b, (-math.floor(a / b), 1.0))
+
     def __neg__(self) -> Any:
         return self._op("neg", (), -float(self), (-1.0,))
 

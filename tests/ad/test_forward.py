@@ -283,3 +283,19 @@ def test_forward_jacobian_and_jvp_of_a_function_that_changes_its_input():
     y, y_dot = tg.jvp(f, np.linspace(0.1, 1.0, 4), v)
     np.testing.assert_array_equal(v, 1.0)
     np.testing.assert_allclose(y_dot, np.linspace(0.1, 1.0, 4), rtol=1e-12)
+
+
+def test_remainder_of_host_scalars_keeps_its_derivative_in_both_modes():
+    """(float's own % returned a plain float: the derivative was dropped silently)"""
+    x, v = r(3) + 1.0, rng.standard_normal(3)
+
+    def f(x):
+        s, d = tg.sum(x), tg.dot(x, x)
+        return s % 1.5 + 7.25 % s + d % s
+
+    y, y_dot = tg.jvp(f, x, v)
+    (g,) = tg.gradient(f, x)
+    h = 1e-7
+    fd = (float(f(x + h * v)) - float(f(x - h * v))) / (2 * h)
+    assert y_dot == pytest.approx(fd, rel=1e-6)
+    assert float(g @ v) == pytest.approx(fd, rel=1e-6)
