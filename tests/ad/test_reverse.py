@@ -740,18 +740,15 @@ def test_a_parameter_named_like_a_shadow_is_differentiated_too():
     np.testing.assert_allclose(dy, x * w, rtol=1e-14)
 
 
-TILE_T = 4
-
-
 @tg.kernel
 def tile_times_argument(C, A, M):
     i, j = tg.index(tg.Global, tg.NTuple)
     li, lj = tg.index(tg.Local, tg.NTuple)
-    ta = tg.localmem(A.dtype, (TILE_T, TILE_T))
+    ta = tg.localmem(A.dtype, (TILE, TILE))
     ta[li, lj] = A[i, j]
     tg.synchronize()
     acc = 0.0
-    for k in range(TILE_T):
+    for k in range(TILE):
         acc += ta[li, k] * M[k, j]       # the other operand an argument, not local memory
     C[i, j] = acc
 
@@ -764,7 +761,7 @@ def test_a_tile_loop_with_an_argument_array_operand_differentiates():
 
     def loss(a):
         c = np.zeros((8, 8))
-        tile_times_argument(tg.CPU(), (TILE_T, TILE_T))(c, a, m, ndrange=(8, 8))
+        tile_times_argument(tg.CPU(), (TILE, TILE))(c, a, m, ndrange=(8, 8))
         return tg.dot(c, w)
 
     (g,) = tg.gradient(loss, a)
