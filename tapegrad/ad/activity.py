@@ -8,7 +8,7 @@ import copy
 
 from tapegrad.errors import KernelSyntaxError, located
 from tapegrad.frontend.ir import tg_name
-from tapegrad.frontend.types import Scalar, TupleT, TypedKernel
+from tapegrad.frontend.types import Array, Scalar, TupleT, TypedKernel
 
 
 class Transform:
@@ -98,6 +98,18 @@ class Transform:
                             f"{array}, which is Const, so its derivative would be lost; pass "
                             f"Duplicated({array}, d{array}) (or DuplicatedNoNeed)")
 
+    def check_rule_arrays(self, call: ast.Call) -> None:
+        """A hand-written rule differentiates its scalar arguments only: an array argument
+        whose derivative is wanted would lose it silently."""
+        for a in call.args:
+            if isinstance(a, ast.Name) and a.id in self.active_arrays \
+                    and isinstance(self.T(a), Array):
+                raise self.fail(call, f"{call.func.id} has a hand-written derivative rule, "
+                                      "which covers its scalar arguments only, but it reads "
+                                      f"{a.id}, whose derivative is wanted (it would be lost): "
+                                      f"pass the elements it needs ({a.id}[i]) as scalars, or "
+                                      "remove the rule and let tapegrad differentiate its body")
+
     def carries(self, e: ast.expr) -> bool:
         """Does a part of ``e`` (a tuple, say) depend on an active input?"""
         return any(self.active(n) for n in ast.walk(e) if isinstance(n, ast.expr))
@@ -111,5 +123,8 @@ class Transform:
                 return True
             if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) \
                     and n.value.id in self.active_arrays:
+                return True
+            if isinstance(n, ast.Call) and tg_name(n) is None and any(   # f(A, i), a rule's
+                    isinstance(a, ast.Name) and a.id in self.active_arrays for a in n.args):
                 return True
         return False

@@ -206,6 +206,7 @@ class _Forward(Transform):
         call_name = tg_name(e)
         args = e.args
         if call_name is None:   # a device function with a hand-written forward rule
+            self.check_rule_arrays(e)
             func = self.ir.funcs[e.func.id]
             rule = f"{e.func.id}_forward"
             self.rules[rule] = func.forward_rule

@@ -697,6 +697,7 @@ class _Reverse(Transform):
         name = tg_name(e)
         args = e.args
         if name is None:   # a device function with a hand-written reverse rule
+            self.check_rule_arrays(e)
             func = self.ir.funcs[e.func.id]
             rule = f"{e.func.id}_reverse"
             self.rules[rule] = func.reverse_rule

@@ -103,6 +103,13 @@ class Tape:
     def __enter__(self) -> Tape:
         if self.recording:
             raise TapegradError("this tape is already recording")
+        from tapegrad.tape import forward
+        if forward.current() is not None:
+            # its launches would not carry tangents, and leaving it turned forward mode off
+            raise TapegradError(
+                "a tg.Tape cannot record inside forward mode (tg.jvp, tg.autodiff(tg.Forward, "
+                "...), tg.jacobian(..., mode=tg.Forward)): the launches it records would carry "
+                "no tangents; differentiate the function in one mode")
         self.recording = True
         _recording.append(self)
         L.recorder = self.record_launch

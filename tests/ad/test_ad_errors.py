@@ -155,3 +155,49 @@ def test_unpacked_tuples_differentiate():
     tg.autodiff(tg.Reverse, device_tuple_unpacked(tg.CPU(), 4), tg.Const,
                 tg.Duplicated(np.zeros(4), np.ones(4)), tg.Duplicated(a, da), ndrange=4)
     np.testing.assert_allclose(da, 4.0, rtol=1e-12)      # d/da (a + 3 + 3a)
+
+
+@tg.func
+def _weighted_square(A, i, s):
+    return A[i] * A[i] * s
+
+
+@_weighted_square.forward
+def _weighted_square_forward(A, i, s, i_dot, s_dot):
+    return A[i] * A[i] * s_dot
+
+
+@_weighted_square.reverse
+def _weighted_square_reverse(A, i, s, r_bar):
+    return 0, A[i] * A[i] * r_bar
+
+
+@tg.kernel
+def uses_a_rule_on_an_array(B, A, s):
+    i = tg.index()
+    B[i] = _weighted_square(A, i, s)
+
+
+@pytest.mark.parametrize("mode", [tg.Reverse, tg.Forward])
+def test_a_rule_cannot_carry_an_array_arguments_derivative(mode):
+    """(the array's derivative was dropped silently)"""
+    a = np.linspace(0.1, 1.0, 4)
+    with pytest.raises(tg.KernelSyntaxError, match="covers its scalar arguments only"):
+        tg.autodiff(mode, uses_a_rule_on_an_array(tg.CPU(), 4), tg.Const,
+                    tg.Duplicated(np.zeros(4), np.ones(4)), tg.Duplicated(a, np.ones(4)), 0.5,
+                    ndrange=4)
+    # with the array constant, the rule is used as written
+    db = np.zeros(4)
+    tg.autodiff(tg.Forward, uses_a_rule_on_an_array(tg.CPU(), 4), tg.Const,
+                tg.Duplicated(np.zeros(4), db), a, tg.Duplicated(0.5, 1.0), ndrange=4)
+    np.testing.assert_allclose(db, a * a, rtol=1e-14)
+
+
+def test_a_tape_inside_forward_mode_is_refused():
+    """(it recorded launches without tangents, and turned forward mode off when it ended)"""
+    def f(x):
+        with tg.Tape():
+            return tg.dot(x, x)
+
+    with pytest.raises(tg.TapegradError, match="cannot record inside forward mode"):
+        tg.jvp(f, np.ones(3), np.ones(3))
