@@ -12,6 +12,7 @@ import numpy as np
 
 from tapegrad import launch as L
 from tapegrad.errors import TapegradError
+from tapegrad.tape.identity import extent
 from tapegrad.tape.tape import _zeros_like, array_key, is_array
 
 _active: list[ForwardContext] = []
@@ -128,6 +129,7 @@ class ForwardContext:
         self.width = width
         self.tangents: dict[tuple, list[Any]] = {}
         self.arrays: dict[tuple, Any] = {}
+        self.extents: dict[tuple, tuple[int, int]] = {}   # the bytes each one's elements span
 
     def __enter__(self) -> ForwardContext:
         if L.recorder is not None:
@@ -144,9 +146,26 @@ class ForwardContext:
         key = array_key(x)
         self.arrays[key] = x
         self.tangents[key] = list(tangents)
+        self.extents[key] = extent(x, key[0])
 
     def tangent_of(self, x: Any) -> list[Any] | None:
-        return self.tangents.get(array_key(x))
+        key = array_key(x)
+        found = self.tangents.get(key)
+        if found is None and self.tangents:
+            self.check_not_a_view(x, key)
+        return found
+
+    def check_not_a_view(self, x: Any, key: tuple) -> None:
+        """Tangents belong to whole arrays: another view of an array that carries one would
+        have none (a kernel given ``x[1:]`` got a zero tangent, silently)."""
+        lo, hi = extent(x, key[0])
+        for other, (o_lo, o_hi) in self.extents.items():
+            if o_lo < hi and lo < o_hi:
+                raise TapegradError(
+                    f"an array of shape {tuple(x.shape)} shares memory with an array of shape "
+                    f"{other[1]} that carries a tangent; forward mode follows whole arrays, so "
+                    "this view would carry none: pass the array itself (and offset the indices "
+                    "in the kernel), or make the view before differentiating")
 
     def tangents_or_zero(self, x: Any) -> list[Any]:
         t = self.tangent_of(x)

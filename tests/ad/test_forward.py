@@ -299,3 +299,25 @@ def test_remainder_of_host_scalars_keeps_its_derivative_in_both_modes():
     fd = (float(f(x + h * v)) - float(f(x - h * v))) / (2 * h)
     assert y_dot == pytest.approx(fd, rel=1e-6)
     assert float(g @ v) == pytest.approx(fd, rel=1e-6)
+
+
+@tg.kernel
+def copy_kernel(B, A):
+    i = tg.index()
+    B[i] = A[i]
+
+
+def test_a_view_of_an_array_with_a_tangent_is_refused_in_forward_mode():
+    """(the view carried no tangent: a kernel given x[1:] got a zero derivative silently)"""
+    def f(x):
+        b = np.zeros(x.size - 1)
+        copy_kernel(CPU)(b, x[1:], ndrange=b.size)
+        return tg.sum(b)
+
+    with pytest.raises(tg.TapegradError, match="shares memory with an array of shape"):
+        tg.jvp(f, r(5), np.ones(5))
+    with pytest.raises(tg.TapegradError, match="forward mode follows whole arrays"):
+        tg.jvp(lambda x: tg.sum(x.T), r(2, 3), np.ones((2, 3)))
+    # arrays that merely exist next to it are fine
+    y, y_dot = tg.jvp(lambda x: tg.sum(x) + tg.sum(np.ones(3)), r(4), np.ones(4))
+    assert y_dot == pytest.approx(4.0)
