@@ -286,8 +286,9 @@ def _check_scalar_result(tape: Tape, result: Any) -> None:
 def _check_host_annotation(f: Any, k: int, a: Annotation) -> None:
     name = getattr(f, "__name__", "f")
     if isinstance(a, BatchDuplicated):
-        raise TapegradError("BatchDuplicated is for forward mode, which is not available in "
-                            "this version yet")
+        raise TapegradError(f"{name}: BatchDuplicated (several tangents at once) is for "
+                            "forward mode: use tg.autodiff(tg.Forward, ...); in reverse mode "
+                            "pass Duplicated(x, dx) and sweep once per seed")
     if isinstance(a, Duplicated):
         x, dx = a.val, a.dval
         if not is_array(x):
@@ -612,8 +613,9 @@ def _primal_needed(kernel: Any, params: list[str], annotated: list[Annotation]) 
 
 def _check_annotation(kernel: Any, backend: Any, name: str, a: Annotation) -> str:
     if isinstance(a, BatchDuplicated):
-        raise TapegradError("BatchDuplicated is for forward mode, which kernels do not have "
-                            "in this version yet")
+        raise TapegradError(f"{kernel.name}: BatchDuplicated (several tangents at once) is "
+                            "for forward mode: use tg.autodiff(tg.Forward, ...); in reverse mode "
+                            "pass Duplicated(x, dx) and sweep once per seed")
     if isinstance(a, Duplicated):
         x, dx = a.val, a.dval
         if not hasattr(x, "shape"):

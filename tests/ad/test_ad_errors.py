@@ -201,3 +201,19 @@ def test_a_tape_inside_forward_mode_is_refused():
 
     with pytest.raises(tg.TapegradError, match="cannot record inside forward mode"):
         tg.jvp(f, np.ones(3), np.ones(3))
+
+
+def test_batch_duplicated_in_reverse_mode_points_to_forward_mode():
+    a = np.linspace(0.1, 1.0, 3)
+    batch = tg.BatchDuplicated(a, (np.ones(3), np.zeros(3)))
+    with pytest.raises(tg.TapegradError, match=r"is for forward mode: use tg.autodiff\(tg.Forward"):
+        tg.autodiff(tg.Reverse, sin_kernel(tg.CPU()), tg.Const,
+                    tg.Duplicated(np.zeros(3), np.ones(3)), batch, ndrange=3)
+    with pytest.raises(tg.TapegradError, match=r"is for forward mode: use tg.autodiff\(tg.Forward"):
+        tg.autodiff(tg.Reverse, lambda x: tg.sum(x), tg.Active, batch)
+    # and in forward mode it is what it is for
+    dy = (np.zeros(3), np.zeros(3))
+    tg.autodiff(tg.Forward, sin_kernel(tg.CPU()), tg.Const, tg.BatchDuplicated(np.zeros(3), dy),
+                batch, ndrange=3)
+    np.testing.assert_allclose(dy[0], np.cos(a), rtol=1e-14)
+    np.testing.assert_array_equal(dy[1], 0.0)
