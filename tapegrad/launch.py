@@ -290,7 +290,7 @@ def prepare(cfg: Any, args: tuple, ndrange: Any) -> tuple[Any, tuple[int, ...], 
 
 
 def _show(kernel: Any, mode: str, backend: Any, launcher: Any, ir: Any = None) -> None:
-    """What ``kern.source(mode, backend)`` shows: the code of the last launch (``ir``: the
+    """What ``kern.source(mode, backend)`` shows: the code of the last launch (``ir()``: the
     kernel-language IR it came from, for ``kern.source(mode)``), also for the kernel a merged
     variant was made from (``one_parameter_per_array``), which a launch through another
     variant may have changed.  The hot path is an identity test per launch."""
@@ -300,7 +300,7 @@ def _show(kernel: Any, mode: str, backend: Any, launcher: Any, ir: Any = None) -
         return
     entries = {("last", mode, backend): launcher}
     if ir is not None:
-        entries[_IR_SHOWN[mode]] = ir
+        entries[_IR_SHOWN[mode]] = ir()
     for k in (kernel, origin):
         if k is not None:
             k.cache.update(entries)
@@ -493,8 +493,8 @@ def adjoint_of(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
                                 discard, full)
         kernel.cache[key] = entry
     adjoint, launcher = entry
-    if kernel.shown.get("reverse") is not launcher or kernel.merged_from is not None:
-        _show(kernel, "reverse", backend, launcher, [g.ir for g in adjoint.gathers] + [adjoint.ir])
+    _show(kernel, "reverse", backend, launcher,
+          lambda: [g.ir for g in adjoint.gathers] + [adjoint.ir])
     return adjoint, launcher, key
 
 
@@ -667,9 +667,8 @@ def run_replay(cfg: Any, replay: Replay, values: list, shadows: dict[str, Any],
         shadows[p][...] = 0
     args = (*values, *[shadows[p] for p in replay.order])
     kernel = cfg.kernel
-    if kernel.shown.get("reverse") is not replay.shown or kernel.merged_from is not None:
-        _show(kernel, "reverse", cfg.backend, replay.shown,
-              [g.ir for g in replay.adjoint.gathers] + [replay.adjoint.ir])
+    _show(kernel, "reverse", cfg.backend, replay.shown,
+          lambda: [g.ir for g in replay.adjoint.gathers] + [replay.adjoint.ir])
     _launch_adjoint(replay.launcher, args, nd, replay.fresh_at)
 
 
@@ -767,7 +766,7 @@ def run_tangent(cfg: Any, values: tuple, tangents: dict[str, tuple], activity: t
         entry = compile_tangent(kernel, backend, argtypes, activity, len(nd), wgs, width)
         kernel.cache[key] = entry
     tangent, launcher = entry
-    _show(kernel, "forward", backend, launcher, tangent.ir)
+    _show(kernel, "forward", backend, launcher, lambda: tangent.ir)
     args = list(values) + [tangents[p][j] for p, j in tangent.tangent_params]
     if 0 not in nd:
         launcher(tuple(args), nd)

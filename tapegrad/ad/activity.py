@@ -73,14 +73,15 @@ class Transform:
                             and self.is_float(target) and self.active(n.value):
                         self.active_names.add(target.id)
                         changed = True
-                    elif isinstance(target, ast.Name) and isinstance(self.T(target), TupleT) \
-                            and any(isinstance(t, Scalar) and t.is_float
-                                    for t in self.T(target).items) and self.carries(n.value):
+                    elif isinstance(target, ast.Name) and self.float_tuple(target) \
+                            and self.carries(n.value):
                         # a tuple held whole: its elements' derivatives would be lost
+                        names = ", ".join(f"{target.id}{k}"
+                                          for k in range(len(self.T(target).items)))
                         raise self.fail(n, f"{target.id} holds a tuple of values that depend "
                                            "on the differentiated inputs; tuples cannot carry "
                                            "derivatives: unpack it into scalars where it is "
-                                           f"made ({', '.join(f'{target.id}{k}' for k in range(len(self.T(target).items)))} = ...)")
+                                           f"made ({names} = ...)")
                     elif isinstance(target, ast.Subscript):
                         changed |= self.store_activity(n, target.value.id, n.value)
                 elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Subscript):
@@ -109,6 +110,11 @@ class Transform:
                                       f"{a.id}, whose derivative is wanted (it would be lost): "
                                       f"pass the elements it needs ({a.id}[i]) as scalars, or "
                                       "remove the rule and let tapegrad differentiate its body")
+
+    def float_tuple(self, node: ast.AST) -> bool:
+        t = self.T(node)
+        return isinstance(t, TupleT) and any(isinstance(i, Scalar) and i.is_float
+                                             for i in t.items)
 
     def carries(self, e: ast.expr) -> bool:
         """Does a part of ``e`` (a tuple, say) depend on an active input?"""
