@@ -66,12 +66,32 @@ def _address_by_struct() -> Any:
 _numpy_address = _address_by_struct() or _address_by_interface
 
 
+class Ident:
+    """One tracked array on one tape: an opaque key that hashes and compares by object
+    identity, as fast as a dict lookup gets (the reverse sweep looks identities up in a few
+    sets and dicts per recorded launch; hashing the memory tuple each time cost ~0.1 us a
+    lookup).  Identities of one tape are ordered by when they were registered, so that the
+    sorted list of memory ranges can break ties."""
+
+    __slots__ = ("serial", "key")
+
+    def __init__(self, serial: int, key: tuple):
+        self.serial = serial
+        self.key = key          # (address, shape, strides, dtype) when registered
+
+    def __lt__(self, other: Ident) -> bool:
+        return self.serial < other.serial
+
+    def __repr__(self) -> str:
+        return f"Ident({self.serial}, shape={self.key[1]})"
+
+
 @dataclass(slots=True)
 class _Entry:
-    ident: tuple
+    ident: Ident
     owner: Any          # a weak reference to the memory's owner, or the owner itself
     weak: bool
-    meta: tuple         # (array type, shape, dtype): enough to make its shadow
+    meta: tuple         # (array type, shape, dtype string): enough to make its shadow
     span: tuple         # (lo, hi): the bytes its elements occupy (see extent)
 
     def alive(self) -> bool:
@@ -83,11 +103,12 @@ class Identities:
 
     def __init__(self) -> None:
         self.by_memory: dict[tuple, _Entry] = {}        # array_key -> current generation
-        self.entries: dict[tuple, _Entry] = {}          # identity -> entry (all generations)
-        self.extents: list[tuple[int, int, tuple]] = []   # sorted memory ranges
+        self.entries: dict[Ident, _Entry] = {}          # identity -> entry (all generations)
+        self.extents: list[tuple[int, int, Ident]] = []   # sorted memory ranges
         self.known: dict[int, tuple] = {}   # id(view) -> (ref to view, shape, strides, ident)
+        self.serial = 0
 
-    def track(self, x: Any) -> tuple:
+    def track(self, x: Any) -> Ident:
         """The identity of ``x``, registering it the first time."""
         known = self.known.get(id(x))
         if known is not None and known[0]() is x and known[1] == x.shape \
@@ -104,12 +125,12 @@ class Identities:
             pass
         return entry.ident
 
-    def ident_of(self, x: Any) -> tuple | None:
+    def ident_of(self, x: Any) -> Ident | None:
         """The identity of ``x`` if it is tracked (and not a new array at old memory)."""
         entry = self.by_memory.get(array_key(x))
         return entry.ident if entry is not None and entry.alive() else None
 
-    def meta(self, ident: tuple) -> tuple:
+    def meta(self, ident: Ident) -> tuple:
         return self.entries[ident].meta
 
     def strong_references(self) -> list[Any]:
@@ -117,8 +138,8 @@ class Identities:
         return [e.owner for e in self.by_memory.values() if not e.weak]
 
     def _register(self, x: Any, key: tuple, old: _Entry | None) -> _Entry:
-        generation = 0 if old is None else old.ident[-1] + 1 if len(old.ident) > 4 else 1
-        ident = key if generation == 0 else key + (generation,)
+        self.serial += 1
+        ident = Ident(self.serial, key)      # (a new generation of old memory: a new one)
         slot = self._slot_of(old)
         if slot is not None:
             # a freed array's exact memory (a simulation's new state, as the allocator hands
@@ -133,7 +154,7 @@ class Identities:
         owner = x
         while getattr(owner, "base", None) is not None:
             owner = owner.base
-        meta = (type(x), tuple(x.shape), x.dtype)
+        meta = (type(x), tuple(x.shape), x.dtype.str)
         try:
             entry = _Entry(ident, weakref.ref(owner), True, meta, (lo, hi))
         except TypeError:

@@ -98,6 +98,9 @@ class Tape:
         self.scalar_bar: dict[int, float] = {}
         self.active_ids: set[int] = set()
         self.active_nodes: set[int] = set()
+        self.given: set[Any] = set()
+        self.first_use: dict[Any, int] = {}
+        self.position: int | None = None    # the record whose adjoint runs
 
     # -- recording ------------------------------------------------------------------------
     def __enter__(self) -> Tape:
@@ -201,7 +204,7 @@ class Tape:
         if plan is None:
             plan = kernel.cache[("record plan", key, tracked)] = self.plan_record(
                 cfg, args, plain, nd, key)
-        needs, arrays, params, replays = plan
+        needs, arrays, params, replays, float_at = plan
         seen = list(plain)
         ids: list[tuple | None] = [None] * len(args)
         read_ids, write_ids, live = [], [], []
@@ -231,6 +234,7 @@ class Tape:
                     live.append((ident, pos, a))
         if 0 not in nd:
             launcher(plain, nd)
+        released_at = []
         for pos, _, _, needed in arrays:   # contents no adjoint reads: do not keep them
             x = seen[pos]
             if not needed and x is args[pos]:
@@ -239,7 +243,9 @@ class Tape:
                     known = _Released.of(x)            # or x itself, if it cannot be
                     if type(known) is _Released:
                         self.released[id(x)] = known
-                seen[pos] = known
+                if known is not x:
+                    seen[pos] = known
+                    released_at.append(pos)
         nodes = [None] * len(args)
         for pos in tracked:
             nodes[pos] = args[pos].node
@@ -249,18 +255,20 @@ class Tape:
             reads=tuple(read_ids), writes=tuple(write_ids),
             scalars_in=tuple(nodes[pos] for pos in tracked),
             name=kernel.name, cfg=cfg, params=params, values=seen, ids=tuple(ids), nd=nd,
-            nodes=tuple(nodes), needs=needs, replays=replays)
+            nodes=tuple(nodes), needs=needs, replays=replays, float_at=float_at,
+            tracked_at=tracked, released_at=tuple(released_at))
         self.records.append(record)
         for ident, pos, a in live:
             readers.setdefault(ident, []).append((record, pos, a))
 
     def plan_record(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...], key: tuple
                     ) -> tuple[frozenset[str], tuple[tuple[int, bool, bool, bool], ...], list,
-                               dict]:
+                               dict, tuple[int, ...]]:
         """What recording a launch needs that depends only on the kernel and the argument
         types: the parameters whose contents its adjoint may read, for each array argument
-        (position, read?, written?, contents needed?), the parameters, and the place where
-        sweeps keep the adjoint launches they work out (``launch.Replay``, per pattern)."""
+        (position, read?, written?, contents needed?), the parameters, the place where
+        sweeps keep the adjoint launches they work out (``launch.Replay``, per pattern), and
+        the positions of the float arrays (the ones that can have shadows)."""
         kernel = cfg.kernel
         reads, writes = L.access(kernel)
         params = L.kernel_ir(kernel).params
@@ -268,7 +276,8 @@ class Tape:
         arrays = tuple((pos, p in reads, p in writes, p in needs)
                        for pos, (p, k) in enumerate(zip(params, key[2]))
                        if type(k) is tuple)          # an array's argument key (launch._arg_key)
-        return needs, arrays, params, {}
+        float_at = tuple(pos for pos, *_ in arrays if np.dtype(plain[pos].dtype).kind == "f")
+        return needs, arrays, params, {}, float_at
 
     def values_needed(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...]
                       ) -> frozenset[str]:
@@ -367,7 +376,7 @@ class Tape:
             for ident in record.writes:
                 if first_use[ident] == k and ident not in shadows and ident in self.shadows:
                     sh = self.shadows.pop(ident)
-                    self.free.setdefault(_pool_key(sh), []).append(sh)
+                    self.free.setdefault(self.ids.meta(ident), []).append(sh)
         self.position = None
         for ident in self.fresh:         # given shadows no adjoint reached: zero gradients
             self.shadows[ident].fill(0)
@@ -424,7 +433,7 @@ class Tape:
         sh = self.shadows.get(ident)
         if sh is None:
             meta = self.ids.meta(ident)      # (type, shape, dtype): the array may be gone
-            pool = self.free.get((meta[0], meta[1], np.dtype(meta[2]).str))
+            pool = self.free.get(meta)
             if pool:          # a finished shadow: reusing it beats fresh pages from the OS
                 sh = pool.pop()
                 self.fresh.add(ident)
@@ -444,7 +453,7 @@ class Tape:
     def discardable(self, ident: Any) -> bool:
         """Whether nothing reads the shadow of ``ident`` after the current record's adjoint:
         no earlier record touched the array and the caller did not give that shadow."""
-        return (getattr(self, "position", None) is not None and ident not in self.given
+        return (self.position is not None and ident not in self.given
                 and self.first_use.get(ident) == self.position)
 
     def add_scalar_bar(self, node: int, value: float) -> None:
@@ -491,14 +500,10 @@ def _only_tape_holds(x: Any, held: int) -> bool:
         and sys.getrefcount(x) - 3 <= held
 
 
-def _pool_key(x: Any) -> tuple:
-    return (type(x), tuple(x.shape), x.dtype.str)
-
-
 def _allocate(meta: tuple, zeroed: bool) -> Any:
     """A new array of ``meta = (array type, shape, dtype)``."""
     kind, shape, dtype = meta
-    if kind is np.ndarray:
+    if issubclass(kind, np.ndarray):
         return np.zeros(shape, dtype) if zeroed else np.empty(shape, dtype)
     import cupy
     return cupy.zeros(shape, dtype) if zeroed else cupy.empty(shape, dtype)
@@ -570,28 +575,43 @@ class LaunchRecord(Record):
     nodes: list[int | None] = field(default_factory=list)
     needs: frozenset[str] = frozenset()      # parameters whose contents the adjoint may read
     replays: dict = field(default_factory=dict)   # launch.Replay per pattern (shared)
+    float_at: tuple[int, ...] = ()           # positions of float arrays (the plan's)
+    tracked_at: tuple[int, ...] = ()         # positions of tracked scalars
+    released_at: tuple[int, ...] = ()        # positions of values held as _Released
 
     def redirect(self, pos: int, copy: Any) -> None:
         self.values[pos] = copy
 
     def backward(self, tape: Tape) -> None:
+        # (the reverse sweep's hot path: once per recorded launch; the sweep's sets and dicts
+        # looked up directly rather than through Tape's methods)
+        values = self.values
+        if self.released_at:
+            values = list(values)
+            for pos in self.released_at:
+                values[pos] = values[pos].get(tape.stand_ins)
+        pattern = [_CONST] * len(self.params)    # per parameter: activity, shadow's state
         shadows = {}
-        pattern = []      # per parameter: its activity and its shadow's state (_DUP | ...)
-        values = [v.get(tape.stand_ins) if type(v) is _Released else v for v in self.values]
-        for p, v, ident, node in zip(self.params, values, self.ids, self.nodes):
-            if ident is not None and ident in tape.active_ids and v.dtype.kind == "f":
-                sh = shadows[p] = tape.shadow(ident, unwritten_ok=True)
-                code = _DUP
-                if ident in tape.fresh:
-                    code |= _FRESH | (_COVERED if tuple(sh.shape) == self.nd else 0)
-                    tape.written(ident)        # the adjoint launch writes or zeroes it
-                if tape.discardable(ident):
-                    code |= _DISCARD
-            elif node is not None and node in tape.active_nodes:
-                code = _ACTIVE
-            else:
-                code = _CONST
-            pattern.append(code)
+        active, fresh, current = tape.active_ids, tape.fresh, tape.shadows
+        first_use, given, here = tape.first_use, tape.given, tape.position
+        for pos in self.float_at:
+            ident = self.ids[pos]
+            if ident not in active:
+                continue
+            sh = current.get(ident)
+            if sh is None:
+                sh = tape.shadow(ident, unwritten_ok=True)
+            code = _DUP
+            if ident in fresh:
+                code |= _FRESH | (_COVERED if tuple(sh.shape) == self.nd else 0)
+                fresh.discard(ident)       # the adjoint launch writes or zeroes it
+            if here is not None and here == first_use.get(ident) and ident not in given:
+                code |= _DISCARD           # no earlier record reads this shadow
+            shadows[self.params[pos]] = sh
+            pattern[pos] = code
+        for pos in self.tracked_at:
+            if self.nodes[pos] in tape.active_nodes:
+                pattern[pos] = _ACTIVE
         key = (tuple(pattern), self.nd)
         replay = self.replays.get(key, _UNKNOWN)
         if replay is _UNKNOWN:

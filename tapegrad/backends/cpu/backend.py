@@ -90,6 +90,7 @@ class _ByLaunchSize:
         self.launch_groups = launch_groups
         self.rows = rows
         self.last = launch_groups
+        self.variant_of: dict[tuple[int, ...], _Launcher] = {}    # ndrange -> the variant
         # one set of per-thread copies for both (same arrays, same shapes; each launch
         # leaves them zero), not one per variant
         rows.pool_cache = launch_groups.pool_cache
@@ -100,11 +101,15 @@ class _ByLaunchSize:
         return self.last.source
 
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
-        items = 1
-        for n in ndrange:
-            items *= n
-        run = self.rows if items >= self.ROWS_FROM and ndrange[-1] >= self.ROW_FROM \
-            else self.launch_groups
+        run = self.variant_of.get(ndrange)
+        if run is None:
+            items = 1
+            for n in ndrange:
+                items *= n
+            run = self.rows if items >= self.ROWS_FROM and ndrange[-1] >= self.ROW_FROM \
+                else self.launch_groups
+            if len(self.variant_of) < 64:
+                self.variant_of[ndrange] = run
         self.last = run
         run(args, ndrange)
 
