@@ -377,9 +377,12 @@ def _arg_key(args: tuple) -> tuple:
 def _ndrange(kernel: Any, ndrange: Any) -> tuple[int, ...]:
     if type(ndrange) is int and ndrange >= 0:
         return (ndrange,)                # the common cases, checked in one pass
-    if type(ndrange) is tuple and 0 < len(ndrange) < 4 and all(
-            type(n) is int and n >= 0 for n in ndrange):
-        return ndrange
+    if type(ndrange) is tuple and 0 < len(ndrange) < 4:
+        for n in ndrange:
+            if type(n) is not int or n < 0:
+                break
+        else:
+            return ndrange
     if ndrange is None:
         raise LaunchError(f"{kernel.name}(backend)(...) needs ndrange=: the number of "
                           "work-items, e.g. ndrange=B.size or ndrange=B.shape")

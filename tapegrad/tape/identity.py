@@ -14,7 +14,6 @@ from __future__ import annotations
 import bisect
 import sys
 import weakref
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -67,43 +66,36 @@ _numpy_address = _address_by_struct() or _address_by_interface
 
 
 class Ident:
-    """One tracked array on one tape: an opaque key that hashes and compares by object
-    identity, as fast as a dict lookup gets (the reverse sweep looks identities up in a few
-    sets and dicts per recorded launch; hashing the memory tuple each time cost ~0.1 us a
-    lookup).  Identities of one tape are ordered by when they were registered, so that the
-    sorted list of memory ranges can break ties."""
+    """One tracked array (one generation of its memory) on one tape.  Records and sweeps use
+    it as an opaque key: it hashes and compares by object identity, as fast as a dict lookup
+    gets (a sweep looks identities up in a few sets and dicts per recorded launch; hashing a
+    memory tuple cost ~0.1 us a lookup).  Identities are ordered by when they were
+    registered, which breaks ties in the sorted list of memory ranges."""
 
-    __slots__ = ("serial", "key")
+    __slots__ = ("serial", "owner", "weak", "meta", "span")
 
-    def __init__(self, serial: int, key: tuple):
+    def __init__(self, serial: int, owner: Any, weak: bool, meta: tuple, span: tuple):
         self.serial = serial
-        self.key = key          # (address, shape, strides, dtype) when registered
+        self.owner = owner      # a weak reference to the memory's owner, or the owner itself
+        self.weak = weak
+        self.meta = meta        # (array type, shape, dtype string): enough to make its shadow
+        self.span = span        # (lo, hi): the bytes its elements occupy (see extent)
+
+    def alive(self) -> bool:
+        return not self.weak or self.owner() is not None
 
     def __lt__(self, other: Ident) -> bool:
         return self.serial < other.serial
 
     def __repr__(self) -> str:
-        return f"Ident({self.serial}, shape={self.key[1]})"
-
-
-@dataclass(slots=True)
-class _Entry:
-    ident: Ident
-    owner: Any          # a weak reference to the memory's owner, or the owner itself
-    weak: bool
-    meta: tuple         # (array type, shape, dtype string): enough to make its shadow
-    span: tuple         # (lo, hi): the bytes its elements occupy (see extent)
-
-    def alive(self) -> bool:
-        return not self.weak or self.owner() is not None
+        return f"Ident({self.serial}, shape={self.meta[1]})"
 
 
 class Identities:
     """Identities of the arrays one tape has seen."""
 
     def __init__(self) -> None:
-        self.by_memory: dict[tuple, _Entry] = {}        # array_key -> current generation
-        self.entries: dict[Ident, _Entry] = {}          # identity -> entry (all generations)
+        self.by_memory: dict[tuple, Ident] = {}         # array_key -> current generation
         self.extents: list[tuple[int, int, Ident]] = []   # sorted memory ranges
         self.known: dict[int, tuple] = {}   # id(view) -> (ref to view, shape, strides, ident)
         self.serial = 0
@@ -116,66 +108,66 @@ class Identities:
             return known[3]
         key = (_address(x), x.shape, x.strides, x.dtype.str) if isinstance(x, np.ndarray) \
             else array_key(x)        # other array types may give shape and strides as lists
-        entry = self.by_memory.get(key)
-        if entry is None or not entry.alive():
-            entry = self._register(x, key, entry)
+        ident = self.by_memory.get(key)
+        if ident is None or not ident.alive():
+            ident = self._register(x, key, ident)
         try:
-            self.known[id(x)] = (weakref.ref(x), x.shape, x.strides, entry.ident)
+            self.known[id(x)] = (weakref.ref(x), x.shape, x.strides, ident)
         except TypeError:      # no weak references to this array type: remember nothing
             pass
-        return entry.ident
+        return ident
 
     def ident_of(self, x: Any) -> Ident | None:
         """The identity of ``x`` if it is tracked (and not a new array at old memory)."""
-        entry = self.by_memory.get(array_key(x))
-        return entry.ident if entry is not None and entry.alive() else None
+        ident = self.by_memory.get(array_key(x))
+        return ident if ident is not None and ident.alive() else None
 
     def meta(self, ident: Ident) -> tuple:
-        return self.entries[ident].meta
+        return ident.meta
 
     def strong_references(self) -> list[Any]:
         """Owners held strongly (types without weak references): they stay alive."""
         return [e.owner for e in self.by_memory.values() if not e.weak]
 
-    def _register(self, x: Any, key: tuple, old: _Entry | None) -> _Entry:
-        self.serial += 1
-        ident = Ident(self.serial, key)      # (a new generation of old memory: a new one)
+    def _register(self, x: Any, key: tuple, old: Ident | None) -> Ident:
+        """A new identity for ``x`` at memory ``key`` (``old``: the dead one there, if any)."""
         slot = self._slot_of(old)
         if slot is not None:
             # a freed array's exact memory (a simulation's new state, as the allocator hands
             # out the memory of an old one): its range is in the list, overlapping nothing
             lo, hi = old.span
-            self.extents[slot] = (lo, hi, ident)
         else:
             lo, hi = extent(x, key[0])
             self._check_overlap(x, lo, hi, old)
-            if hi > lo:           # an empty range overlaps nothing (and would hide neighbours)
-                bisect.insort(self.extents, (lo, hi, ident))
         owner = x
         while getattr(owner, "base", None) is not None:
             owner = owner.base
         meta = (type(x), tuple(x.shape), x.dtype.str)
+        self.serial += 1
         try:
-            entry = _Entry(ident, weakref.ref(owner), True, meta, (lo, hi))
+            ident = Ident(self.serial, weakref.ref(owner), True, meta, (lo, hi))
         except TypeError:
-            entry = _Entry(ident, owner, False, meta, (lo, hi))
-        self.by_memory[key] = entry
-        self.entries[ident] = entry
-        return entry
+            ident = Ident(self.serial, owner, False, meta, (lo, hi))
+        if slot is not None:
+            self.extents[slot] = (lo, hi, ident)
+        elif hi > lo:           # an empty range overlaps nothing (and would hide neighbours)
+            bisect.insort(self.extents, (lo, hi, ident))
+        self.by_memory[key] = ident
+        return ident
 
-    def _slot_of(self, old: _Entry | None) -> int | None:
-        """Where the dead entry ``old`` (same memory key as a new array) still has its range in
+    def _slot_of(self, old: Ident | None) -> int | None:
+        """Where the dead identity ``old`` (same memory key as a new array) has its range in
         the sorted list, if it does.  The list's ranges never overlap (each new one is checked
         against its neighbours; a clash with a live array is an error, a dead one is dropped),
         so a range still listed overlaps no other."""
         if old is None:
             return None
-        k = bisect.bisect_left(self.extents, (*old.span, old.ident))
-        if k < len(self.extents) and self.extents[k][2] is old.ident:
+        k = bisect.bisect_left(self.extents, (*old.span, old))
+        if k < len(self.extents) and self.extents[k][2] is old:
             return k
         return None
 
-    def _check_overlap(self, x: Any, lo: int, hi: int, old: _Entry | None) -> None:
+    def _check_overlap(self, x: Any, lo: int, hi: int, old: Ident | None) -> None:
         """Tracked live arrays never overlap, so only the neighbours can touch a new one;
         ranges of freed arrays are dropped as they are met."""
         while hi > lo:
@@ -190,11 +182,10 @@ class Identities:
             if clash is None:
                 return
             other = self.extents[clash][2]
-            entry = self.entries[other]
-            if entry.alive() and entry is not old:
+            if other.alive() and other is not old:
                 raise TapegradError(
                     f"recorded code used two different views of the same memory (shapes "
-                    f"{entry.meta[1]} and {tuple(x.shape)}); tapegrad tracks whole arrays or "
+                    f"{other.meta[1]} and {tuple(x.shape)}); tapegrad tracks whole arrays or "
                     "identical views, so pass the same view every time (or copy)")
             del self.extents[clash]          # freed memory, now reused
 

@@ -200,9 +200,11 @@ class Tape:
                                 and a.tape is self)
                 break
         launcher, nd, key = L.prepare(cfg, plain, ndrange)   # bad launches fail before copies
-        plan = kernel.cache.get(("record plan", key, tracked))
+        # (under the launcher, which is one per key and hashes by identity: the key is a
+        # nested tuple that would be hashed a second time)
+        plan = kernel.cache.get(("record plan", launcher, tracked))
         if plan is None:
-            plan = kernel.cache[("record plan", key, tracked)] = self.plan_record(
+            plan = kernel.cache[("record plan", launcher, tracked)] = self.plan_record(
                 cfg, args, plain, nd, key)
         needs, arrays, params, replays, float_at = plan
         seen = list(plain)
@@ -253,7 +255,7 @@ class Tape:
         # recording's lists would make every full collection slower)
         record = LaunchRecord(
             reads=tuple(read_ids), writes=tuple(write_ids),
-            scalars_in=tuple(nodes[pos] for pos in tracked),
+            scalars_in=tuple(nodes[pos] for pos in tracked) if tracked else (),
             name=kernel.name, cfg=cfg, params=params, values=seen, ids=tuple(ids), nd=nd,
             nodes=tuple(nodes), needs=needs, replays=replays, float_at=float_at,
             tracked_at=tracked, released_at=tuple(released_at))
@@ -549,7 +551,8 @@ class _Released:
     @staticmethod
     def of(x: Any) -> Any:
         try:
-            contiguous = x.flags.c_contiguous and getattr(x.flags, "writeable", True)
+            flags = x.flags
+            contiguous = flags.c_contiguous and getattr(flags, "writeable", True)
             released = _Released(weakref.ref(x), (type(x), tuple(x.shape), x.dtype))
         except (AttributeError, TypeError):   # other flags, or no weak references
             return x
