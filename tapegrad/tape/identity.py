@@ -125,6 +125,18 @@ class Identities:
     def meta(self, ident: Ident) -> tuple:
         return ident.meta
 
+    def overlapping(self, x: Any) -> Ident | None:
+        """A live identity whose memory overlaps that of ``x``, if any (``x`` a view of it)."""
+        lo, hi = extent(x)
+        k = bisect.bisect_right(self.extents, (lo, hi))
+        for j in range(max(k - 1, 0), len(self.extents)):
+            other_lo, other_hi, other = self.extents[j]
+            if other_lo >= hi:
+                break
+            if lo < other_hi and other.alive():
+                return other
+        return None
+
     def strong_references(self) -> list[Any]:
         """Owners held strongly (types without weak references): they stay alive."""
         return [e.owner for e in self.by_memory.values() if not e.weak]

@@ -470,6 +470,14 @@ class Tape:
             seen.update(record.writes)
         for s in sources:
             if is_array(s) and self.key(s) not in seen:
+                tracked = self.ids.overlapping(s)
+                if tracked is not None:
+                    raise TapegradError(
+                        f"the array of shape {s.shape} you differentiate with respect to is a "
+                        f"view of (or shares memory with) an array of shape {tracked.meta[1]} "
+                        "that the recorded code used; gradients are per array as the kernels "
+                        "were given it: differentiate with respect to that array and slice its "
+                        "gradient (g = tape.gradient(loss, x); g[1:])")
                 raise TapegradError(
                     f"the array of shape {s.shape} you differentiate with respect to was not "
                     "used by any recorded kernel launch or tapegrad operation, so its gradient "

@@ -168,6 +168,17 @@ def test_a_source_the_tape_never_saw_is_an_error_not_a_zero_gradient():
         tg.gradient(loss, rng.random(3))
 
 
+@pytest.mark.parametrize("view", [lambda x: x[1:], lambda x: x[::2], lambda x: x.reshape(2, 3)])
+def test_a_source_that_is_a_view_of_a_recorded_array_is_named_as_such(view):
+    x, y = rng.random(6), np.zeros(6)
+    with tg.Tape() as tape:
+        sin_kernel(CPU)(y, x, ndrange=6)
+        loss = tg.sum(y)
+    with pytest.raises(tg.TapegradError, match=r"view of .* shape \(6,\).* slice its gradient"):
+        tape.gradient(loss, view(x))
+    np.testing.assert_allclose(view(tape.gradient(loss, x)), view(np.cos(x)), rtol=1e-12)
+
+
 def test_changing_a_recorded_array_before_gradient_is_an_error():
     A, B = rng.random(4), np.zeros(4)
     with tg.Tape() as tape:
