@@ -323,6 +323,8 @@ class Tape:
                 raise TapegradError(f"tape.gradient sources are arrays or scalars from "
                                     f"tg.Active / tg.sum(...), got {type(s).__name__}")
             grads[self.key(s)] = _empty_like(s)
+        if not self.recording:
+            self.check_target(target)
         self.backward(target, seeds, grads, sources, unwritten=set(grads))
         out = []
         for s in sources:
@@ -384,6 +386,32 @@ class Tape:
             self.shadows[ident].fill(0)
         self.fresh = set()
         self.stand_ins = {}
+
+    def check_target(self, target: Any) -> None:
+        """``tape.gradient``'s target is a scalar this tape recorded; say what else it is."""
+        if isinstance(target, TrackedScalar):
+            if target.tape is not self:
+                raise TapegradError("tape.gradient's target was recorded by another tape: ask "
+                                    "that tape for its gradient")
+            return
+        if is_array(target):
+            if self.tracks(target) and target.size == 1:
+                return
+            if self.tracks(target):
+                raise TapegradError(
+                    f"tape.gradient's target must be a scalar, got an array of shape "
+                    f"{target.shape}; reduce it inside the `with tg.Tape()` block (tg.sum(B), "
+                    "tg.dot(B, w)), or take a vector-Jacobian product with tg.vjp")
+            raise TapegradError(
+                f"tape.gradient's target, an array of shape {target.shape}, was not written "
+                "by any recorded kernel launch or tapegrad operation; compute it inside the "
+                "`with tg.Tape()` block")
+        raise TapegradError(
+            f"tape.gradient's target is a plain {type(target).__name__} ({target!r}), not a "
+            "value the tape recorded: arithmetic on tape scalars after the `with tg.Tape()` "
+            "block ends (or float(...), np.float64(...) of one) is not recorded. Compute the "
+            "target inside the block (loss = tg.sum(B) + 0.5 * tg.dot(B, B)), then call "
+            "tape.gradient(loss, x)")
 
     def seed(self, target: Any) -> None:
         if isinstance(target, TrackedScalar) and target.tape is self:

@@ -475,3 +475,21 @@ def test_ndarray_subclasses_get_shadows_on_the_host():
         sin_kernel(CPU)(y, x, ndrange=6)
         loss = tg.sum(y)
     np.testing.assert_allclose(tape.gradient(loss, x), np.cos(np.asarray(x)), rtol=1e-12)
+
+
+def test_a_target_the_tape_did_not_record_says_why():
+    x, y = rng.random(4), np.zeros(4)
+    with tg.Tape() as tape:
+        sin_kernel(CPU)(y, x, ndrange=4)
+        s, m = tg.sum(y), tg.mean(y)
+    with tg.Tape() as other:
+        z = np.zeros(4)
+        sin_kernel(CPU)(z, x, ndrange=4)
+        elsewhere = tg.sum(z)
+    with pytest.raises(tg.TapegradError, match=r"plain float .*after the `with tg.Tape\(\)`"):
+        tape.gradient(s + m, x)            # arithmetic after the block is not recorded
+    with pytest.raises(tg.TapegradError, match="must be a scalar, got an array of shape"):
+        tape.gradient(y, x)
+    with pytest.raises(tg.TapegradError, match="another tape"):
+        tape.gradient(elsewhere, x)
+    np.testing.assert_allclose(other.gradient(elsewhere, x), np.cos(x), rtol=1e-12)
