@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from tapegrad.backends.numba_lower import func_symbol
 from tapegrad.errors import KernelSyntaxError, located
 from tapegrad.frontend.ir import tg_name
-from tapegrad.frontend.types import TypedKernel
+from tapegrad.frontend.types import TupleT, TypedKernel
 
 
 def is_barrier(s: ast.stmt) -> bool:
@@ -43,12 +43,16 @@ _UNIFORM_CALLS = {"groupsize", "ndrange", "group_index", "group_indices"}
 _ITEM_CALLS = {"global_index", "global_indices", "local_index", "local_indices"}
 
 
-def is_uniform(node: ast.expr, uniform: set[str]) -> bool:
-    """True if ``node`` has the same value for every work-item of a workgroup."""
+def is_uniform(node: ast.expr, uniform: set[str], tuples: set[str] = frozenset()) -> bool:
+    """True if ``node`` has the same value for every work-item of a workgroup.
+
+    ``tuples``: names known to hold tuples (not arrays), whose elements may be read:
+    ``gs[0]`` of a uniform tuple ``gs`` is uniform, ``A[0]`` of an array is not.
+    """
     for n in ast.walk(node):
         if isinstance(n, ast.Name) and n.id not in uniform and n.id != "tg":
             return False
-        if isinstance(n, ast.Subscript) and not _is_tuple_index(n):
+        if isinstance(n, ast.Subscript) and not _is_tuple_index(n, tuples):
             return False   # memory may differ between reads; treat element reads as varying
         if isinstance(n, ast.Call):
             name = tg_name(n)
@@ -57,9 +61,47 @@ def is_uniform(node: ast.expr, uniform: set[str]) -> bool:
     return True
 
 
-def _is_tuple_index(n: ast.Subscript) -> bool:
+def _is_tuple_index(n: ast.Subscript, tuples: set[str] = frozenset()) -> bool:
+    """Whether ``n`` reads an element of a tuple (a shape, ``tg.groupsize()``, a local
+    holding a tuple), which, unlike an array element, cannot change between reads."""
     return isinstance(n.value, ast.Attribute) and n.value.attr == "shape" or (
-        isinstance(n.value, ast.Call) and tg_name(n.value) in _UNIFORM_CALLS)
+        isinstance(n.value, ast.Call) and tg_name(n.value) in _UNIFORM_CALLS) or (
+        isinstance(n.value, ast.Name) and n.value.id in tuples)
+
+
+def assigned_values(s: ast.stmt) -> dict[str, ast.expr]:
+    """Each name the assignment ``s`` sets, with the expression its value comes from.
+
+    ``x = e`` and ``x op= e`` give x: e.  A tuple target unpacking a tuple display of the same
+    length is judged element by element (``a, b = (m, i)``: a from m, b from i), so one varying
+    element does not make the others vary; any other tuple target takes the whole value for
+    every name (``n, m = A.shape``: every element of a uniform tuple is uniform).  When the
+    display reads one of the names it sets (``a, b = b, a``), element by element would misread
+    the old values as new ones, so the whole value counts there too.  Empty when ``s`` sets no
+    name (``A[i] = e``, or not an assignment).
+    """
+    if isinstance(s, ast.AugAssign):
+        return {s.target.id: s.value} if isinstance(s.target, ast.Name) else {}
+    if not isinstance(s, ast.Assign):
+        return {}
+    target, value = s.targets[0], s.value
+    if isinstance(target, ast.Name):
+        return {target.id: value}
+    if not isinstance(target, ast.Tuple):
+        return {}
+    names = [e.id for e in target.elts if isinstance(e, ast.Name)]
+    if (len(names) == len(target.elts) and isinstance(value, ast.Tuple)
+            and len(value.elts) == len(names) and not set(names) & names_in(value)
+            and not any(isinstance(e, ast.Starred) for e in value.elts)):
+        return dict(zip(names, value.elts))
+    return {n.id: value for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def _unpacks_whole(s: ast.stmt) -> bool:
+    """Whether ``s`` unpacks one tuple value into several names (``n, m = A.shape``), so its
+    names are uniform together or not at all (they are computed by one statement)."""
+    values = list(assigned_values(s).values())
+    return len(values) > 1 and all(v is s.value for v in values)
 
 
 def is_index_only(node: ast.expr, uniform: set[str]) -> bool:
@@ -112,6 +154,7 @@ class BarrierPlan:
         self.tk = tk
         self.ir = tk.ir
         self.decls = decls
+        self.tuples = self.tuple_names()
         uniform = self.uniform_names(body, decls)
         self.uniform = uniform
         self.hoisted = self.group_level_names(body, uniform)
@@ -159,10 +202,14 @@ class BarrierPlan:
 
     def uniform_names(self, body: list[ast.stmt], decls: list[ast.stmt]) -> set[str]:
         """Names with one value per workgroup: arguments, local memory, group-level loop
-        variables, and locals only ever assigned uniform values at group level."""
+        variables, and locals only ever assigned uniform values at group level.  A tuple
+        assignment is judged name by name (see ``assigned_values``)."""
         uniform = set(self.ir.params) | {s.targets[0].id for s in decls
                                          if memory_decl(s) == "localmem"}
-        group_assigns: dict[str, list[ast.Assign]] = {}
+        # name -> the expressions each of its group-level assignments computes it from
+        group_assigns: dict[str, list[list[ast.expr]]] = {}
+        unpacks: list[set[str]] = []    # names set together by one tuple value
+        declared: set[str] = set()
         anywhere: dict[str, int] = {}
         for node in ast.walk(ast.Module(body=body, type_ignores=[])):
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
@@ -170,43 +217,60 @@ class BarrierPlan:
 
         def visit(stmts: list[ast.stmt]) -> None:
             for s in stmts:
-                if _single_target(s):
-                    group_assigns.setdefault(_single_target(s), []).append(s)
+                values = assigned_values(s)
+                if memory_decl(s):
+                    declared.add(s.targets[0].id)   # an array, not a value
+                elif values:
+                    for name, value in values.items():
+                        group_assigns.setdefault(name, []).append([value])
+                    if _unpacks_whole(s):
+                        unpacks.append(set(values))
                 elif contains_barrier(s) and isinstance(s, (ast.If, ast.While)):
                     visit(s.body)
                     visit(s.orelse)
                 elif contains_barrier(s) and isinstance(s, ast.For):
-                    group_assigns.setdefault(s.target.id, []).append(s)
+                    group_assigns.setdefault(s.target.id, []).append(list(s.iter.args))
                     visit(s.body)
         visit(body)
         candidates = {n for n, assigns in group_assigns.items()
                       if len(assigns) == anywhere.get(n, 0) and n not in self.ir.params
-                      and not any(memory_decl(a) for a in assigns if isinstance(a, ast.Assign))}
+                      and n not in declared}
         uniform |= candidates
         changed = True
         while changed:
             changed = False
             for n in sorted(candidates & uniform):
-                for a in group_assigns[n]:
-                    values = a.iter.args if isinstance(a, ast.For) else [a.value]
-                    if not all(is_uniform(v, uniform) for v in values):
-                        uniform.discard(n)
-                        changed = True
-                        break
+                if not all(is_uniform(v, uniform, self.tuples)
+                           for values in group_assigns[n] for v in values):
+                    uniform.discard(n)
+                    changed = True
+            for names in unpacks:
+                if names & uniform and not names <= uniform:
+                    uniform -= names
+                    changed = True
         return uniform
+
+    def tuple_names(self) -> set[str]:
+        """Arguments and locals that hold tuples (whose elements ``is_uniform`` may read)."""
+        params = dict(zip(self.ir.params, self.tk.argtypes))
+        return {n for n, t in {**params, **self.tk.locals}.items() if isinstance(t, TupleT)}
 
     def group_level_names(self, body: list[ast.stmt], uniform: set[str]) -> set[str]:
         """The uniform locals computed once per group: those that group-level control flow
         (loops and branches holding barriers) needs, directly or through other such locals.
         Other uniform locals stay ordinary work-item locals, so they do not split loops."""
-        assigns: dict[str, list[ast.stmt]] = {}
+        assigns: dict[str, list[ast.expr]] = {}   # name -> the values it is assigned from
+        unpacks: dict[str, set[str]] = {}         # name -> the names one tuple value sets
         needed: set[str] = set()
 
         def visit(stmts: list[ast.stmt]) -> None:
             for s in stmts:
-                name = _single_target(s)
-                if name is not None:
-                    assigns.setdefault(name, []).append(s)
+                values = assigned_values(s)
+                whole = _unpacks_whole(s)
+                for name, value in values.items():
+                    assigns.setdefault(name, []).append(value)
+                    if whole:
+                        unpacks.setdefault(name, set()).update(values)
                 if contains_barrier(s) and isinstance(s, (ast.For, ast.While, ast.If)):
                     exprs = s.iter.args if isinstance(s, ast.For) else [s.test]
                     for e in exprs:
@@ -226,10 +290,13 @@ class BarrierPlan:
         todo = list(needed)
         while todo:
             name = todo.pop()
-            for a in assigns.get(name, []):
-                for dep in names_in(a.value) - needed:
-                    needed.add(dep)
-                    todo.append(dep)
+            # ``n, m = A.shape`` is computed once per group as a whole when one of its names
+            # is needed (its names are uniform together), so all of them are group-level
+            deps = set().union(*(names_in(v) for v in assigns.get(name, []))) | \
+                unpacks.get(name, set())
+            for dep in deps - needed:
+                needed.add(dep)
+                todo.append(dep)
         return (needed & uniform) | (uniform & (params | set(self.tk.locals) - set(assigns)))
 
     def cheap_locals(self, body: list[ast.stmt], uniform: set[str]) -> dict[str, ast.Assign]:
@@ -288,13 +355,33 @@ class BarrierPlan:
             elif contains_barrier(s):
                 flush()
                 blocks.extend(self.group_control(s, uniform))
-            elif _single_target(s) in self.hoisted:
+            elif set(assigned_values(s)) & self.hoisted:
                 flush()
-                blocks.append(GroupStmt(s))
+                group, item = self.split_assignment(s)
+                blocks.extend(GroupStmt(g) for g in group)
+                pending.extend(item)
             else:
                 pending.append(s)
         flush()
         return blocks
+
+    def split_assignment(self, s: ast.stmt) -> tuple[list[ast.stmt], list[ast.stmt]]:
+        """``s``, which sets a group-level name, as (statements run once per group, statements
+        run per work-item).  Only a tuple display mixing both kinds is split, one assignment
+        per name: ``a, b = (m, i)`` with a group-level becomes ``a = m`` for the group and
+        ``b = i`` per item (``assigned_values`` pairs names and elements only when the display
+        reads none of the names it sets, so the order of the two does not matter)."""
+        values = assigned_values(s)
+        if set(values) <= self.hoisted:
+            return [s], []
+        # the names of a whole unpacked tuple are hoisted together (group_level_names), so
+        # here the value is a display and each name has its own element
+        group: list[ast.stmt] = []
+        item: list[ast.stmt] = []
+        for target, value in zip(s.targets[0].elts, s.value.elts):
+            one = ast.copy_location(ast.Assign(targets=[target], value=value), s)
+            (group if target.id in self.hoisted else item).append(one)
+        return group, item
 
     def group_control(self, s: ast.stmt, uniform: set[str]) -> list:
         """Blocks for control flow that holds a barrier (run once per group).
@@ -310,7 +397,7 @@ class BarrierPlan:
         if not isinstance(s, (ast.For, ast.While, ast.If)):
             raise self.fail(s, "tg.synchronize() may only appear as a statement of its own, at "
                                "the top level or inside for/while/if whose condition is uniform")
-        varying = [e for e in exprs if not is_uniform(e, uniform)]
+        varying = [e for e in exprs if not is_uniform(e, uniform, self.tuples)]
         if varying and not self.ir.generated:
             what = "bounds of this loop" if isinstance(s, ast.For) else (
                 "condition of this loop" if isinstance(s, ast.While) else "condition of this if")

@@ -92,6 +92,7 @@ class _Resolver(ast.NodeTransformer):
         self.parsed = parsed
         self.local_names = local_names
         self.funcs: dict[str, Func] = {}
+        self.statement_call: ast.expr | None = None   # the call an expression statement makes
         # a local named like the generated code's (`_k`, `_a1`: loop variables and adjoint
         # temporaries start with an underscore; `x_bar`, `x_dot`: the adjoint and tangent of
         # `x`) gets a name of its own; names with '__' and parameters starting with '_' are
@@ -190,6 +191,10 @@ class _Resolver(ast.NodeTransformer):
         name = _INTRINSICS.get(id(obj))
         if name == "index":
             return self.index_call(node, args)
+        if name == "synchronize" and node is not self.statement_call:
+            raise self.fail(node, "tg.synchronize() is a workgroup barrier and returns nothing: "
+                                  "it must be a statement of its own, on a line by itself "
+                                  "(tg.synchronize()), not assigned or used in an expression")
         if name == "len":
             if len(args) != 1:
                 raise self.fail(node, "len takes one array")
@@ -262,5 +267,6 @@ class _Resolver(ast.NodeTransformer):
     def visit_Expr(self, node: ast.Expr) -> ast.stmt | None:
         if _is_docstring(node):
             return None
+        self.statement_call = node.value   # where a barrier may stand (see visit_Call)
         node.value = self.visit(node.value)
         return node

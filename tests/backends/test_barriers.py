@@ -410,3 +410,132 @@ def test_private_array_passed_whole_after_a_barrier(backend):
     np.testing.assert_array_equal(B, 6 * A + 8 + 1000 * mirrored)
     if backend.name == "cpu":      # the work-item's slots, a view across the others
         assert "p = p__items[..., _li]" in private_passed_whole.source(backend=backend)
+
+
+# -- uniform values that reach a barrier loop or branch through a tuple ----------------------------
+# docs/language.md: bounds and conditions around a barrier may use shapes, tg.groupsize(),
+# group indices and locals computed from them, also when they come unpacked from a tuple.
+
+@tg.kernel
+def tiled_matmul_unpacked_shape(C, A, B):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    li, lj = tg.index(tg.Local, tg.NTuple)
+    As = tg.localmem(A.dtype, (TILE, TILE))
+    Bs = tg.localmem(B.dtype, (TILE, TILE))
+    _, k = A.shape                        # the loop bound comes from the unpacked shape
+    acc = 0.0
+    for t in range(k // TILE):
+        As[li, lj] = A[i, t * TILE + lj]
+        Bs[li, lj] = B[t * TILE + li, j]
+        tg.synchronize()
+        for s in range(TILE):
+            acc += As[li, s] * Bs[s, lj]
+        tg.synchronize()
+    C[i, j] = acc
+
+
+def test_tiled_matmul_with_bound_from_unpacked_shape(backend):
+    rng = np.random.default_rng(5)
+    A, B = rng.standard_normal((8, 12)), rng.standard_normal((12, 4))
+    C = np.full((8, 4), SENTINEL)
+    tiled_matmul_unpacked_shape(backend, (TILE, TILE))(C, A, B, ndrange=C.shape)
+    np.testing.assert_allclose(C, A @ B, rtol=1e-12, atol=1e-12)
+
+
+def test_adjoint_of_tiled_matmul_with_bound_from_unpacked_shape(backend):
+    # the adjoint kernel goes through the same uniformity analysis as the user's
+    rng = np.random.default_rng(6)
+    A, B, W = rng.random((8, 8)), rng.random((8, 4)), rng.random((8, 4))
+    C, dA, dB = np.zeros((8, 4)), np.zeros((8, 8)), np.zeros((8, 4))
+    tg.autodiff(tg.Reverse, tiled_matmul_unpacked_shape(backend, (TILE, TILE)), tg.Const,
+                tg.Duplicated(C, W.copy()), tg.Duplicated(A, dA), tg.Duplicated(B, dB),
+                ndrange=(8, 4))
+    np.testing.assert_allclose(C, A @ B, rtol=1e-12)
+    np.testing.assert_allclose(dA, W @ B.T, rtol=1e-12)
+    np.testing.assert_allclose(dB, A.T @ W, rtol=1e-12)
+
+
+@tg.kernel
+def tiled_row_sums(out, A):
+    i = tg.index()
+    li = tg.index(tg.Local)
+    tile = tg.localmem(A.dtype, (TILE, TILE))
+    n, m = A.shape
+    steps, row = (m // TILE, i)           # a display: each name judged by its own element
+    acc = 0.0
+    for t in range(steps):
+        for s in range(TILE):
+            tile[li, s] = A[row, t * TILE + s]
+        tg.synchronize()
+        for s in range(TILE):
+            acc += tile[li, s]
+        tg.synchronize()
+    out[row] = acc
+
+
+@pytest.mark.parametrize("n", [8, 6])
+def test_tiled_row_sums_with_bound_from_unpacked_shape(backend, n):
+    # n = 6: the last group is partial; its idle work-items still need the loop's bound
+    A = np.arange(n * 8.0).reshape(n, 8)
+    out = np.full(n + 2, SENTINEL)
+    tiled_row_sums(backend, TILE)(out, A, ndrange=n)
+    np.testing.assert_array_equal(out[:n], A.sum(1))
+    assert (out[n:] == SENTINEL).all()
+
+
+@tg.kernel
+def mirrored_by_group(B, A):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    li, lj = tg.index(tg.Local, tg.NTuple)
+    gi, gj = tg.index(tg.Group, tg.NTuple)
+    tile = tg.localmem(A.dtype, (TILE, TILE))
+    acc = 0.0
+    for r in range(gi + 1):               # bound from a group index
+        tile[li, lj] = A[i, j] * (r + 1)
+        tg.synchronize()
+        acc += tile[TILE - 1 - li, lj]
+        tg.synchronize()
+    if gj % 2 == 1:                       # condition from a group index
+        tile[li, lj] = acc
+        tg.synchronize()
+        acc = tile[li, TILE - 1 - lj]
+    B[i, j] = acc
+
+
+def test_group_indices_from_a_tuple_in_bound_and_condition(backend):
+    A = np.arange(64.0).reshape(8, 8)
+    B = np.full((8, 8), SENTINEL)
+    mirrored_by_group(backend, (TILE, TILE))(B, A, ndrange=(8, 8))
+    ii, jj = np.indices((8, 8))
+    gi, gj = ii // TILE, jj // TILE
+    rows = gi * TILE + TILE - 1 - ii % TILE               # mirrored within the tile
+    expected = A[rows, jj] * (gi + 1) * (gi + 2) / 2      # sum of (r + 1) for r <= gi
+    cols = np.where(gj % 2 == 1, gj * TILE + TILE - 1 - jj % TILE, jj)
+    np.testing.assert_array_equal(B, expected[ii, cols])
+
+
+@tg.kernel
+def rotate_in_group(B, A):
+    i = tg.index()
+    li = tg.index(tg.Local)
+    gs = tg.groupsize()
+    ring = tg.localmem(A.dtype, tg.groupsize())
+    value = A[i]
+    acc = 0.0
+    for k in range(gs[0]):                # a constant index into the uniform tuple gs
+        ring[li] = value
+        tg.synchronize()
+        value = ring[(li + 1) % gs[0]]
+        acc += value * (k + 1)
+        tg.synchronize()
+    B[i] = acc
+
+
+def test_groupsize_tuple_element_as_loop_bound(backend):
+    A = np.arange(1.0, 13.0)
+    B = np.zeros(12)
+    rotate_in_group(backend, 4)(B, A, ndrange=12)
+    groups = A.reshape(3, 4)
+    expected = [sum((k + 1) * g[(li + k + 1) % 4] for k in range(4)) for g in groups
+                for li in range(4)]
+    np.testing.assert_array_equal(B, expected)

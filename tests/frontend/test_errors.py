@@ -352,6 +352,62 @@ def barrier_in_item_if(B, A):
     B[i] = 1.0
 
 
+@tg.kernel
+def barrier_in_mixed_tuple_loop(B, A):
+    i = tg.index()
+    n, k = (A.shape[0], i)    # judged name by name: n is uniform, k is not
+    for _j in range(n):
+        tg.synchronize()
+    for _j in range(k):  # ERR:mixed-tuple-bound
+        tg.synchronize()
+    B[i] = 1.0
+
+
+@tg.kernel
+def barrier_in_loop_over_half_reused_unpack(B, A):
+    i = tg.index()
+    n, k = A.shape            # one statement computes n and k: they are uniform together
+    n = i                     # ... or not at all (conservative: k is refused too)
+    for _j in range(A.shape[1]):
+        tg.synchronize()
+    for _j in range(k):  # ERR:half-reused-unpack
+        tg.synchronize()
+    B[n] = 1.0
+
+
+@tg.kernel
+def barrier_in_item_tuple_element_loop(B):
+    i = tg.index()
+    local = tg.index(tg.Local, tg.NTuple)
+    for _k in range(local[0]):  # ERR:item-tuple-element
+        tg.synchronize()
+    B[i] = 1.0
+
+
+@tg.kernel
+def barrier_in_localmem_element_loop(B):
+    i = tg.index()
+    tmp = tg.localmem(np.int64, (4,))
+    tmp[0] = 2
+    tg.synchronize()
+    for _k in range(tmp[0]):  # ERR:localmem-element-bound
+        tg.synchronize()
+    B[i] = 1.0
+
+
+@tg.kernel
+def assigns_a_barrier(B):
+    i = tg.index()
+    x = tg.synchronize()  # ERR:assign-barrier
+    B[i] = x
+
+
+@tg.kernel
+def barrier_in_an_expression(B):
+    i = tg.index()
+    B[i] = float(tg.synchronize())  # ERR:barrier-in-expression
+
+
 @tg.func
 def func_with_barrier(x):
     tg.synchronize()  # ERR:func-barrier
@@ -433,6 +489,15 @@ TYPE_CASES = [
     (localmem_runtime_shape, (F64, 3), "localmem-shape", "compile time"),
     (barrier_in_item_loop, (F64,), "item-bound", "same value for every"),
     (barrier_in_item_if, (F64, F64), "item-if", "same value for every"),
+    (barrier_in_mixed_tuple_loop, (F64, F64), "mixed-tuple-bound", "same value for every"),
+    (barrier_in_loop_over_half_reused_unpack, (F64, np.zeros((4, 4))), "half-reused-unpack",
+     "same value for every"),
+    (barrier_in_item_tuple_element_loop, (F64,), "item-tuple-element", "same value for every"),
+    (barrier_in_localmem_element_loop, (F64,), "localmem-element-bound", "same value for every"),
+    (assigns_a_barrier, (F64,), "assign-barrier",
+     "tg.synchronize() is a workgroup barrier and returns nothing: it must be a statement of "
+     "its own"),
+    (barrier_in_an_expression, (F64,), "barrier-in-expression", "returns nothing"),
     (calls_func_with_barrier, (F64,), "func-barrier", "device function"),
     (return_before_barrier, (F64,), "return-before-barrier", "barrier"),
     (calls_a_kernel, (F64,), "kernel-call", "@tg.func"),
@@ -464,7 +529,9 @@ def test_errors_at_first_launch(kern, args, tag, fragment):
 # what the code is (names, calls, where barriers and returns stand): KernelSyntaxError, even
 # when it can only be judged at the first launch, once names are resolved
 STRUCTURE_TAGS = {"undefined", "print", "item-bound", "item-if", "return-before-barrier",
-                  "kernel-call", "host-api", "global-array"}
+                  "kernel-call", "host-api", "global-array", "mixed-tuple-bound",
+                  "item-tuple-element", "localmem-element-bound", "assign-barrier",
+                  "barrier-in-expression", "half-reused-unpack"}
 
 
 @pytest.mark.parametrize("kern, args, tag, fragment", TYPE_CASES, ids=TYPE_IDS)
@@ -474,6 +541,34 @@ def test_first_launch_errors_have_the_documented_class(kern, args, tag, fragment
     expected = tg.KernelSyntaxError if tag in STRUCTURE_TAGS else tg.KernelTypeError
     with pytest.raises(expected):
         kern(CPU, 4)(*args, ndrange=4)
+
+
+@tg.kernel
+def barrier_in_global_tuple_loop(B):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    for _k in range(i):  # ERR:global-tuple-bound
+        tg.synchronize()
+    B[i, j] = 1.0
+
+
+@tg.kernel
+def barrier_in_local_tuple_if(B):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    li, lj = tg.index(tg.Local, tg.NTuple)
+    if lj > 0:  # ERR:local-tuple-if
+        tg.synchronize()
+    B[i, j] = 1.0
+
+
+@pytest.mark.parametrize("kern, tag", [(barrier_in_global_tuple_loop, "global-tuple-bound"),
+                                       (barrier_in_local_tuple_if, "local-tuple-if")],
+                         ids=["global", "local"])
+def test_item_indices_unpacked_from_a_tuple_cannot_steer_a_barrier(kern, tag):
+    """Unpacking is judged name by name, but global and local indices still vary."""
+    with pytest.raises(tg.KernelSyntaxError) as info:
+        kern(CPU, (2, 2))(np.zeros((4, 4)), ndrange=(4, 4))
+    assert_located(info.value, tag)
+    assert "must have the same value for every work-item of the group" in str(info.value)
 
 
 def test_failed_launch_leaves_arrays_untouched():
