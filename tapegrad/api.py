@@ -24,7 +24,7 @@ from tapegrad.tape.activity import (
     Reverse,
     annotate,
 )
-from tapegrad.tape.forward import DualScalar, ForwardContext
+from tapegrad.tape.forward import DualScalar, ForwardContext, plain_value, refuse_nested
 from tapegrad.tape.identity import array_key, extent
 from tapegrad.tape.scalars import TrackedScalar
 from tapegrad.tape.tape import (
@@ -75,6 +75,8 @@ def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = N
     if not accumulate and not mode.reverse:
         raise TapegradError("accumulate=False is for reverse mode: forward mode writes its "
                             "tangents, it never adds into them")
+    if not mode.reverse:
+        refuse_nested()
     if isinstance(f, ConfiguredKernel):
         return _autodiff_kernel(mode, f, ret_activity, args, ndrange, accumulate)
     if isinstance(f, Kernel):
@@ -155,6 +157,7 @@ def _forward_annotation(owner: str, p: Any, a: Annotation, width: int, backend: 
 
 def _autodiff_forward_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> tuple:
     """Run ``f`` with tangents: kernels launch their tangent kernels, reductions carry duals."""
+    refuse_nested()
     annotated = [annotate(a) for a in args]
     width = _batch_width(annotated)
     ctx = ForwardContext(width)
@@ -170,7 +173,7 @@ def _autodiff_forward_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tu
             call_args.append(a.val)
     with ctx:
         result = f(*call_args)
-    primal = float(result) if isinstance(result, DualScalar) else result
+    primal = plain_value(result) if isinstance(result, DualScalar) else result
     if ret is Const or isinstance(ret, Const):
         return (primal,) if mode.with_primal else ()
     tangents = _result_tangents(ctx, result, width)
@@ -246,6 +249,7 @@ def jvp(f: Callable[..., Any], x: Any, v: Any) -> tuple[Any, Any]:
     >>> float(y), y_dot
     (10.0, 6.0)
     """
+    refuse_nested()      # (before float(x): x may be an outer run's dual scalar)
     # (a copy of v: the run updates x's tangent along with x, and v is the caller's)
     arg = Duplicated(x, v.copy()) if is_array(x) else Duplicated(float(x), float(v))
     tangent, primal = _autodiff_forward_host(ForwardWithPrimal, f, Duplicated, (arg,))

@@ -22,6 +22,28 @@ def current() -> ForwardContext | None:
     return _active[-1] if _active else None
 
 
+def refuse_nested() -> None:
+    """Forward mode inside forward mode: the inner run's results would carry none of the outer
+    run's tangents (a kernel-level tg.autodiff(tg.Forward, ...) inside tg.jvp gave a zero
+    derivative silently), so it is refused before anything runs."""
+    if _active:
+        raise TapegradError(
+            "nested forward mode is not supported: tg.jvp, tg.autodiff(tg.Forward, ...) or "
+            "tg.jacobian(..., mode=tg.Forward) was called inside a function that forward mode "
+            "is already differentiating, and the inner run's results would not carry the outer "
+            "run's tangents. Compute the inner derivative separately, outside the function, and "
+            "pass it in; for several directions use one run, tg.jacobian(f, x, mode=tg.Forward) "
+            "or tg.autodiff(tg.Forward, f, tg.BatchDuplicated, tg.BatchDuplicated(x, (v1, v2))). "
+            "Second derivatives (forward over forward) are not available")
+
+
+def plain_value(x: Any) -> float:
+    """The plain value of a number or a dual scalar, tangents dropped on purpose: for the
+    library's own conversions, where the tangents are carried separately (``float(dual)`` is
+    refused while forward mode runs, see ``DualScalar.__float__``)."""
+    return float.__float__(x) if isinstance(x, DualScalar) else float(x)
+
+
 class DualScalar(float):
     """A float carrying ``width`` tangents (forward mode on the host)."""
 
@@ -31,10 +53,36 @@ class DualScalar(float):
         return obj
 
     def __repr__(self) -> str:
-        return f"{float(self)!r}"
+        return float.__repr__(self)
+
+    def __float__(self) -> float:
+        # the value alone, fed back into the computation (a kernel argument, a NumPy array),
+        # is a constant to forward mode: the derivative through it was lost without a word
+        if _active:
+            raise TapegradError(
+                f"float() of a forward-mode scalar ({float.__repr__(self)}, from tg.sum/dot/"
+                "mean/norm or arithmetic on them) would drop its tangent, and the derivative "
+                "through the value would be silently wrong. Use the scalar itself: kernels take "
+                "it as an argument, and + - * / **, tg.sqrt/exp/hypot/... and NumPy's ufuncs "
+                "carry its tangent. If it is meant as a constant, compute it outside the "
+                "function being differentiated and pass it in")
+        return float.__float__(self)
 
     def _make(self, value: float, tangents: Any) -> DualScalar:
         return DualScalar(value, tuple(tangents))
+
+    @staticmethod
+    def combine(operands: tuple, value: float, partials: tuple) -> DualScalar:
+        """``value = f(*operands)`` given its partial derivatives: each tangent is the sum of
+        ``partial * operand tangent`` over the operands that carry tangents (the others are
+        constants: an infinite partial times their zero tangent would give NaN)."""
+        width = next(len(o.tangents) for o in operands if isinstance(o, DualScalar))
+        tangents = [0.0] * width
+        for o, p in zip(operands, partials):
+            if isinstance(o, DualScalar):
+                for j, t in enumerate(o.tangents):
+                    tangents[j] += p * t
+        return DualScalar(value, tangents)
 
     @staticmethod
     def _t(x: Any, width: int) -> tuple[float, ...]:
@@ -52,70 +100,64 @@ class DualScalar(float):
         return self._make(value, (da * a + db * b for a, b in zip(ot, self.tangents)))
 
     def __add__(self, o: Any) -> DualScalar:
-        return self._binary(o, float(self) + float(o), 1.0, 1.0)
+        return self._binary(o, plain_value(self) + plain_value(o), 1.0, 1.0)
 
     __radd__ = __add__
 
     def __sub__(self, o: Any) -> DualScalar:
-        return self._binary(o, float(self) - float(o), 1.0, -1.0)
+        return self._binary(o, plain_value(self) - plain_value(o), 1.0, -1.0)
 
     def __rsub__(self, o: Any) -> DualScalar:
-        return self._rbinary(o, float(o) - float(self), 1.0, -1.0)
+        return self._rbinary(o, plain_value(o) - plain_value(self), 1.0, -1.0)
 
     def __mul__(self, o: Any) -> DualScalar:
-        return self._binary(o, float(self) * float(o), float(o), float(self))
+        a, b = plain_value(self), plain_value(o)
+        return self._binary(o, a * b, b, a)
 
     __rmul__ = __mul__
 
     def __truediv__(self, o: Any) -> DualScalar:
-        a, b = float(self), float(o)
+        a, b = plain_value(self), plain_value(o)
         return self._binary(o, a / b, 1.0 / b, -a / (b * b))
 
     def __rtruediv__(self, o: Any) -> DualScalar:
-        a, b = float(o), float(self)
+        a, b = plain_value(o), plain_value(self)
         return self._rbinary(o, a / b, 1.0 / b, -a / (b * b))
 
     def __pow__(self, o: Any) -> DualScalar:
-        a, b = float(self), float(o)
+        a, b = plain_value(self), plain_value(o)
         r = a ** b
         return self._binary(o, r, b * a ** (b - 1) if b != 0 else 0.0,
                             r * math.log(a) if a > 0 else 0.0)
 
     def __rpow__(self, o: Any) -> DualScalar:
-        a, b = float(o), float(self)
+        a, b = plain_value(o), plain_value(self)
         r = a ** b
         return self._rbinary(o, r, b * a ** (b - 1) if b != 0 else 0.0,
                              r * math.log(a) if a > 0 else 0.0)
 
     def __mod__(self, o: Any) -> DualScalar:     # a - b * floor(a / b)
-        a, b = float(self), float(o)
+        a, b = plain_value(self), plain_value(o)
         return self._binary(o, a % b, 1.0, -math.floor(a / b))
 
     def __rmod__(self, o: Any) -> DualScalar:
-        a, b = float(o), float(self)
+        a, b = plain_value(o), plain_value(self)
         return self._rbinary(o, a % b, 1.0, -math.floor(a / b))
 
     def __neg__(self) -> DualScalar:
-        return self._make(-float(self), (-t for t in self.tangents))
+        return self._make(-plain_value(self), (-t for t in self.tangents))
 
     def __pos__(self) -> DualScalar:
         return self
 
     def __abs__(self) -> DualScalar:
-        v = float(self)
+        v = plain_value(self)
         s = math.copysign(1.0, v) if v else 0.0
         return self._make(abs(v), (s * t for t in self.tangents))
 
     def __tg_math__(self, name: str, args: tuple) -> Any:
-        from tapegrad.tape.hostops import _SCALAR_RULES
-        if name == "pow":
-            return args[0] ** args[1]
-        if name not in _SCALAR_RULES or len(args) != 1:
-            raise TapegradError(f"tg.{name} of a dual scalar has no forward rule on the host")
-        x = float(self)
-        value = getattr(math, name)(x)
-        d = _SCALAR_RULES[name](x, value)
-        return self._make(value, (d * t for t in self.tangents))
+        from tapegrad.tape.hostops import scalar_math
+        return scalar_math(name, args)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         from tapegrad.tape.hostops import numpy_ufunc
@@ -132,6 +174,7 @@ class ForwardContext:
         self.extents: dict[tuple, tuple[int, int]] = {}   # the bytes each one's elements span
 
     def __enter__(self) -> ForwardContext:
+        refuse_nested()      # (the outer run's recorder would read as a tape's below)
         if L.recorder is not None:
             raise TapegradError("forward mode cannot run inside a recording tg.Tape")
         _active.append(self)
@@ -177,7 +220,7 @@ class ForwardContext:
     def launch(self, cfg: Any, args: tuple, ndrange: Any) -> None:
         kernel = cfg.kernel
         nd = L._ndrange(kernel, ndrange)
-        plain = tuple(float(a) if isinstance(a, DualScalar) else a for a in args)
+        plain = tuple(plain_value(a) if isinstance(a, DualScalar) else a for a in args)
         L.check_args(kernel, cfg.backend, plain)
         reads, writes = L.access(kernel)
         params = L.kernel_ir(kernel).params

@@ -60,6 +60,8 @@ def _reduce(name: str, arrays: tuple, value: float, grad: Callable[..., list[Any
     ctx = F.current()
     if ctx is not None:
         per_array = [ctx.tangent_of(a) for a in arrays]
+        if all(t is None for t in per_array):
+            return value     # a constant (so float() of it, refused for dual scalars, works)
         tangents = [jvp([t[j] if t is not None else None for t in per_array], *arrays)
                     for j in range(ctx.width)]
         return F.DualScalar(value, tangents)
@@ -205,6 +207,10 @@ def _record_scalar_op(name: str, operands: tuple, value: float, partials: tuple)
     return node
 
 
+# The host's derivative rules for tg.<name> of scalars, in both modes (a tape records
+# ``partial * r_bar``, forward mode carries ``partial * tangent``); the conventions are those
+# of the kernels' table in tapegrad/ad/rules.py.  A name missing here is refused by
+# scalar_math, so a derivative is never lost without a word.
 _SCALAR_RULES: dict[str, Callable[[float, float], float]] = {
     # d f(x) / dx given x and r = f(x)
     "sqrt": lambda x, r: 0.5 / r if r else math.inf,
@@ -220,28 +226,51 @@ _SCALAR_RULES: dict[str, Callable[[float, float], float]] = {
     "tanh": lambda x, r: 1.0 - r * r,
     "sinh": lambda x, r: math.cosh(x),
     "cosh": lambda x, r: math.sinh(x),
+    "asinh": lambda x, r: 1.0 / math.sqrt(x * x + 1.0),
+    "acosh": lambda x, r: 1.0 / math.sqrt(x * x - 1.0),
+    "atanh": lambda x, r: 1.0 / (1.0 - x * x),
     "atan": lambda x, r: 1.0 / (1.0 + x * x),
     "asin": lambda x, r: 1.0 / math.sqrt(1.0 - x * x),
     "acos": lambda x, r: -1.0 / math.sqrt(1.0 - x * x),
     "erf": lambda x, r: 2.0 / math.sqrt(math.pi) * math.exp(-x * x),
+    "erfc": lambda x, r: -2.0 / math.sqrt(math.pi) * math.exp(-x * x),
     "fabs": lambda x, r: math.copysign(1.0, x) if x else 0.0,
 }
 
+_BINARY_RULES: dict[str, Callable[[float, float, float], tuple[float, float]]] = {
+    # (d f / da, d f / db) given a, b and r = f(a, b); 0 where there is no derivative
+    "hypot": lambda a, b, r: (a / r, b / r) if r else (0.0, 0.0),
+    "atan2": lambda a, b, r: (b / (a * a + b * b), -a / (a * a + b * b)) if a or b
+    else (0.0, 0.0),
+    "copysign": lambda a, b, r: (math.copysign(1.0, a) * math.copysign(1.0, b) if a else 0.0,
+                                 0.0),
+    "fmod": lambda a, b, r: (1.0, -float(math.trunc(a / b))),     # a - b * trunc(a / b)
+}
+
+# piecewise constant (their derivative is 0) or not numbers: the plain result, as math gives it
+_NO_DERIVATIVE = ("floor", "ceil", "trunc", "isnan", "isinf", "isfinite")
+
 
 def scalar_math(name: str, args: tuple) -> Any:
-    """``tg.<name>(tracked)``: the math function, recorded."""
+    """``tg.<name>(s, ...)`` of tracked scalars (recorded on their tape) or of forward-mode
+    scalars (the tangents carried along)."""
     if name == "pow":
-        return args[0] ** args[1] if isinstance(args[0], TrackedScalar) else \
-            args[1].__rpow__(args[0])
-    if name == "hypot" and len(args) == 2:
-        x, y = args
-        return (x * x + y * y) ** 0.5
-    if name not in _SCALAR_RULES or len(args) != 1:
-        raise TapegradError(f"tg.{name} of a tracked scalar is not differentiable on the host; "
-                            f"use one of {', '.join(sorted(_SCALAR_RULES))}, pow or hypot")
-    x = float(args[0])
-    value = getattr(math, name)(x)
-    return record_scalar_op(name, args, value, (_SCALAR_RULES[name](x, value),))
+        return args[0] ** args[1]    # the scalars' own ** (a plain base reaches __rpow__)
+    plain = tuple(F.plain_value(a) for a in args)
+    if name in _NO_DERIVATIVE:
+        return getattr(math, name)(*plain)
+    rules = _SCALAR_RULES if len(args) == 1 else _BINARY_RULES if len(args) == 2 else {}
+    if name not in rules:
+        names = sorted([*_SCALAR_RULES, *_BINARY_RULES, "pow", *_NO_DERIVATIVE])
+        raise TapegradError(f"tg.{name} of {len(args)} argument(s) has no derivative rule for "
+                            f"host scalars that carry a derivative; use one of "
+                            f"{', '.join(names)}")
+    value = getattr(math, name)(*plain)
+    partials = (_SCALAR_RULES[name](*plain, value),) if len(args) == 1 else \
+        _BINARY_RULES[name](*plain, value)
+    if any(isinstance(a, F.DualScalar) for a in args):
+        return F.DualScalar.combine(args, value, partials)
+    return record_scalar_op(name, args, value, partials)
 
 
 _UFUNCS = {"sqrt": "sqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "cos",

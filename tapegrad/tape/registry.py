@@ -96,7 +96,7 @@ def register_adjoint(fn: Callable[..., Any], reverse: Callable[..., Any],
 def _forward(ctx: F.ForwardContext, fn: Callable[..., Any], forward: Callable[..., Any] | None,
              name: str, args: tuple) -> Any:
     """Forward mode: ``forward(*args, *arg_tangents)`` gives the result's tangent."""
-    plain = [float(a) if isinstance(a, F.DualScalar) else a for a in args]
+    plain = [F.plain_value(a) if isinstance(a, F.DualScalar) else a for a in args]
     y = fn(*plain)
     per_arg = [a.tangents if isinstance(a, F.DualScalar) else
                (ctx.tangent_of(a) if T.is_array(a) else None) for a in args]
@@ -113,4 +113,4 @@ def _forward(ctx: F.ForwardContext, fn: Callable[..., Any], forward: Callable[..
     if T.is_array(y):
         ctx.seed(y, tangents)
         return y
-    return F.DualScalar(float(y), tangents)
+    return F.DualScalar(F.plain_value(y), tangents)
