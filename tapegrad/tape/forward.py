@@ -13,6 +13,7 @@ import numpy as np
 from tapegrad import launch as L
 from tapegrad.errors import TapegradError
 from tapegrad.tape.identity import extent
+from tapegrad.tape.scalars import operand
 from tapegrad.tape.tape import _zeros_like, array_key, is_array
 
 _active: list[ForwardContext] = []
@@ -41,7 +42,7 @@ def plain_value(x: Any) -> float:
     """The plain value of a number or a dual scalar, tangents dropped on purpose: for the
     library's own conversions, where the tangents are carried separately (``float(dual)`` is
     refused while forward mode runs, see ``DualScalar.__float__``)."""
-    return float.__float__(x) if isinstance(x, DualScalar) else float(x)
+    return float.__float__(x) if isinstance(x, DualScalar) else operand(x)
 
 
 class DualScalar(float):

@@ -279,6 +279,15 @@ _UFUNCS = {"sqrt": "sqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "cos
            "true_divide": None, "power": None}
 
 
+def array_and_scalar(what: str) -> TapegradError:
+    """The refusal of array arithmetic with a tracked or forward-mode scalar."""
+    return TapegradError(
+        f"{what} of an array and a scalar from tg.sum/dot/mean/norm: NumPy arithmetic on "
+        "arrays is not recorded, so the derivative through the result would be lost. Pass the "
+        "scalar to a kernel that computes the array (kernels take these scalars as "
+        "arguments), or keep to scalars (tg.sum(B) * s)")
+
+
 def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
     """NumPy ufuncs on tracked scalars: the differentiable ones are recorded, others refused
     (so a derivative is never lost silently)."""
@@ -289,6 +298,9 @@ def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
     # a NumPy scalar operand as a plain number: its own operators would come back here
     # (np.float64(1) - s recursed without end)
     inputs = tuple(float(v) if isinstance(v, np.generic) else v for v in inputs)
+    if any(getattr(v, "ndim", 0) for v in inputs):
+        # (the array's operator would hand the scalar back here: a RecursionError)
+        raise array_and_scalar(f"numpy.{name}")
     if name in ("add", "subtract", "multiply", "true_divide", "power"):
         a, b = inputs
         return {"add": lambda: a + b, "subtract": lambda: a - b, "multiply": lambda: a * b,

@@ -10,6 +10,15 @@ import math
 from typing import Any
 
 
+def operand(o: Any) -> float:
+    """The other operand of a scalar's arithmetic, as a float; an array is refused (NumPy
+    arithmetic on arrays is not recorded)."""
+    if getattr(o, "ndim", 0):
+        from tapegrad.tape.hostops import array_and_scalar
+        raise array_and_scalar("arithmetic")
+    return float(o)
+
+
 class TrackedScalar(float):
     """A Python float that is also a node of a tape."""
 
@@ -27,47 +36,47 @@ class TrackedScalar(float):
         return record_scalar_op(name, (self,) + others, value, partials)
 
     def __add__(self, o: Any) -> Any:
-        return self._op("+", (o,), float(self) + float(o), (1.0, 1.0))
+        return self._op("+", (o,), float(self) + operand(o), (1.0, 1.0))
 
     __radd__ = __add__
 
     def __sub__(self, o: Any) -> Any:
-        return self._op("-", (o,), float(self) - float(o), (1.0, -1.0))
+        return self._op("-", (o,), float(self) - operand(o), (1.0, -1.0))
 
     def __rsub__(self, o: Any) -> Any:
-        return self._op("-", (o,), float(o) - float(self), (-1.0, 1.0))
+        return self._op("-", (o,), operand(o) - float(self), (-1.0, 1.0))
 
     def __mul__(self, o: Any) -> Any:
-        return self._op("*", (o,), float(self) * float(o), (float(o), float(self)))
+        return self._op("*", (o,), float(self) * operand(o), (operand(o), float(self)))
 
     __rmul__ = __mul__
 
     def __truediv__(self, o: Any) -> Any:
-        a, b = float(self), float(o)
+        a, b = float(self), operand(o)
         return self._op("/", (o,), a / b, (1.0 / b, -a / (b * b)))
 
     def __rtruediv__(self, o: Any) -> Any:
-        a, b = float(o), float(self)
+        a, b = operand(o), float(self)
         return self._op("/", (o,), a / b, (-a / (b * b), 1.0 / b))
 
     def __pow__(self, o: Any) -> Any:
-        a, b = float(self), float(o)
+        a, b = float(self), operand(o)
         r = a ** b
         return self._op("**", (o,), r, (b * a ** (b - 1) if b != 0 else 0.0,
                                          r * math.log(a) if a > 0 else 0.0))
 
     def __rpow__(self, o: Any) -> Any:
-        a, b = float(o), float(self)
+        a, b = operand(o), float(self)
         r = a ** b
         return self._op("**", (o,), r, (r * math.log(a) if a > 0 else 0.0,
                                          b * a ** (b - 1) if b != 0 else 0.0))
 
     def __mod__(self, o: Any) -> Any:     # a - b * floor(a / b)
-        a, b = float(self), float(o)
+        a, b = float(self), operand(o)
         return self._op("%", (o,), a % b, (1.0, -math.floor(a / b)))
 
     def __rmod__(self, o: Any) -> Any:
-        a, b = float(o), float(self)
+        a, b = operand(o), float(self)
         return self._op("%", (o,), a % b, (-math.floor(a / b), 1.0))
 
     def __neg__(self) -> Any:

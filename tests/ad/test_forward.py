@@ -222,6 +222,19 @@ def test_numpy_functions_and_numpy_scalars_on_host_scalars_in_both_modes():
     assert float(g @ v) == pytest.approx(fd, rel=1e-7)
 
 
+@pytest.mark.parametrize("expr", [lambda s: np.zeros(3) + s, lambda s: s + np.ones(3),
+                                  lambda s: s * np.ones(3), lambda s: np.ones(3) / s,
+                                  lambda s: s - np.ones(3), lambda s: np.ones(3) ** s])
+def test_numpy_arithmetic_of_an_array_and_a_host_scalar_is_refused_in_both_modes(expr):
+    """The result is an array NumPy computed, which no tape or tangent follows: refused with
+    what to do (np.zeros(3) + s recursed without end; s + np.ones(3) raised a bare TypeError)."""
+    x = r(3)
+    with pytest.raises(tg.TapegradError, match="NumPy arithmetic on arrays is not recorded"):
+        tg.gradient(lambda x: tg.sum(expr(tg.sum(x))), x)
+    with pytest.raises(tg.TapegradError, match="NumPy arithmetic on arrays is not recorded"):
+        tg.jvp(lambda x: expr(tg.sum(x)), x, np.ones(3))
+
+
 @tg.kernel
 def polynomial(B, A, C):
     i = tg.index()
