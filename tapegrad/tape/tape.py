@@ -402,10 +402,17 @@ class Tape:
                     f"tape.gradient's target must be a scalar, got an array of shape "
                     f"{target.shape}; reduce it inside the `with tg.Tape()` block (tg.sum(B), "
                     "tg.dot(B, w)), or take a vector-Jacobian product with tg.vjp")
+            whole = self.ids.overlapping(target)
+            if whole is not None:
+                raise TapegradError(
+                    f"tape.gradient's target, an array of shape {target.shape}, is a view of "
+                    f"an array of shape {whole.meta[1]} that the recorded code used, and the "
+                    "tape follows whole arrays: compute the scalar inside the `with tg.Tape()` "
+                    "block from the whole array (loss = tg.dot(y, w), w zero outside the part "
+                    "you want)")
             raise TapegradError(
-                f"tape.gradient's target, an array of shape {target.shape}, was not written "
-                "by any recorded kernel launch or tapegrad operation; compute it inside the "
-                "`with tg.Tape()` block")
+                f"tape.gradient's target, an array of shape {target.shape}, is not an array the "
+                "recorded code used; compute it inside the `with tg.Tape()` block")
         raise TapegradError(
             f"tape.gradient's target is a plain {type(target).__name__} ({target!r}), not a "
             "value the tape recorded: arithmetic on tape scalars after the `with tg.Tape()` "
@@ -498,7 +505,8 @@ class Tape:
             seen.update(record.writes)
         for s in sources:
             if is_array(s) and self.key(s) not in seen:
-                tracked = self.ids.overlapping(s)
+                # (a source the tape tracks but no record touched is not a view of itself)
+                tracked = None if self.tracks(s) else self.ids.overlapping(s)
                 if tracked is not None:
                     raise TapegradError(
                         f"the array of shape {s.shape} you differentiate with respect to is a "
