@@ -55,14 +55,17 @@ def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
     adjoint.contents_read = _contents_read(kernel, adjoint, argtypes)
     adjoint.shadows_written = _shadows_written(adjoint)
     full = argtypes + tuple(_adjoint_extra_types(kernel, adjoint, argtypes))
-    typed_adjoint = specialize(adjoint.ir, full, rank, groupsize, kernel_ir)
+    main = full               # the main kernel's argument types (the gathers' are ``full``)
+    if full_groups:   # (after contents_read: what the backend derives reads its sources)
+        adjoint.ir, main = backend.tune_adjoint(adjoint.ir, full, groupsize)
+    typed_adjoint = specialize(adjoint.ir, main, rank, groupsize, kernel_ir)
     if adjoint.gathers and not has_effects(adjoint.ir.body):
         launcher = None                  # the gathers did everything (a tape's stencils)
     else:
         launcher = backend.compile(typed_adjoint)                   # lower, cache, compile
         storable = storable_shadows(adjoint.ir, list(adjoint.shadow_of), rank)
         if storable:
-            adjoint.storing = _StoringVariants(adjoint.ir, storable, full, rank, groupsize,
+            adjoint.storing = _StoringVariants(adjoint.ir, storable, main, rank, groupsize,
                                                backend)
     if adjoint.gathers:
         gathers = []

@@ -47,6 +47,13 @@ class Backend:
         """Lower and compile a specialised kernel; return ``launch(args, ndrange)``."""
         raise NotImplementedError
 
+    def tune_adjoint(self, ir: Any, argtypes: tuple, groupsize: tuple[int, ...]
+                     ) -> tuple[Any, tuple]:
+        """This backend's own rewrite of an adjoint launched in full workgroups, with the
+        argument types of its parameters (it may add parameters it computes itself); by
+        default none."""
+        return ir, argtypes
+
     def __eq__(self, other: object) -> bool:
         return type(self) is type(other) and self.key() == other.key()
 

@@ -14,6 +14,7 @@ from tapegrad.backends.base import Backend
 from tapegrad.backends.cache import load_source
 from tapegrad.backends.cpu.lower import Lowered, lower_kernel
 from tapegrad.backends.cpu.rows import with_cpu_groupsize
+from tapegrad.backends.cpu.transposed import SUFFIX, transposed_operands
 from tapegrad.backends.numba_lower import compile_error
 from tapegrad.errors import KernelCompileError, KernelIndexError
 from tapegrad.frontend.types import TypedKernel
@@ -59,6 +60,16 @@ class CPU(Backend):
 
     def default_groupsize(self, rank: int) -> tuple[int, ...]:
         return _DEFAULT_GROUPSIZE[rank]
+
+    def tune_adjoint(self, ir: Any, argtypes: tuple, groupsize: tuple[int, ...]
+                     ) -> tuple[Any, tuple]:
+        """Transposed tiles read from a transposed array (``transposed.py``); the new
+        parameters have their source's type."""
+        tuned = transposed_operands(ir, groupsize)
+        if tuned is ir:
+            return ir, argtypes
+        return tuned, argtypes + tuple(argtypes[ir.params.index(p[:-len(SUFFIX)])]
+                                       for p in tuned.params[len(ir.params):])
 
     def compile(self, tk: TypedKernel) -> Callable[..., None]:
         rows = with_cpu_groupsize(tk)      # rows of the CPU's choosing, where nothing can tell

@@ -28,6 +28,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 
+from tapegrad.backends.cpu.transposed import SUFFIX, derived_params
 from tapegrad.backends.cpu.versioning import Versions, plan_versions
 from tapegrad.backends.numba_lower import ExprLowering, ModuleWriter, emit_statements
 from tapegrad.backends.structure import (
@@ -210,6 +211,8 @@ class _KernelWriter(ModuleWriter):
         out.emit("from tapegrad.backends.cpu.atomics import " + ", ".join(
             f"plain_{a[len('atomic_'):]}" for a in ATOMICS), 0)
         out.emit("from tapegrad.backends.cpu.sums import group_sum", 0)
+        if derived_params(ir.params):
+            out.emit("from tapegrad.backends.cpu.copies import transposed", 0)
         for callee in device_functions(self.tk):
             out.blank()
             out.blank()
@@ -233,10 +236,15 @@ class _KernelWriter(ModuleWriter):
         out, ir, r = self.out, self.ir, self.rank
         debug = bool(_checks())   # bounds checks run serially: Numba cannot raise from threads
         self.private_sums = {} if debug else self.privatizable(ir.body)
-        params = (ir.params + [f"_n{d}" for d in range(r)] + [f"_groups{d}" for d in range(r)]
+        derived = derived_params(ir.params)     # made here, not passed (transposed.py)
+        params = ([p for p in ir.params if p not in derived] + [f"_n{d}" for d in range(r)]
+                  + [f"_groups{d}" for d in range(r)]
                   + ["_nchunks"] + [f"{a}__pool" for a in self.private_sums])
         out.emit(f"@numba.njit(parallel={not debug}, cache=True, nogil=True{_checks()})", 0)
         out.emit(f"def {ir.name}({', '.join(params)}):", 0)
+        for p in derived:
+            out.emit(f"{p} = transposed({p[:-len(SUFFIX)]})   # read along rows where {p[:-len(SUFFIX)]} "
+                     "would be read down columns", 1)
         self.privatize_start()
         out.emit(f"_total = {' * '.join(f'_groups{d}' for d in range(r))}", 1)
         out.emit(f"for _c in {'range' if debug else 'numba.prange'}(_nchunks):", 1)

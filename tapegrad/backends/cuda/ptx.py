@@ -31,6 +31,10 @@ class PTXTarget:
     def default_groupsize(self, rank: int) -> tuple[int, ...]:
         return {1: (256,), 2: (16, 16), 3: (4, 8, 8)}[rank]
 
+    def tune_adjoint(self, ir: Any, argtypes: tuple, groupsize: tuple[int, ...]
+                     ) -> tuple[Any, tuple]:
+        return ir, argtypes        # as the CUDA backend: no rewrite of its own
+
     def owns(self, x: Any) -> bool:
         return True
 
