@@ -273,10 +273,16 @@ def scalar_math(name: str, args: tuple) -> Any:
     return record_scalar_op(name, args, value, partials)
 
 
-_UFUNCS = {"sqrt": "sqrt", "exp": "exp", "log": "log", "sin": "sin", "cos": "cos",
-           "tanh": "tanh", "tan": "tan", "expm1": "expm1", "log1p": "log1p", "absolute": "fabs",
+# NumPy's ufuncs of host scalars, by the math name of their rule (the arithmetic ones are the
+# scalars' own operators)
+_UFUNCS = {"sqrt": "sqrt", "exp": "exp", "log": "log", "log2": "log2", "log10": "log10",
+           "sin": "sin", "cos": "cos", "tan": "tan", "arcsin": "asin", "arccos": "acos",
+           "arctan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh",
+           "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh", "expm1": "expm1",
+           "log1p": "log1p", "absolute": "fabs", "fabs": "fabs",
            "negative": None, "add": None, "subtract": None, "multiply": None,
            "true_divide": None, "power": None}
+_BINARY_UFUNCS = {"hypot": "hypot", "arctan2": "atan2", "copysign": "copysign", "fmod": "fmod"}
 
 
 def array_and_scalar(what: str) -> TapegradError:
@@ -311,5 +317,7 @@ def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
         # the operand's own rule: a tape's scalar records it, forward mode's carries the
         # tangents (np.exp of a forward-mode scalar lost them through scalar_math)
         return inputs[0].__tg_math__(_UFUNCS[name], inputs)
+    if name in _BINARY_UFUNCS and len(inputs) == 2:
+        return scalar_math(_BINARY_UFUNCS[name], inputs)
     raise TapegradError(f"numpy.{name} of a tracked scalar is not differentiable; use "
                         "tg.sqrt/exp/log/... and + - * / **")
