@@ -70,7 +70,7 @@ def register_adjoint(fn: Callable[..., Any], reverse: Callable[..., Any],
         if ctx is not None:
             return _forward(ctx, fn, forward, name, args)
         tape = T.current()
-        plain = [float(a) if isinstance(a, TrackedScalar) else a for a in args]
+        plain = [float.__float__(a) if isinstance(a, TrackedScalar) else a for a in args]
         if tape is None:
             return fn(*plain)
         y = fn(*plain)

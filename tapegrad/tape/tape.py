@@ -195,7 +195,7 @@ class Tape:
         plain = args
         for a in args:
             if type(a) is TrackedScalar:
-                plain = tuple(float(a) if type(a) is TrackedScalar else a for a in args)
+                plain = tuple(float.__float__(a) if type(a) is TrackedScalar else a for a in args)
                 tracked = tuple(k for k, a in enumerate(args) if type(a) is TrackedScalar
                                 and a.tape is self)
                 break

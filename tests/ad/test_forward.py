@@ -367,7 +367,7 @@ def scaled(B, A, s):
     B[i] = A[i] * s
 
 
-def test_float_of_a_forward_mode_scalar_is_refused_and_the_scalar_itself_works():
+def test_float_of_a_host_scalar_is_refused_while_differentiating_in_both_modes():
     """float(tg.sum(x)) passed to a kernel dropped the tangent: jvp gave half the derivative
     silently. The scalar itself passed to the kernel keeps it; float() of a reduction of
     arrays without tangents (a constant) and of the result after the run still work."""
@@ -389,12 +389,23 @@ def test_float_of_a_forward_mode_scalar_is_refused_and_the_scalar_itself_works()
         with pytest.raises(tg.TapegradError, match=r"float\(\) of a forward-mode scalar .* "
                                                    r"would drop its tangent.*compute it outside"):
             run()
+    with pytest.raises(tg.TapegradError, match=r"float\(\) of a tape scalar .* would drop its "
+                                               r"derivative.*after the recording ends"):
+        tg.gradient(through_float, x)       # reverse mode: the same, while the tape records
+    with tg.Tape():
+        s = tg.sum(x)
+    assert float(s) == pytest.approx(x.sum())      # after the recording: its value
     y, y_dot = tg.jvp(kept, x, v)
     h = 1e-6
     fd = (float(kept(x + h * v)) - float(kept(x - h * v))) / (2 * h)   # 2 (sum x)^2
     assert y == pytest.approx(2.0 * x.sum() ** 2, rel=1e-12)
     assert y_dot == pytest.approx(fd, rel=1e-7)
-    assert y_dot == pytest.approx(float(tg.gradient(kept, x)[0] @ v), rel=1e-10)
+    def kept_reverse(x):     # a tape cannot tell a constant reduction while it records
+        B = np.zeros_like(x)
+        scaled(CPU)(B, x, tg.sum(x) * float(np.sum(np.ones(2))), ndrange=x.size)
+        return tg.sum(B)
+
+    assert y_dot == pytest.approx(float(tg.gradient(kept_reverse, x)[0] @ v), rel=1e-10)
     assert type(y) is float
     kept_scalars = []
     tg.jvp(lambda x: kept_scalars.append(tg.sum(x)) or kept_scalars[0], x, v)
