@@ -9,26 +9,10 @@ import pytest
 
 import tapegrad as tg
 from tapegrad.backends.cpu.copies import transposed
+from tests.ad.test_reverse import TILE
+from tests.ad.test_reverse import matmul as tiled_matmul  # the plain tiled product
 
-TILE = 4
 CPU = tg.CPU()
-
-
-@tg.kernel
-def tiled_matmul(C, A, B):
-    i, j = tg.index(tg.Global, tg.NTuple)
-    li, lj = tg.index(tg.Local, tg.NTuple)
-    tile_a = tg.localmem(A.dtype, (TILE, TILE))
-    tile_b = tg.localmem(A.dtype, (TILE, TILE))
-    acc = 0.0
-    for t in range(A.shape[1] // TILE):
-        tile_a[li, lj] = A[i, t * TILE + lj]
-        tile_b[li, lj] = B[t * TILE + li, j]
-        tg.synchronize()
-        for k in range(TILE):
-            acc += tile_a[li, k] * tile_b[k, lj]
-        tg.synchronize()
-    C[i, j] = acc
 
 
 @tg.kernel
