@@ -654,7 +654,7 @@ class Replay:
     fresh_at: frozenset[int]          # argument positions of gather kernels that store
     zeroed: tuple[str, ...]           # shadows to zero before the launch
     order: tuple[str, ...]            # the shadow parameters, in the adjoint's argument order
-    shown: Any                        # what kern.source() shows for it (adjoint_of's launcher)
+    shown: Any                        # what kern.source() shows for it (_Shown)
     steps: tuple[tuple[Any, int | None], ...]   # the launcher's launches (_GathersThenRest.steps)
 
 
@@ -668,7 +668,6 @@ def replay_for(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
     made, stand-ins for freed arrays) can differ from the launch's arrays in being writeable
     and in layout, which pick compiled code but not what the adjoint is."""
     adjoint, launcher, _ = adjoint_of(cfg, values, activity, nd, discard)
-    shown = launcher
     if adjoint.uses_status or adjoint.scratch or adjoint.active_scalars:
         return None
     _check_kept(cfg.kernel, adjoint, kept)
@@ -679,8 +678,21 @@ def replay_for(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
             adjoint, launcher, len(kernel_ir(cfg.kernel).params), fresh, covered)
     steps = launcher.steps(fresh_at) if isinstance(launcher, _GathersThenRest) \
         else ((launcher, None),)
-    return Replay(adjoint, launcher, fresh_at, zeroed, tuple(adjoint.shadow_of.values()), shown,
-                  steps)
+    return Replay(adjoint, launcher, fresh_at, zeroed, tuple(adjoint.shadow_of.values()),
+                  _Shown(steps), steps)
+
+
+class _Shown:
+    """What ``kern.source(mode="reverse", backend=...)`` shows after a replay: the code its
+    launches ran (the storing variant of a gather, in the rows the CPU chose), not the
+    adjoint's launcher as first compiled."""
+
+    def __init__(self, steps: tuple):
+        self.steps = steps
+
+    @property
+    def source(self) -> str:
+        return "\n\n".join(run.source for run, _ in self.steps)
 
 
 def run_replay(cfg: Any, replay: Replay, values: list, shadows: dict[str, Any],
