@@ -26,7 +26,7 @@ from tapegrad.tape.activity import (
 )
 from tapegrad.tape.forward import DualScalar, ForwardContext, plain_value, refuse_nested
 from tapegrad.tape.identity import array_key, extent
-from tapegrad.tape.scalars import TrackedScalar
+from tapegrad.tape.scalars import TrackedScalar, plain
 from tapegrad.tape.tape import (
     Tape,
     _empty_like,
@@ -110,7 +110,7 @@ def _forward_kernel(mode: Mode, cfg: ConfiguredKernel, annotated: list[Annotatio
         activity.append(kind)
         if dirs is not None:
             tangents[p] = dirs
-    values = tuple(a.val for a in annotated)
+    values = tuple(plain(a.val) for a in annotated)
     nd = L._ndrange(kernel, ndrange)
     L.check_args(kernel, backend, values)
     L.run_tangent(cfg, values, tangents, tuple(activity), nd)
@@ -213,7 +213,7 @@ def _autodiff_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> 
         call_args = []
         for a in annotated:
             if isinstance(a, Active):
-                s = tape.new_node(float(a.val))
+                s = tape.new_node(float(plain(a.val)))
                 sources.append(s)
                 call_args.append(s)
             else:
@@ -251,7 +251,7 @@ def jvp(f: Callable[..., Any], x: Any, v: Any) -> tuple[Any, Any]:
     """
     refuse_nested()      # (before float(x): x may be an outer run's dual scalar)
     # (a copy of v: the run updates x's tangent along with x, and v is the caller's)
-    arg = Duplicated(x, v.copy()) if is_array(x) else Duplicated(float(x), float(v))
+    arg = Duplicated(x, v.copy()) if is_array(x) else Duplicated(float(plain(x)), float(plain(v)))
     tangent, primal = _autodiff_forward_host(ForwardWithPrimal, f, Duplicated, (arg,))
     return primal, tangent
 
@@ -343,7 +343,7 @@ def vjp(f: Callable[..., Any], x: Any, w: Any) -> tuple[Any, Any]:
 def _seeded_sweep(tape: Tape, y: Any, w: Any, x: Any, x_bar: Any) -> None:
     if isinstance(y, TrackedScalar):
         tape.backward(y, {}, {tape.key(x): x_bar}, [x], seed_target=False, seeded=[y])
-        tape.scalar_bar[y.node] = float(w)
+        tape.scalar_bar[y.node] = float(plain(w))
         _rerun(tape, y, x, x_bar)
         return
     if not is_array(y) or not tape.tracks(y):
@@ -434,7 +434,11 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
             "launches the kernel and returns tg.sum(B) (then use tg.Active); to get a "
             "vector-Jacobian product, seed the output's shadow (dB[:] = w) and use tg.Const")
     annotated = _one_object_per_array(annotate(a) for a in args)
-    values = tuple(a.val for a in annotated)
+    # scalars from tg.sum/... as plain values for the adjoint; the primal launch takes them as
+    # given, so that a tape or forward mode around this call records them (and their
+    # derivatives) as it does any launch
+    given = tuple(a.val for a in annotated)
+    values = tuple(plain(v) for v in given)
     if len({id(v) for v in values}) < len(values):      # one array for several parameters?
         merged = _merged_autodiff(mode, cfg, ret, annotated, ndrange, accumulate)
         if merged is not None:
@@ -460,7 +464,7 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
         # arrays the kernel reads and overwrites: the adjoint needs their contents from before
         old = {p: values[params.index(p)].copy()
                for p in L.overwritten_inputs(cfg, values, activity, nd)}
-        cfg(*values, ndrange=nd)                                    # the primal launch
+        cfg(*given, ndrange=nd)                                     # the primal launch
         seen = tuple(old.get(p, v) for p, v in zip(params, values))
     else:
         seen = values
@@ -514,7 +518,7 @@ def _merged_autodiff(mode: Mode, cfg: ConfiguredKernel, ret: Any, annotated: lis
     with those parameters merged (``launch.one_parameter_per_array``), given the same
     annotation and shadow everywhere; the derivatives come back per original argument.
     None when no array is passed twice (a scalar object can be)."""
-    values = tuple(a.val for a in annotated)
+    values = tuple(plain(a.val) for a in annotated)
     merged_cfg, kept_args, kept = L.one_parameter_per_array(cfg, tuple(annotated), values)
     if merged_cfg is cfg:
         return None

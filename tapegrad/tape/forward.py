@@ -38,6 +38,20 @@ def refuse_nested() -> None:
             "Second derivatives (forward over forward) are not available")
 
 
+class suspended:
+    """``with suspended():`` runs its body outside forward mode: a registered forward rule
+    works on plain values and the tangents it is given, and may use forward mode itself."""
+
+    def __enter__(self) -> None:
+        self.saved, self.recorder = _active[:], L.recorder
+        _active.clear()
+        L.recorder = None
+
+    def __exit__(self, *exc: Any) -> None:
+        _active[:] = self.saved
+        L.recorder = self.recorder
+
+
 def plain_value(x: Any) -> float:
     """The plain value of a number or a dual scalar, tangents dropped on purpose: for the
     library's own conversions, where the tangents are carried separately (``float(dual)`` is

@@ -6,6 +6,7 @@ derivative rule; without a recording tape they are plain NumPy/CuPy computations
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +16,7 @@ import numpy as np
 from tapegrad.errors import TapegradError
 from tapegrad.tape import forward as F
 from tapegrad.tape import tape as T
-from tapegrad.tape.scalars import TrackedScalar
+from tapegrad.tape.scalars import TrackedScalar, plain
 
 
 def _xp(x: Any) -> Any:
@@ -194,7 +195,8 @@ def _record_scalar_op(name: str, operands: tuple, value: float, partials: tuple)
     if tape is None:
         return value
     for o in operands:
-        if not isinstance(o, (TrackedScalar, int, float, np.integer, np.floating)):
+        if not isinstance(o, (TrackedScalar, int, float, np.integer, np.floating)) and not (
+                isinstance(o, np.ndarray) and o.ndim == 0):     # (a 0-d array is a number)
             raise TapegradError(f"cannot combine a tracked scalar with a {type(o).__name__} "
                                 f"in {name!r}; only numbers and tracked scalars mix")
     nodes = [o.node if isinstance(o, TrackedScalar) and o.tape is tape else None
@@ -210,45 +212,62 @@ def _record_scalar_op(name: str, operands: tuple, value: float, partials: tuple)
 # The host's derivative rules for tg.<name> of scalars, in both modes (a tape records
 # ``partial * r_bar``, forward mode carries ``partial * tangent``); the conventions are those
 # of the kernels' table in tapegrad/ad/rules.py.  A name missing here is refused by
-# scalar_math, so a derivative is never lost without a word.
-_SCALAR_RULES: dict[str, Callable[[float, float], float]] = {
+# scalar_math, so a derivative is never lost without a word.  They are evaluated on NumPy
+# floats, so that a rule at the edge of its domain gives inf or nan, as in a kernel, rather
+# than a ZeroDivisionError (acosh at 1, asin at +-1).
+_SCALAR_RULES: dict[str, Callable[[Any, Any], Any]] = {
     # d f(x) / dx given x and r = f(x)
-    "sqrt": lambda x, r: 0.5 / r if r else math.inf,
+    "sqrt": lambda x, r: 0.5 / r,
     "exp": lambda x, r: r,
     "expm1": lambda x, r: r + 1.0,
     "log": lambda x, r: 1.0 / x,
     "log1p": lambda x, r: 1.0 / (1.0 + x),
     "log2": lambda x, r: 1.0 / (x * math.log(2.0)),
     "log10": lambda x, r: 1.0 / (x * math.log(10.0)),
-    "sin": lambda x, r: math.cos(x),
-    "cos": lambda x, r: -math.sin(x),
+    "sin": lambda x, r: np.cos(x),
+    "cos": lambda x, r: -np.sin(x),
     "tan": lambda x, r: 1.0 + r * r,
     "tanh": lambda x, r: 1.0 - r * r,
-    "sinh": lambda x, r: math.cosh(x),
-    "cosh": lambda x, r: math.sinh(x),
-    "asinh": lambda x, r: 1.0 / math.sqrt(x * x + 1.0),
-    "acosh": lambda x, r: 1.0 / math.sqrt(x * x - 1.0),
+    "sinh": lambda x, r: np.cosh(x),
+    "cosh": lambda x, r: np.sinh(x),
+    "asinh": lambda x, r: 1.0 / np.sqrt(x * x + 1.0),
+    "acosh": lambda x, r: 1.0 / np.sqrt(x * x - 1.0),
     "atanh": lambda x, r: 1.0 / (1.0 - x * x),
     "atan": lambda x, r: 1.0 / (1.0 + x * x),
-    "asin": lambda x, r: 1.0 / math.sqrt(1.0 - x * x),
-    "acos": lambda x, r: -1.0 / math.sqrt(1.0 - x * x),
-    "erf": lambda x, r: 2.0 / math.sqrt(math.pi) * math.exp(-x * x),
-    "erfc": lambda x, r: -2.0 / math.sqrt(math.pi) * math.exp(-x * x),
+    "asin": lambda x, r: 1.0 / np.sqrt(1.0 - x * x),
+    "acos": lambda x, r: -1.0 / np.sqrt(1.0 - x * x),
+    "erf": lambda x, r: 2.0 / math.sqrt(math.pi) * np.exp(-x * x),
+    "erfc": lambda x, r: -2.0 / math.sqrt(math.pi) * np.exp(-x * x),
     "fabs": lambda x, r: math.copysign(1.0, x) if x else 0.0,
 }
 
-_BINARY_RULES: dict[str, Callable[[float, float, float], tuple[float, float]]] = {
-    # (d f / da, d f / db) given a, b and r = f(a, b); 0 where there is no derivative
+_BINARY_RULES: dict[str, Callable[[Any, Any, Any], tuple[Any, Any]]] = {
+    # (d f / da, d f / db) given a, b and r = f(a, b); hypot's 0 at the origin as in kernels
     "hypot": lambda a, b, r: (a / r, b / r) if r else (0.0, 0.0),
-    "atan2": lambda a, b, r: (b / (a * a + b * b), -a / (a * a + b * b)) if a or b
-    else (0.0, 0.0),
+    "atan2": lambda a, b, r: (b / (a * a + b * b), -a / (a * a + b * b)),
     "copysign": lambda a, b, r: (math.copysign(1.0, a) * math.copysign(1.0, b) if a else 0.0,
                                  0.0),
-    "fmod": lambda a, b, r: (1.0, -float(math.trunc(a / b))),     # a - b * trunc(a / b)
+    "fmod": lambda a, b, r: (1.0, -np.trunc(a / b)),     # a - b * trunc(a / b)
 }
+
+# math's names where NumPy's differ (erf and erfc: math's, which never fail)
+_NUMPY_NAMES = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
+                "acosh": "arccosh", "atanh": "arctanh", "atan2": "arctan2"}
 
 # piecewise constant (their derivative is 0) or not numbers: the plain result, as math gives it
 _NO_DERIVATIVE = ("floor", "ceil", "trunc", "isnan", "isinf", "isfinite")
+
+
+def _evaluated(name: str, plain: tuple) -> tuple[float, tuple[float, ...]]:
+    """``f(*plain)`` and its partials, as IEEE arithmetic gives them (inf and nan where math
+    would raise: log(0), atanh(1), fmod(s, 0), acosh's derivative at 1)."""
+    fn = None if name in ("erf", "erfc") else getattr(np, _NUMPY_NAMES.get(name, name))
+    x = tuple(np.float64(p) for p in plain)
+    with np.errstate(all="ignore"):
+        value = fn(*x) if fn is not None else np.float64(getattr(math, name)(*plain))
+        partials = (_SCALAR_RULES[name](*x, value),) if len(x) == 1 else \
+            _BINARY_RULES[name](*x, value)
+    return float(value), tuple(float(p) for p in partials)
 
 
 def scalar_math(name: str, args: tuple) -> Any:
@@ -265,9 +284,7 @@ def scalar_math(name: str, args: tuple) -> Any:
         raise TapegradError(f"tg.{name} of {len(args)} argument(s) has no derivative rule for "
                             f"host scalars that carry a derivative; use one of "
                             f"{', '.join(names)}")
-    value = getattr(math, name)(*plain)
-    partials = (_SCALAR_RULES[name](*plain, value),) if len(args) == 1 else \
-        _BINARY_RULES[name](*plain, value)
+    value, partials = _evaluated(name, plain)
     if any(isinstance(a, F.DualScalar) for a in args):
         return F.DualScalar.combine(args, value, partials)
     return record_scalar_op(name, args, value, partials)
@@ -283,6 +300,11 @@ _UFUNCS = {"sqrt": "sqrt", "exp": "exp", "log": "log", "log2": "log2", "log10": 
            "negative": None, "add": None, "subtract": None, "multiply": None,
            "true_divide": None, "power": None}
 _BINARY_UFUNCS = {"hypot": "hypot", "arctan2": "atan2", "copysign": "copysign", "fmod": "fmod"}
+_OPERATORS = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
+              "true_divide": operator.truediv, "power": operator.pow,
+              "remainder": operator.mod}
+_COMPARISONS = {"less": operator.lt, "less_equal": operator.le, "greater": operator.gt,
+                "greater_equal": operator.ge, "equal": operator.eq, "not_equal": operator.ne}
 
 
 def array_and_scalar(what: str) -> TapegradError:
@@ -303,16 +325,20 @@ def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
     name = "true_divide" if ufunc.__name__ == "divide" else ufunc.__name__
     # a NumPy scalar operand as a plain number: its own operators would come back here
     # (np.float64(1) - s recursed without end)
-    inputs = tuple(float(v) if isinstance(v, np.generic) else v for v in inputs)
+    # (and a 0-d array: np.array(2.0) + s recursed too)
+    inputs = tuple(float(v) if isinstance(v, np.generic) or (
+        isinstance(v, np.ndarray) and v.ndim == 0) else v for v in inputs)
     if any(getattr(v, "ndim", 0) for v in inputs):
         # (the array's operator would hand the scalar back here: a RecursionError)
         raise array_and_scalar(f"numpy.{name}")
-    if name in ("add", "subtract", "multiply", "true_divide", "power"):
-        a, b = inputs
-        return {"add": lambda: a + b, "subtract": lambda: a - b, "multiply": lambda: a * b,
-                "true_divide": lambda: a / b, "power": lambda: a ** b}[name]()
+    if name in _OPERATORS and len(inputs) == 2:
+        return _OPERATORS[name](*inputs)       # the scalars' own operators and rules
+    if name in _COMPARISONS and len(inputs) == 2:
+        return _COMPARISONS[name](*(plain(v) for v in inputs))
     if name == "negative":
         return -inputs[0]
+    if name == "square":
+        return inputs[0] * inputs[0]
     if name in _UFUNCS and len(inputs) == 1:
         # the operand's own rule: a tape's scalar records it, forward mode's carries the
         # tangents (np.exp of a forward-mode scalar lost them through scalar_math)

@@ -84,7 +84,7 @@ def register_adjoint(fn: Callable[..., Any], reverse: Callable[..., Any],
             record.out_id = tape.track(y)
             record.writes = [record.out_id]
         else:
-            y = tape.new_node(float(y))
+            y = tape.new_node(float.__float__(y))
             record.scalar_out = y.node
         tape.record_host(record, [(a, k) for k, a in enumerate(args) if T.is_array(a)])
         return y
@@ -109,7 +109,8 @@ def _forward(ctx: F.ForwardContext, fn: Callable[..., Any], forward: Callable[..
     tangents = []
     for j in range(ctx.width):
         dots = [None if t is None else t[j] for t in per_arg]
-        tangents.append(forward(*plain, *dots))
+        with F.suspended():    # (the rule may run forward mode on kernels itself)
+            tangents.append(forward(*plain, *dots))
     if T.is_array(y):
         ctx.seed(y, tangents)
         return y

@@ -10,6 +10,13 @@ import math
 from typing import Any
 
 
+def plain(x: Any) -> Any:
+    """``x`` itself, or its value as a plain float if it is a tape's or forward mode's scalar:
+    for the library's own conversions (their ``float()`` refuses while they differentiate;
+    a kernel launch unboxes its arguments through it)."""
+    return float.__float__(x) if isinstance(x, float) and type(x) is not float else x
+
+
 def operand(o: Any) -> float:
     """The other operand of a scalar's arithmetic, as a float; an array is refused (NumPy
     arithmetic on arrays is not recorded)."""

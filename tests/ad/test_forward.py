@@ -493,3 +493,104 @@ def test_nested_forward_mode_is_refused_with_what_to_do():
     # the refusal leaves forward mode off: the next run works
     y, y_dot = tg.jvp(lambda x: tg.dot(x, x), x, v)
     assert y_dot == pytest.approx(2 * x.sum())
+
+
+def test_host_scalars_reach_kernel_level_autodiff_and_the_apis_inside_a_recording():
+    """A scalar from tg.sum passed to a kernel-level tg.autodiff, to tg.Active or as tg.vjp's
+    weight while its tape records (or inside tg.jvp) is used by value: the library's own
+    conversions do not count as the user's float() (they raised a bare TypeError or the
+    float() refusal). Inside tg.jvp the primal launch still carries its tangent."""
+    x = np.array([1.0, 2.0, 3.0])
+    A = np.array([1.0, 2.0])
+    for mode in (tg.Reverse, tg.Forward):
+        dA, B, dB = (np.ones(2), np.zeros(2), np.zeros(2)) if mode is tg.Forward else \
+            (np.zeros(2), np.zeros(2), np.ones(2))
+        with tg.Tape():
+            s = tg.sum(x)
+            tg.autodiff(mode, scaled(CPU), tg.Const, tg.Duplicated(B, dB), tg.Duplicated(A, dA),
+                        s, ndrange=2)
+        np.testing.assert_allclose(dB if mode is tg.Forward else dA, [6.0, 6.0], rtol=1e-12)
+
+    def through_kernel_autodiff(x):
+        B, dB = np.zeros(2), np.ones(2)
+        tg.autodiff(tg.Reverse, scaled(CPU), tg.Const, tg.Duplicated(B, dB),
+                    tg.Duplicated(A.copy(), np.zeros(2)), tg.sum(x), ndrange=2)
+        return tg.sum(B)             # B = A * sum(x)
+
+    y, y_dot = tg.jvp(through_kernel_autodiff, x, np.ones(3))
+    assert (y, y_dot) == pytest.approx((18.0, 9.0), rel=1e-12)
+
+    def f(s):
+        B = np.zeros(2)
+        scaled(CPU)(B, A, s, ndrange=2)
+        return tg.sum(B)
+
+    with tg.Tape():
+        s = tg.sum(x)
+        assert tg.autodiff(tg.Reverse, f, tg.Active, tg.Active(s)) == ((3.0,),)
+        y, x_bar = tg.vjp(lambda y: tg.dot(y, y), x, s)
+    assert y == pytest.approx(14.0)
+    np.testing.assert_allclose(x_bar, 2 * x * 6.0, rtol=1e-12)
+
+
+@tg.kernel
+def squared(B, A):
+    i = tg.index()
+    B[i] = A[i] * A[i]
+
+
+def test_a_registered_forward_rule_may_use_kernel_forward_mode():
+    """The rule runs outside the caller's forward mode (it gets plain values and tangents), so
+    nested forward mode is not refused there."""
+    def fn(A):
+        B = np.zeros_like(A)
+        squared(CPU)(B, A, ndrange=A.size)
+        return B
+
+    def forward(A, dA):
+        B, dB = np.zeros_like(A), np.zeros_like(A)
+        tg.autodiff(tg.Forward, squared(CPU), tg.Const, tg.Duplicated(B, dB),
+                    tg.Duplicated(A, dA.copy()), ndrange=A.size)
+        return dB
+
+    op = tg.register_adjoint(fn, reverse=lambda B_bar, A: 2 * A * B_bar, forward=forward)
+    x, v = np.array([1.0, 2.0, 3.0]), np.array([1.0, 0.5, 0.25])
+    y, y_dot = tg.jvp(lambda x: tg.sum(op(x)), x, v)
+    assert (y, y_dot) == pytest.approx(((x * x).sum(), (2 * x * v).sum()), rel=1e-12)
+
+
+@pytest.mark.parametrize("f, value, derivative", [
+    (lambda s: tg.acosh(s), 0.0, math.inf), (lambda s: np.arcsin(s), math.pi / 2, math.inf),
+    (lambda s: np.arccos(s), 0.0, -math.inf), (lambda s: np.arctanh(s), math.inf, math.inf),
+    (lambda s: np.log10(s - 1.0), -math.inf, math.inf),
+    (lambda s: np.fmod(s, 0.0), math.nan, 1.0)])
+def test_host_math_at_the_edge_of_its_domain_gives_ieee_values_in_both_modes(f, value,
+                                                                          derivative):
+    """At s = 1: inf and nan as NumPy and the kernels give them (a ZeroDivisionError or a
+    math domain error before)."""
+    x = np.array([0.25, 0.75])
+    y, y_dot = tg.jvp(lambda x: f(tg.sum(x)), x, np.array([1.0, 0.0]))
+    (g,) = tg.gradient(lambda x: f(tg.sum(x)), x)
+    np.testing.assert_equal([y, y_dot, g[0]], [value, derivative, derivative])
+
+
+@pytest.mark.parametrize("expr", [
+    lambda s: np.float64(0.25) < s, lambda s: np.float32(2.0) > s, lambda s: np.float64(0.5) == s])
+def test_numpy_scalar_comparisons_with_host_scalars(expr):
+    x = np.array([0.25, 0.25])
+    with tg.Tape():
+        assert expr(tg.sum(x))
+    assert tg.jvp(lambda x: float(expr(tg.sum(x))), x, np.ones(2))[0] == 1.0
+
+
+@pytest.mark.parametrize("f", [lambda s: np.float64(2.0) % s, lambda s: np.square(s),
+                               lambda s: np.array(2.0) + s * np.array(3.0),
+                               lambda s: np.array(2.0) ** s])
+def test_numpy_operators_of_host_scalars_with_numpy_scalars_and_0d_arrays(f):
+    x, v = np.array([0.3, 0.4]), np.array([1.0, -0.5])
+    y, y_dot = tg.jvp(lambda x: f(tg.sum(x)), x, v)
+    (g,) = tg.gradient(lambda x: f(tg.sum(x)), x)
+    h = 1e-6
+    fd = (float(f(float(np.sum(x + h * v)))) - float(f(float(np.sum(x - h * v))))) / (2 * h)
+    assert y_dot == pytest.approx(fd, rel=1e-6)
+    assert float(g @ v) == pytest.approx(fd, rel=1e-6)
