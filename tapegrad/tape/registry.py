@@ -73,7 +73,8 @@ def register_adjoint(fn: Callable[..., Any], reverse: Callable[..., Any],
         plain = [float.__float__(a) if isinstance(a, TrackedScalar) else a for a in args]
         if tape is None:
             return fn(*plain)
-        y = fn(*plain)
+        with T.paused():
+            y = fn(*plain)
         record = OpRecord(reads=[tape.track(a) for a in args if T.is_array(a)], writes=[],
                           name=name, op_name=name, rule=reverse, views=list(plain),
                           arg_ids=[tape.track(a) if T.is_array(a) else None for a in args],
@@ -97,7 +98,8 @@ def _forward(ctx: F.ForwardContext, fn: Callable[..., Any], forward: Callable[..
              name: str, args: tuple) -> Any:
     """Forward mode: ``forward(*args, *arg_tangents)`` gives the result's tangent."""
     plain = [F.plain_value(a) if isinstance(a, F.DualScalar) else a for a in args]
-    y = fn(*plain)
+    with F.suspended():        # (the rule gives the tangent of everything fn does)
+        y = fn(*plain)
     per_arg = [a.tangents if isinstance(a, F.DualScalar) else
                (ctx.tangent_of(a) if T.is_array(a) else None) for a in args]
     if all(t is None for t in per_arg):

@@ -31,6 +31,20 @@ def current() -> Tape | None:
     return _recording[-1] if _recording else None
 
 
+class paused:
+    """``with paused():`` runs its body unrecorded: a registered adjoint's own function, whose
+    rule stands for everything inside it (its launches recorded too counted twice)."""
+
+    def __enter__(self) -> None:
+        self.saved, self.recorder = _recording[:], L.recorder
+        _recording.clear()
+        L.recorder = None
+
+    def __exit__(self, *exc: Any) -> None:
+        _recording[:] = self.saved
+        L.recorder = self.recorder
+
+
 def is_array(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype") and getattr(x, "ndim", 0) >= 0 \
         and not isinstance(x, (np.generic, float, int))
