@@ -280,13 +280,14 @@ def emit_statements(body: list[ast.stmt], low: ExprLowering, out: Printer, depth
             if isinstance(target, ast.Tuple):
                 value = low.expr(s.value)
                 names = [ast.unparse(low.store_target(e)) for e in target.elts]
+                one = "," if len(names) == 1 else ""     # (n, = A.shape unpacks one element)
                 if any("[" in n for n in names):   # promoted names: unpack via temporaries
                     tmps = [f"_t{k}" for k in range(len(names))]
-                    out.emit(f"{', '.join(tmps)} = {ast.unparse(value)}", depth)
+                    out.emit(f"{', '.join(tmps)}{one} = {ast.unparse(value)}", depth)
                     for n, tmp in zip(names, tmps):
                         out.emit(f"{n} = {tmp}", depth)
                 else:
-                    out.emit(f"{', '.join(names)} = {ast.unparse(value)}", depth)
+                    out.emit(f"{', '.join(names)}{one} = {ast.unparse(value)}", depth)
             else:
                 t = low.tk.types.get(id(target))
                 out.emit(f"{ast.unparse(low.store_target(target))} = "

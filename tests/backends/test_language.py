@@ -1051,3 +1051,17 @@ def test_locals_named_like_generated_code_get_names_of_their_own(backend):
     expected = np.zeros_like(x)
     expected[:, 1:-1] = x[:, :-2] + x[:, 1:-1] + x[:, 2:]
     np.testing.assert_allclose(tg.to_numpy(y), expected, rtol=1e-14)
+
+
+@tg.kernel
+def add_length(out, A):
+    i = tg.index()
+    n, = A.shape                 # one element unpacked (it became `n = A.shape`: a tuple)
+    if i < n:
+        out[i] = A[i] + n
+
+
+def test_a_one_element_tuple_unpack(backend):
+    A, out = np.arange(4.0), np.zeros(4)
+    add_length(backend, 4)(out, A, ndrange=4)
+    np.testing.assert_array_equal(out, A + 4)
