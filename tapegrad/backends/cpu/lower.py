@@ -211,8 +211,7 @@ class _KernelWriter(ModuleWriter):
         out.emit("from tapegrad.backends.cpu.atomics import " + ", ".join(
             f"plain_{a[len('atomic_'):]}" for a in ATOMICS), 0)
         out.emit("from tapegrad.backends.cpu.sums import group_sum", 0)
-        if derived_params(ir.params):
-            out.emit("from tapegrad.backends.cpu.copies import transposed", 0)
+        out.emit("from tapegrad.backends.cpu.copies import aligned_empty, transposed", 0)
         for callee in device_functions(self.tk):
             out.blank()
             out.blank()
@@ -283,7 +282,7 @@ class _KernelWriter(ModuleWriter):
         for k, _ in enumerate(self.group_sums):
             # one slot per work-item, summed when the group is done: a running sum would be
             # one chain of dependent adds, which LLVM may not reorder into vector lanes
-            out.emit(f"_group_sum{k} = np.empty({total}, np.float64)", 2)
+            out.emit(f"_group_sum{k} = aligned_empty(({total},), np.float64)", 2)
         out.emit("for _g in range(_c * _total // _nchunks, (_c + 1) * _total // _nchunks):", 2)
         rest = "_g"
         for d in range(r - 1, -1, -1):
@@ -414,9 +413,9 @@ class _KernelWriter(ModuleWriter):
             for w in self.W:
                 total *= w
             # the work-item index last: a work-item loop then walks each slot contiguously
-            self.out.emit(f"{name}__items = np.empty({shape + (total,)}, np.{dtype})", 2)
+            self.out.emit(f"{name}__items = aligned_empty({shape + (total,)}, np.{dtype})", 2)
         else:
-            self.out.emit(f"{name} = np.empty({shape}, np.{dtype})", 2)
+            self.out.emit(f"{name} = aligned_empty({shape}, np.{dtype})", 2)
 
     # -- work-item loops ----------------------------------------------------------------
     def versioned_item_loop(self, stmts: list[ast.stmt], low: CPULowering, depth: int) -> None:
@@ -555,7 +554,7 @@ class _KernelWriter(ModuleWriter):
             total *= w
         for n in sorted(promoted):
             dtype = plan.runtime_values.get(n) or self.tk.locals[n].dtype
-            self.out.emit(f"{n}__items = np.empty({total}, np.{dtype})", 2)
+            self.out.emit(f"{n}__items = aligned_empty(({total},), np.{dtype})", 2)
         for s in decls:
             self.allocate(s, per_item=memory_decl(s) == "private")
         self.open_group_loop()
