@@ -52,7 +52,9 @@ def register_adjoint(fn: Callable[..., Any], reverse: Callable[..., Any],
     """Wrap ``fn`` so that tapes record it; ``reverse(y_bar, *args)`` returns one cotangent per
     argument (``None`` for arguments without one).
 
-    ``fn`` must return a new array or a float and leave its arguments unchanged.
+    ``fn`` must return a new array or a float and leave its arguments unchanged.  It runs
+    unrecorded (and outside forward mode): the rules stand for everything it does, kernels it
+    launches included.
 
     >>> import numpy as np, tapegrad as tg
     >>> square = tg.register_adjoint(np.square, reverse=lambda y_bar, x: 2 * x * y_bar)
