@@ -56,7 +56,7 @@ def plain_value(x: Any) -> float:
     """The plain value of a number or a dual scalar, tangents dropped on purpose: for the
     library's own conversions, where the tangents are carried separately (``float(dual)`` is
     refused while forward mode runs, see ``DualScalar.__float__``)."""
-    return float.__float__(x) if isinstance(x, DualScalar) else operand(x)
+    return operand(x)      # (a dual scalar is a float: its value is read directly)
 
 
 class DualScalar(float):

@@ -250,10 +250,6 @@ _BINARY_RULES: dict[str, Callable[[Any, Any, Any], tuple[Any, Any]]] = {
     "fmod": lambda a, b, r: (1.0, -np.trunc(a / b)),     # a - b * trunc(a / b)
 }
 
-# math's names where NumPy's differ (erf and erfc: math's, which never fail)
-_NUMPY_NAMES = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
-                "acosh": "arccosh", "atanh": "arctanh", "atan2": "arctan2"}
-
 # piecewise constant (their derivative is 0) or not numbers: the plain result, as math gives it
 _NO_DERIVATIVE = ("floor", "ceil", "trunc", "isnan", "isinf", "isfinite")
 
@@ -300,6 +296,9 @@ _UFUNCS = {"sqrt": "sqrt", "exp": "exp", "log": "log", "log2": "log2", "log10": 
            "negative": None, "add": None, "subtract": None, "multiply": None,
            "true_divide": None, "power": None}
 _BINARY_UFUNCS = {"hypot": "hypot", "arctan2": "atan2", "copysign": "copysign", "fmod": "fmod"}
+# NumPy's function for each math name (_evaluated; erf and erfc have none: math's, which
+# never fail)
+_NUMPY_NAMES = {m: n for n, m in {**_UFUNCS, **_BINARY_UFUNCS}.items() if m is not None}
 _OPERATORS = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
               "true_divide": operator.truediv, "power": operator.pow,
               "remainder": operator.mod}
