@@ -28,6 +28,7 @@ import hashlib
 import os
 from dataclasses import dataclass
 
+from tapegrad.backends.cpu.phases import merged_phases
 from tapegrad.backends.cpu.transposed import SUFFIX, derived_params
 from tapegrad.backends.cpu.versioning import Versions, plan_versions
 from tapegrad.backends.numba_lower import ExprLowering, ModuleWriter, emit_statements
@@ -193,6 +194,8 @@ def lower_kernel(tk: TypedKernel) -> Lowered:
 
 
 class _KernelWriter(ModuleWriter):
+    all_private = False     # whether the loop being written adds into per-thread copies only
+
     # -- the whole module ---------------------------------------------------------------
     def write(self) -> Lowered:
         out, ir = self.out, self.ir
@@ -248,7 +251,7 @@ class _KernelWriter(ModuleWriter):
         out.emit(f"_total = {' * '.join(f'_groups{d}' for d in range(r))}", 1)
         out.emit(f"for _c in {'range' if debug else 'numba.prange'}(_nchunks):", 1)
 
-        body = ir.body
+        body = self.without_needless_barriers(ir.body)
         self.group_sums = [n for n in ast.walk(ast.Module(body=body, type_ignores=[]))
                            if isinstance(n, ast.Expr) and tg_name(n.value) == "group_reduce_add"]
         decls = [s for s in body if memory_decl(s)]
@@ -271,6 +274,18 @@ class _KernelWriter(ModuleWriter):
             out.emit(f"atomic_add({ast.unparse(low.expr(arr))}, {ast.unparse(low.index(idx))}, "
                      f"group_sum(_group_sum{k}))", 3)
         self.privatize_merge()
+
+    def without_needless_barriers(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        """The body without barriers that order nothing when one thread runs the group
+        (phases.py)."""
+        if not any(contains_barrier(s) for s in body):
+            return body
+        shared = {s.targets[0].id for s in body if memory_decl(s) == "localmem"}
+        declared = {s.targets[0].id for s in body if memory_decl(s)}   # (private: per item)
+        params = {p for p, t in zip(self.ir.params, self.tk.argtypes) if isinstance(t, Array)}
+        aliases = {n for n, t in self.tk.locals.items()
+                   if isinstance(t, Array) and n not in declared}
+        return merged_phases(body, params | shared, aliases)
 
     def open_group_loop(self) -> None:
         """This task's run of workgroups; a group's position in the grid (row-major) and its
@@ -376,12 +391,15 @@ class _KernelWriter(ModuleWriter):
             parts = index.elts if isinstance(index, ast.Tuple) else [index]
             target = f"{a}__priv[_c, {', '.join(ast.unparse(p) for p in parts)}]"
             op = "+=" if tg_name(s.value) == "atomic_add" else "-="
-            call = ast.unparse(low.expr(s.value))
-            self.out.emit(f"if _private_{a}:", depth)
             element = Scalar(self.tk.types[id(arr)].dtype)
-            self.out.emit(f"{target} {op} {ast.unparse(low.coerce(value, element))}", depth + 1)
+            add = f"{target} {op} {ast.unparse(low.coerce(value, element))}"
+            if self.all_private:      # (decided outside this loop: see write_blocks)
+                self.out.emit(add, depth)
+                return True
+            self.out.emit(f"if _private_{a}:", depth)
+            self.out.emit(add, depth + 1)
             self.out.emit("else:", depth)
-            self.out.emit(call, depth + 1)
+            self.out.emit(ast.unparse(low.expr(s.value)), depth + 1)
             return True
         return self.special_group_sum(s, depth, low)
 
@@ -573,7 +591,19 @@ class _KernelWriter(ModuleWriter):
             if isinstance(b, Segment):
                 rebind = {n for n in self.private if n in b.uses}
                 recompute = self.plan.recomputed(b)
-                self.item_loop(b.stmts, low, depth, rebind, recompute)
+                copies = [a for a in self.private_sums if a in b.uses]
+                if not copies:
+                    self.item_loop(b.stmts, low, depth, rebind, recompute)
+                    continue
+                # the loop twice, as the launch adds into per-thread copies or not: with the
+                # choice inside, LLVM did not vectorise the loop (a tiled product's adjoint
+                # whose shadow tiles are flushed in the loop that updates them: 8x slower)
+                out.emit(f"if {' and '.join(f'_private_{a}' for a in copies)}:", depth)
+                self.all_private = True
+                self.item_loop(b.stmts, low, depth + 1, rebind, recompute)
+                self.all_private = False
+                out.emit("else:", depth)
+                self.item_loop(b.stmts, low, depth + 1, rebind, recompute)
                 continue
             s = b.stmt
             out.at(s, depth)
