@@ -150,14 +150,18 @@ class BarrierPlan:
     loop over the group's work-items, a GPU guards each segment and puts a barrier between.
     """
 
-    def __init__(self, tk: TypedKernel, body: list[ast.stmt], decls: list[ast.stmt]):
+    def __init__(self, tk: TypedKernel, body: list[ast.stmt], decls: list[ast.stmt],
+                 written: list[ast.stmt] | None = None):
         self.tk = tk
         self.ir = tk.ir
         self.decls = decls
         self.tuples = self.tuple_names()
         uniform = self.uniform_names(body, decls)
         self.uniform = uniform
-        self.hoisted = self.group_level_names(body, uniform)
+        # decided on the body as ``written`` when a backend dropped barriers from it: a name
+        # assigned first thing after a barrier would become group-level, and each of its
+        # assignments would split the work-item loop (cpu/phases.py)
+        self.hoisted = self.group_level_names(written or body, uniform)
         self.runtime_values: dict[str, str] = {}   # name -> dtype, computed per item
         self.blocks = self.structure(body, uniform)
         # a loop run at group level sets its variable at group level, also when its bounds

@@ -194,7 +194,9 @@ def lower_kernel(tk: TypedKernel) -> Lowered:
 
 
 class _KernelWriter(ModuleWriter):
-    all_private = False     # whether the loop being written adds into per-thread copies only
+    # arrays known, in the loop being written, to add into per-thread copies (True) or with
+    # atomics (False); the others choose per statement
+    known_private: dict[str, bool] = {}
 
     # -- the whole module ---------------------------------------------------------------
     def write(self) -> Lowered:
@@ -284,7 +286,7 @@ class _KernelWriter(ModuleWriter):
         declared = {s.targets[0].id for s in body if memory_decl(s)}   # (private: per item)
         params = {p for p, t in zip(self.ir.params, self.tk.argtypes) if isinstance(t, Array)}
         aliases = {n for n, t in self.tk.locals.items()
-                   if isinstance(t, Array) and n not in declared}
+                   if _holds_array(t) and n not in declared}
         return merged_phases(body, params | shared, aliases)
 
     def open_group_loop(self) -> None:
@@ -322,27 +324,26 @@ class _KernelWriter(ModuleWriter):
         """Argument arrays that the kernel updates only with atomic_add/atomic_sub statements
         (their old values unused) and never reads or writes otherwise: each thread can add
         into a private copy, merged after the launch, instead of contending on atomics.
-        Whether it pays is decided at run time (copies cost threads x size)."""
+        Whether it pays is decided at run time (copies cost threads x size).  Any other use
+        of the array's name rules it out, including ones that reach it without indexing it
+        (a tuple ``T = (Y, X)``, a call ``f(Y)``)."""
         candidates: dict[str, int] = {}
-        spoiled: set[str] = set()
-        statements = set()
-        for n in ast.walk(ast.Module(body=body, type_ignores=[])):
-            if isinstance(n, ast.Expr) and tg_name(n.value) in ("atomic_add", "atomic_sub"):
-                statements.add(id(n.value))
-        for n in ast.walk(ast.Module(body=body, type_ignores=[])):
-            name = tg_name(n) if isinstance(n, ast.Call) else None
-            if name and name.startswith("atomic_"):
-                array = n.args[0].id
+        harmless: set[int] = set()     # name nodes that add to the array or read its shape
+        tree = ast.Module(body=body, type_ignores=[])
+        statements = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)
+                      and tg_name(n.value) in ("atomic_add", "atomic_sub", "group_reduce_add")}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Call) and id(n) in statements \
+                    and isinstance(n.args[0], ast.Name):
                 t = self.tk.types.get(id(n.args[0]))
-                if id(n) in statements and isinstance(t, Array) and t.space == "global" \
-                        and t.dtype != "bool":
-                    candidates[array] = t.ndim
-                else:
-                    spoiled.add(array)
-            elif isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name):
-                spoiled.add(n.value.id)
-            elif isinstance(n, ast.Call) and name is None:
-                spoiled.update(a.id for a in n.args if isinstance(a, ast.Name))
+                harmless.add(id(n.args[0]))
+                if tg_name(n) != "group_reduce_add" and isinstance(t, Array) \
+                        and t.space == "global" and t.dtype != "bool":
+                    candidates[n.args[0].id] = t.ndim
+            elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
+                harmless.add(id(n.value))          # X.shape, X.size
+        spoiled = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+                   and id(n) not in harmless}
         return {a: nd for a, nd in candidates.items() if a not in spoiled}
 
     def privatize_start(self) -> None:
@@ -393,8 +394,9 @@ class _KernelWriter(ModuleWriter):
             op = "+=" if tg_name(s.value) == "atomic_add" else "-="
             element = Scalar(self.tk.types[id(arr)].dtype)
             add = f"{target} {op} {ast.unparse(low.coerce(value, element))}"
-            if self.all_private:      # (decided outside this loop: see write_blocks)
-                self.out.emit(add, depth)
+            known = self.known_private.get(a)      # (decided outside this loop: write_blocks)
+            if known is not None:
+                self.out.emit(add if known else ast.unparse(low.expr(s.value)), depth)
                 return True
             self.out.emit(f"if _private_{a}:", depth)
             self.out.emit(add, depth + 1)
@@ -551,7 +553,7 @@ class _KernelWriter(ModuleWriter):
 
     # -- kernels with barriers ----------------------------------------------------------
     def write_with_barriers(self, body: list[ast.stmt], decls: list[ast.stmt]) -> None:
-        plan = BarrierPlan(self.tk, body, decls)
+        plan = BarrierPlan(self.tk, body, decls, written=self.ir.body)
         local_arrays = {s.targets[0].id for s in decls}
         private = {s.targets[0].id for s in decls if memory_decl(s) == "private"}
         item_locals = set(self.tk.locals) - plan.hoisted - local_arrays
@@ -598,12 +600,16 @@ class _KernelWriter(ModuleWriter):
                 # the loop twice, as the launch adds into per-thread copies or not: with the
                 # choice inside, LLVM did not vectorise the loop (a tiled product's adjoint
                 # whose shadow tiles are flushed in the loop that updates them: 8x slower)
+                out.emit("# the same loop twice: adding into per-thread copies (when they pay) "
+                         "or with atomics, chosen once: a choice per element would keep LLVM "
+                         "from vectorising it", depth)
                 out.emit(f"if {' and '.join(f'_private_{a}' for a in copies)}:", depth)
-                self.all_private = True
+                self.known_private = dict.fromkeys(copies, True)
                 self.item_loop(b.stmts, low, depth + 1, rebind, recompute)
-                self.all_private = False
                 out.emit("else:", depth)
+                self.known_private = {copies[0]: False} if len(copies) == 1 else {}
                 self.item_loop(b.stmts, low, depth + 1, rebind, recompute)
+                self.known_private = {}
                 continue
             s = b.stmt
             out.at(s, depth)
@@ -628,6 +634,12 @@ class _KernelWriter(ModuleWriter):
                 if b.blocks[1]:
                     out.emit("else:", depth)
                     self.write_blocks(b.blocks[1], low, depth + 1)
+
+
+def _holds_array(t: object) -> bool:
+    """Whether a value of type ``t`` is an array or a tuple holding one (``T = (Y, X)``
+    reaches ``Y`` without naming it)."""
+    return isinstance(t, Array) or isinstance(t, TupleT) and any(map(_holds_array, t.items))
 
 
 def _additive(e: ast.expr) -> str:

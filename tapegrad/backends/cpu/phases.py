@@ -36,7 +36,7 @@ import ast
 import copy
 from dataclasses import dataclass
 
-from tapegrad.backends.structure import contains_barrier, is_barrier
+from tapegrad.backends.structure import contains_barrier, is_barrier, memory_decl
 from tapegrad.frontend.ir import tg_name
 
 _INDEX_CALLS = ("local_indices", "local_index", "global_indices", "global_index")
@@ -47,8 +47,8 @@ def merged_phases(body: list[ast.stmt], arrays: set[str], aliases: set[str]
                   ) -> list[ast.stmt]:
     """``body`` without the barriers that order nothing on the CPU (see the module
     docstring).  ``arrays``: the names of the kernel's memory (array arguments, local
-    memory); ``aliases``: other names that may refer to an array (a segment using one keeps
-    its barriers).  Statements are shared with ``body``, not copied (typing is keyed on them);
+    memory); ``aliases``: other names that may refer to an array, such as tuples holding
+    arrays (a segment using one keeps its barriers).  Statements are shared with ``body``, not copied (typing is keyed on them);
     a loop or branch whose body changes is a shallow copy."""
     owned = _owned_indices(body)
     if not owned:
@@ -160,9 +160,13 @@ def _uses(stmts: list[ast.stmt], rules: _Rules) -> dict[str, list[_Use]] | None:
                 and isinstance(node.value.args[0], ast.Name):
             seen.add(id(node.value.args[0]))
             uses.setdefault(node.value.args[0].id, []).append(_Use("add", None))
+        elif isinstance(node, ast.Assign) and memory_decl(node):
+            seen.add(id(node.targets[0]))  # tile = tg.localmem(...): no contents yet
         elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             seen.add(id(node.value))       # X.shape, X.size: not the contents
         elif isinstance(node, ast.Subscript) and id(node) not in seen:
+            if isinstance(node.value, ast.Attribute) or tg_name(node.value):
+                continue                   # X.shape[0], tg.groupsize()[0]: a tuple's element
             if not isinstance(node.value, ast.Name) or node.value.id in rules.aliases:
                 return None                # X[i][j], V[i]: an element of some view
             seen.add(id(node.value))
