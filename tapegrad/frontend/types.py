@@ -344,6 +344,14 @@ class _Inference:
             return t
         if isinstance(node, ast.Tuple):
             items = [self.expr(e) for e in node.elts]
+            for e, t in zip(node.elts, items):
+                if isinstance(t, Array) or isinstance(t, TupleT) and _holds_array(t):
+                    # (the same rule as a second name: what the kernel writes, its
+                    # derivatives and the CPU's loops follow arrays by their names; Numba
+                    # also drops stores through such a tuple inside a parallel loop)
+                    raise self.fail(node, f"{ast.unparse(e)} is an array inside a tuple: "
+                                          "kernels use each array under its own name; pass "
+                                          "the arrays separately (f(Y, X), not f((Y, X)))")
             if any(i is None for i in items):
                 return None
             return TupleT(tuple(items))
@@ -599,3 +607,7 @@ class _Inference:
             func.cache[key] = callee
         self.tk.callees[id(node)] = callee
         return callee.return_type
+
+
+def _holds_array(t: Type) -> bool:
+    return isinstance(t, Array) or isinstance(t, TupleT) and any(map(_holds_array, t.items))

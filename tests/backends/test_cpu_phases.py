@@ -185,31 +185,6 @@ for t in range(n):
 """) == 1
 
 
-@tg.func
-def put(pair, k, v):
-    pair[0][k] = v
-    return 0
-
-
-@tg.kernel
-def neighbour_through_a_tuple(Y, X):
-    """The second segment writes the neighbour's element of Y through a tuple: the pass
-    cannot see which element, so the barrier stays (found by a review's fuzzing)."""
-    i = tg.index()
-    li = tg.index(tg.Local)
-    pair = (Y, X)
-    Y[i] = X[i]
-    tg.synchronize()
-    _ = put(pair, i - li + (li + 1) % 4, 7.0)
-    tg.synchronize()
-
-
-def test_an_array_reached_through_a_tuple_keeps_the_barrier():
-    Y = np.zeros(8)
-    neighbour_through_a_tuple(CPU, (4,))(Y, np.arange(8.0), ndrange=8)
-    np.testing.assert_array_equal(Y, np.full(8, 7.0))
-
-
 @tg.kernel
 def counter_after_a_dropped_barrier(Y, X, m):
     """The loop's first barrier goes (nothing before it in the body): ``q = t`` must not turn

@@ -270,6 +270,24 @@ def alias_array(B, A):
 
 
 @tg.kernel
+def arrays_in_a_tuple(B, A):
+    i = tg.index()
+    pair = (B, A)  # ERR:array-tuple
+    pair[0][i] = A[i]
+
+
+@tg.func
+def first_of(pair, k):
+    return pair[0][k]
+
+
+@tg.kernel
+def arrays_in_a_tuple_argument(B, A):
+    i = tg.index()
+    B[i] = first_of((A, B), i)  # ERR:array-tuple-arg
+
+
+@tg.kernel
 def localmem_declared_twice(B, A):
     i = tg.index()
     li = tg.index(tg.Local)
@@ -480,6 +498,9 @@ TYPE_CASES = [
     (float_augassign_into_int, (I64,), "float-aug-into-int", "int(...)"),
     (reassign_array_arg, (F64, F64), "reassign-array", "another name"),
     (alias_array, (F64, np.zeros(4)), "alias-array", "C = A gives an array a second name"),
+    (arrays_in_a_tuple, (F64, np.zeros(4)), "array-tuple",
+     "B is an array inside a tuple: kernels use each array under its own name"),
+    (arrays_in_a_tuple_argument, (F64, np.zeros(4)), "array-tuple-arg", "f(Y, X), not f((Y, X))"),
     (localmem_declared_twice, (F64, np.zeros(4)), "declared-twice", "its own name"),
     (undefined_name, (F64,), "undefined", "not_defined_anywhere"),
     (calls_print, (F64,), "print", "print"),

@@ -285,8 +285,8 @@ class _KernelWriter(ModuleWriter):
         shared = {s.targets[0].id for s in body if memory_decl(s) == "localmem"}
         declared = {s.targets[0].id for s in body if memory_decl(s)}   # (private: per item)
         params = {p for p, t in zip(self.ir.params, self.tk.argtypes) if isinstance(t, Array)}
-        aliases = {n for n, t in self.tk.locals.items()
-                   if _holds_array(t) and n not in declared}
+        aliases = {n for n, t in self.tk.locals.items()      # (tuples of arrays are refused)
+                   if isinstance(t, Array) and n not in declared}
         return merged_phases(body, params | shared, aliases)
 
     def open_group_loop(self) -> None:
@@ -385,7 +385,7 @@ class _KernelWriter(ModuleWriter):
 
     def special(self, s: ast.stmt, depth: int, low: CPULowering) -> bool:
         if isinstance(s, ast.Expr) and tg_name(s.value) in ("atomic_add", "atomic_sub") \
-                and s.value.args[0].id in self.private_sums:
+                and getattr(s.value.args[0], "id", None) in self.private_sums:
             arr, idx, value = s.value.args
             a = arr.id
             index = low.index(idx)
@@ -634,12 +634,6 @@ class _KernelWriter(ModuleWriter):
                 if b.blocks[1]:
                     out.emit("else:", depth)
                     self.write_blocks(b.blocks[1], low, depth + 1)
-
-
-def _holds_array(t: object) -> bool:
-    """Whether a value of type ``t`` is an array or a tuple holding one (``T = (Y, X)``
-    reaches ``Y`` without naming it)."""
-    return isinstance(t, Array) or isinstance(t, TupleT) and any(map(_holds_array, t.items))
 
 
 def _additive(e: ast.expr) -> str:

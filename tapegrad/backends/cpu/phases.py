@@ -47,8 +47,9 @@ def merged_phases(body: list[ast.stmt], arrays: set[str], aliases: set[str]
                   ) -> list[ast.stmt]:
     """``body`` without the barriers that order nothing on the CPU (see the module
     docstring).  ``arrays``: the names of the kernel's memory (array arguments, local
-    memory); ``aliases``: other names that may refer to an array, such as tuples holding
-    arrays (a segment using one keeps its barriers).  Statements are shared with ``body``, not copied (typing is keyed on them);
+    memory); ``aliases``: other names that may refer to an array (a segment using one keeps
+    its barriers; the type checker refuses second names for arguments and tuples holding
+    arrays, so this is a safety net).  Statements are shared with ``body``, not copied (typing is keyed on them);
     a loop or branch whose body changes is a shallow copy."""
     owned = _owned_indices(body)
     if not owned:
