@@ -345,7 +345,7 @@ class _Inference:
         if isinstance(node, ast.Tuple):
             items = [self.expr(e) for e in node.elts]
             for e, t in zip(node.elts, items):
-                if isinstance(t, Array) or isinstance(t, TupleT) and _holds_array(t):
+                if _holds_array(t):
                     # (the same rule as a second name: what the kernel writes, its
                     # derivatives and the CPU's loops follow arrays by their names; Numba
                     # also drops stores through such a tuple inside a parallel loop)

@@ -325,8 +325,7 @@ class _KernelWriter(ModuleWriter):
         (their old values unused) and never reads or writes otherwise: each thread can add
         into a private copy, merged after the launch, instead of contending on atomics.
         Whether it pays is decided at run time (copies cost threads x size).  Any other use
-        of the array's name rules it out, including ones that reach it without indexing it
-        (a tuple ``T = (Y, X)``, a call ``f(Y)``)."""
+        of the array's name rules it out, also one that does not index it (``f(Y)``)."""
         candidates: dict[str, int] = {}
         harmless: set[int] = set()     # name nodes that add to the array or read its shape
         tree = ast.Module(body=body, type_ignores=[])

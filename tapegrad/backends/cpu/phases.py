@@ -48,9 +48,9 @@ def merged_phases(body: list[ast.stmt], arrays: set[str], aliases: set[str]
     """``body`` without the barriers that order nothing on the CPU (see the module
     docstring).  ``arrays``: the names of the kernel's memory (array arguments, local
     memory); ``aliases``: other names that may refer to an array (a segment using one keeps
-    its barriers; the type checker refuses second names for arguments and tuples holding
-    arrays, so this is a safety net).  Statements are shared with ``body``, not copied (typing is keyed on them);
-    a loop or branch whose body changes is a shallow copy."""
+    its barriers; a safety net: the type checker refuses second names for arrays and arrays
+    inside tuples).  Statements are shared with ``body``, not copied (typing is keyed on
+    them); a loop or branch whose body changes is a shallow copy."""
     owned = _owned_indices(body)
     if not owned:
         return body
