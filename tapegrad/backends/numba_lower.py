@@ -125,7 +125,12 @@ class ExprLowering:
                          right=self.coerce(node.right, t))
 
     def expr_UnaryOp(self, node: ast.UnaryOp) -> ast.expr:
-        return ast.UnaryOp(op=node.op, operand=self.expr(node.operand))
+        t, src = self.T(node), self.tk.types.get(id(node.operand))
+        operand = self.expr(node.operand)
+        if isinstance(node.op, ast.USub) and isinstance(t, Scalar) and isinstance(src, Scalar) \
+                and not t.is_float and t.dtype != src.dtype:
+            operand = cast(operand, t.dtype)    # -int32 is int64: -(-2**31) must not wrap
+        return ast.UnaryOp(op=node.op, operand=operand)
 
     def expr_BoolOp(self, node: ast.BoolOp) -> ast.expr:
         return ast.BoolOp(op=node.op, values=[self.truth(v) for v in node.values])
@@ -197,6 +202,11 @@ class ExprLowering:
         args = node.args
         if name.endswith(("_index", "_indices")) or name in ("ndrange", "groupsize"):
             return self.index_expr(name, node)
+        if name in ("floor", "ceil", "trunc"):
+            # a float of the argument's type, as NumPy and CUDA give (Python's math.floor
+            # returns an int, which has no nan or inf and wraps beyond 2**63)
+            x = self.expr(args[0])
+            return name_call(f"np.{name}", [x]) if isinstance(t, Scalar) and t.is_float else x
         if name in L.UNARY_MATH:
             fn = "abs" if name == "fabs" and isinstance(t, Scalar) and t.dtype == "float32" else f"math.{name}"
             return name_call(fn, [self.expr(args[0])])

@@ -501,8 +501,8 @@ class _Inference:
             self.need_scalar(arg_node, a)
         if name in L.UNARY_MATH:
             self.need_args(node, args, 1)
-            if name in ("floor", "ceil", "trunc"):
-                return INT64 if args[0].is_float else args[0]
+            if name in ("floor", "ceil", "trunc"):   # a float stays a float, as in NumPy
+                return INT64 if args[0].dtype == "bool" else args[0]
             if name in ("isnan", "isinf", "isfinite"):
                 return BOOL
             return float_of(args[0])

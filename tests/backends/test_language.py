@@ -338,6 +338,53 @@ def test_unary_math_matches_numpy(backend, name, dtype):
     np.testing.assert_allclose(B.astype(np.float64), expected, **_tolerances(dtype))
 
 
+@tg.kernel
+def negated(B, J, M):
+    i = tg.index()
+    B[i] = -J[i] + -M[i]
+
+
+def test_negating_an_int32_or_a_bool_gives_an_int64(backend):
+    """The types say -int32 and -bool are int64 (as NumPy's scalar rules give for -bool's
+    arithmetic); the negation itself must happen in int64, or -(-2**31) wraps."""
+    J = np.array([-2 ** 31, 5, 0], np.int32)
+    M = np.array([True, False, True])
+    B = np.zeros(3, np.int64)
+    negated(backend, 4)(B, J, M, ndrange=3)
+    np.testing.assert_array_equal(B, -J.astype(np.int64) - M.astype(np.int64))
+
+
+@tg.kernel
+def rounding(B, A):
+    i = tg.index()
+    B[i, 0] = np.floor(A[i])
+    B[i, 1] = math.ceil(A[i])
+    B[i, 2] = tg.trunc(A[i])
+
+
+@tg.kernel
+def rounded_index(K, A):
+    i = tg.index()
+    K[i] = int(math.floor(A[i] + 0.5))     # an int from a rounded float: int(...) says so
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: d.__name__)
+def test_rounding_keeps_the_float_type_as_numpy_does(backend, dtype):
+    """floor/ceil/trunc of a float is a float (nan, inf, 1e20 and the sign of a zero kept):
+    as an int64, which Python's math.floor gives, nan and inf had no value and 1e20 wrapped."""
+    A = np.array([np.nan, np.inf, -np.inf, 1e20, -2.5, 2.5, -0.5, 0.5, -0.0, 3.0,
+                  2.0 ** 60 + 2.0 ** 9, -7.25], dtype)
+    B = np.zeros((A.size, 3), dtype)
+    rounding(backend, 4)(B, A, ndrange=A.size)
+    expected = np.stack([np.floor(A), np.ceil(A), np.trunc(A)], axis=1)
+    np.testing.assert_array_equal(B, expected)
+    np.testing.assert_array_equal(np.signbit(B), np.signbit(expected))
+    finite = A[np.isfinite(A) & (np.abs(A) < 2.0 ** 50)]
+    K = np.zeros(finite.size, np.int64)
+    rounded_index(backend, 4)(K, finite, ndrange=finite.size)
+    np.testing.assert_array_equal(K, np.floor(finite + dtype(0.5)).astype(np.int64))
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: d.__name__)
 @pytest.mark.parametrize("name", BINARY)
 def test_binary_math_matches_numpy(backend, name, dtype):

@@ -30,6 +30,7 @@ from tapegrad.backends.cpu.lower import VMATH, CPULowering, Lowered, _row_major
 from tapegrad.backends.numba_lower import (
     ExprLowering,
     ModuleWriter,
+    cast,
     emit_statements,
     name_call,
 )
@@ -43,7 +44,7 @@ from tapegrad.backends.structure import (
     memory_decl,
 )
 from tapegrad.frontend.ir import tg_name
-from tapegrad.frontend.types import TypedKernel
+from tapegrad.frontend.types import Scalar, TypedKernel
 
 _AXES = "xyz"
 
@@ -63,9 +64,12 @@ class CUDALowering(CPULowering):
         if name == "fmod":   # numba-cuda has math.fmod (the CPU path uses np.fmod)
             t = self.T(node)
             return name_call("math.fmod", [self.coerce(a, t) for a in node.args])
-        if name in ("floor", "ceil", "trunc") and simulated():
-            # the simulator runs Python, where numpy.float32 has no __trunc__ & co.
-            return name_call(f"math.{name}", [name_call("float", [self.expr(node.args[0])])])
+        if name in ("floor", "ceil", "trunc"):
+            t = self.T(node)
+            x = self.expr(node.args[0])
+            if not (isinstance(t, Scalar) and t.is_float):
+                return x                    # of an integer: itself
+            return cast(name_call(f"{name}_float", [x]), t.dtype)   # (rounding.py)
         if name and (name.startswith("atomic_") or name in VMATH):
             # threads of a block share local memory: atomics stay atomic (unlike on the CPU);
             # math goes to CUDA's libdevice, already vectorised across threads
@@ -89,6 +93,8 @@ class _Writer(ModuleWriter):
         out.emit("import numba", 0)
         out.emit("import numpy as np", 0)
         out.emit("from numba import cuda", 0)
+        out.emit("from tapegrad.backends.cuda.rounding import floor_float, ceil_float, "
+                 "trunc_float", 0)
         for callee in device_functions(self.tk):
             out.blank()
             out.blank()
