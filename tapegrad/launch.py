@@ -411,6 +411,9 @@ def _groupsize(cfg: Any, rank: int) -> tuple[int, ...]:
     return wgs
 
 
+_SMALLER = {1: 256, 2: (16, 16), 3: (8, 8, 8)}   # suggested where a workgroup is too large
+
+
 def _checked_groupsize(cfg: Any, rank: int) -> tuple[int, ...]:
     wgs = cfg.workgroupsize
     if wgs is None:
@@ -422,6 +425,11 @@ def _checked_groupsize(cfg: Any, rank: int) -> tuple[int, ...]:
                           f"workgroupsize={(16,) * rank}")
     if not all(isinstance(x, (int, np.integer)) and x > 0 for x in w):
         raise LaunchError(f"workgroupsize must hold positive ints, got {wgs!r}")
+    limit, items = cfg.backend.max_group_items, int(np.prod(w))
+    if limit is not None and items > limit:
+        raise LaunchError(f"{cfg.kernel.name}: workgroupsize {wgs!r} has {items} work-items but "
+                          f"{cfg.backend.name} allows at most {limit} per workgroup; use a "
+                          f"smaller one, e.g. workgroupsize={_SMALLER.get(rank, 64)}")
     return tuple(int(x) for x in w)
 
 

@@ -14,6 +14,7 @@ class Backend:
     """A device that runs kernels.  Subclasses implement the methods below."""
 
     name = "backend"
+    max_group_items: int | None = None   # the most work-items a workgroup may have, if limited
 
     # arrays
     def owns(self, x: Any) -> bool:

@@ -4,6 +4,8 @@ and the tape, all checked against the CPU backend's results and closed forms."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -120,3 +122,28 @@ def _f_cpu(x):
     y = np.zeros(16)
     stencil(tg.CPU(), 8)(y, x, ndrange=16)
     return tg.dot(y, y)
+
+
+@tg.kernel
+def fill_1d(B, v):
+    i = tg.index()
+    B[i] = v
+
+
+@tg.kernel
+def fill_2d(B, v):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    B[i, j] = v
+
+
+@pytest.mark.parametrize("kernel, wgs, suggestion", [(fill_2d, (64, 32), "(16, 16)"),
+                                                     (fill_1d, 2048, "256")])
+def test_a_workgroup_larger_than_cuda_allows_is_refused(gpu, kernel, wgs, suggestion):
+    """CUDA runs at most 1024 threads per block; the simulator runs more, a GPU fails the
+    launch with a driver error: refused before either, with the array untouched."""
+    B = np.zeros((64, 32)) if isinstance(wgs, tuple) else np.zeros(2048)
+    with pytest.raises(tg.LaunchError, match="at most 1024 per workgroup.*" + re.escape(suggestion)):
+        kernel(gpu, wgs)(B, 2.0, ndrange=B.shape)
+    assert not B.any()
+    kernel(tg.CPU(), wgs)(B, 2.0, ndrange=B.shape)     # the CPU has no such limit
+    assert (B == 2.0).all()

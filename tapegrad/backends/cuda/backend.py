@@ -41,6 +41,7 @@ class CUDA(Backend):
     """
 
     name = "cuda"
+    max_group_items = 1024      # threads per block on every CUDA GPU since compute 2.0
 
     def __init__(self, device: int = 0):
         self.device = int(device)
