@@ -69,7 +69,9 @@ class CUDALowering(CPULowering):
             x = self.expr(node.args[0])
             if not (isinstance(t, Scalar) and t.is_float):
                 return x                    # of an integer: itself
-            return cast(name_call(f"{name}_float", [x]), t.dtype)   # (rounding.py)
+            # numba-cuda's math.floor returns an int64 (nan, inf and |x| >= 2**63 have no
+            # value there); float(x) first: the simulator's numpy.float32 has no __floor__
+            return cast(name_call(f"math.{name}", [name_call("float", [x])]), t.dtype)
         if name and (name.startswith("atomic_") or name in VMATH):
             # threads of a block share local memory: atomics stay atomic (unlike on the CPU);
             # math goes to CUDA's libdevice, already vectorised across threads
@@ -93,8 +95,6 @@ class _Writer(ModuleWriter):
         out.emit("import numba", 0)
         out.emit("import numpy as np", 0)
         out.emit("from numba import cuda", 0)
-        out.emit("from tapegrad.backends.cuda.rounding import floor_float, ceil_float, "
-                 "trunc_float", 0)
         for callee in device_functions(self.tk):
             out.blank()
             out.blank()
