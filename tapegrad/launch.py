@@ -710,8 +710,9 @@ def run_replay(cfg: Any, replay: Replay, values: list, shadows: dict[str, Any],
         shadows[p][...] = 0
     args = (*values, *[shadows[p] for p in replay.order])
     kernel = cfg.kernel
-    _show(kernel, "reverse", cfg.backend, replay.shown,
-          lambda: [g.ir for g in replay.adjoint.gathers] + [replay.adjoint.ir])
+    if kernel.shown.get("reverse") is not replay.shown or kernel.merged_from is not None:
+        _show(kernel, "reverse", cfg.backend, replay.shown,
+              lambda: [g.ir for g in replay.adjoint.gathers] + [replay.adjoint.ir])
     if 0 in nd:
         _launch_adjoint(replay.launcher, args, nd, replay.fresh_at)
         return

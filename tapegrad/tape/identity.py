@@ -22,8 +22,10 @@ from tapegrad.errors import TapegradError
 
 
 def array_key(x: Any) -> tuple:
-    """An array's memory: (address, shape, strides, dtype)."""
-    return (_address(x), tuple(x.shape), tuple(x.strides), x.dtype.str)
+    """An array's memory: (address, shape, strides, dtype).  The dtype object itself, not
+    its name: equal dtypes compare equal, and ``dtype.str`` builds a string per call (a
+    third of a new array's key)."""
+    return (_address(x), tuple(x.shape), tuple(x.strides), x.dtype)
 
 
 def _address(x: Any) -> int:
@@ -72,14 +74,16 @@ class Ident:
     memory tuple cost ~0.1 us a lookup).  Identities are ordered by when they were
     registered, which breaks ties in the sorted list of memory ranges."""
 
-    __slots__ = ("serial", "owner", "weak", "meta", "span")
+    __slots__ = ("serial", "owner", "weak", "meta", "span", "released", "entry")
 
     def __init__(self, serial: int, owner: Any, weak: bool, meta: tuple, span: tuple):
         self.serial = serial
         self.owner = owner      # a weak reference to the memory's owner, or the owner itself
         self.weak = weak
-        self.meta = meta        # (array type, shape, dtype string): enough to make its shadow
+        self.meta = meta        # (array type, shape, dtype): enough to make its shadow
         self.span = span        # (lo, hi): the bytes its elements occupy (see extent)
+        self.released = None    # the tape's weak slot for records that do not keep it
+        self.entry = None       # its [lo, hi, ident] in the sorted ranges, while listed
 
     def alive(self) -> bool:
         return not self.weak or self.owner() is not None
@@ -96,7 +100,7 @@ class Identities:
 
     def __init__(self) -> None:
         self.by_memory: dict[tuple, Ident] = {}         # array_key -> current generation
-        self.extents: list[tuple[int, int, Ident]] = []   # sorted memory ranges
+        self.extents: list[list] = []     # sorted memory ranges: [lo, hi, ident]
         self.known: dict[int, tuple] = {}   # id(view) -> (ref to view, shape, strides, ident)
         self.serial = 0
 
@@ -106,7 +110,7 @@ class Identities:
         if known is not None and known[0]() is x and known[1] == x.shape \
                 and known[2] == x.strides:
             return known[3]
-        key = (_address(x), x.shape, x.strides, x.dtype.str) if isinstance(x, np.ndarray) \
+        key = (_address(x), x.shape, x.strides, x.dtype) if isinstance(x, np.ndarray) \
             else array_key(x)        # other array types may give shape and strides as lists
         ident = self.by_memory.get(key)
         if ident is None or not ident.alive():
@@ -128,7 +132,7 @@ class Identities:
     def overlapping(self, x: Any) -> Ident | None:
         """A live identity whose memory overlaps that of ``x``, if any (``x`` a view of it)."""
         lo, hi = extent(x)
-        k = bisect.bisect_right(self.extents, (lo, hi))
+        k = bisect.bisect_right(self.extents, [lo, hi])
         for j in range(max(k - 1, 0), len(self.extents)):
             other_lo, other_hi, other = self.extents[j]
             if other_lo >= hi:
@@ -143,47 +147,41 @@ class Identities:
 
     def _register(self, x: Any, key: tuple, old: Ident | None) -> Ident:
         """A new identity for ``x`` at memory ``key`` (``old``: the dead one there, if any)."""
-        slot = self._slot_of(old)
-        if slot is not None:
+        entry = old.entry if old is not None else None
+        if entry is not None and entry[2] is old:
             # a freed array's exact memory (a simulation's new state, as the allocator hands
-            # out the memory of an old one): its range is in the list, overlapping nothing
+            # out the memory of an old one): its range is still listed, and the list's ranges
+            # never overlap (each new one is checked against its neighbours; a clash with a
+            # live array is an error, a dead one is dropped), so it overlaps no other
             lo, hi = old.span
+            meta = old.meta if old.meta[0] is type(x) else (type(x), old.meta[1], x.dtype)
         else:
+            entry = None
             lo, hi = extent(x, key[0])
             self._check_overlap(x, lo, hi, old)
+            meta = (type(x), tuple(x.shape), x.dtype)
         owner = x
         while getattr(owner, "base", None) is not None:
             owner = owner.base
-        meta = (type(x), tuple(x.shape), x.dtype.str)
         self.serial += 1
         try:
             ident = Ident(self.serial, weakref.ref(owner), True, meta, (lo, hi))
         except TypeError:
             ident = Ident(self.serial, owner, False, meta, (lo, hi))
-        if slot is not None:
-            self.extents[slot] = (lo, hi, ident)
+        if entry is not None:
+            entry[2] = ident
         elif hi > lo:           # an empty range overlaps nothing (and would hide neighbours)
-            bisect.insort(self.extents, (lo, hi, ident))
+            entry = [lo, hi, ident]
+            bisect.insort(self.extents, entry)
+        ident.entry = entry
         self.by_memory[key] = ident
         return ident
-
-    def _slot_of(self, old: Ident | None) -> int | None:
-        """Where the dead identity ``old`` (same memory key as a new array) has its range in
-        the sorted list, if it does.  The list's ranges never overlap (each new one is checked
-        against its neighbours; a clash with a live array is an error, a dead one is dropped),
-        so a range still listed overlaps no other."""
-        if old is None:
-            return None
-        k = bisect.bisect_left(self.extents, (*old.span, old))
-        if k < len(self.extents) and self.extents[k][2] is old:
-            return k
-        return None
 
     def _check_overlap(self, x: Any, lo: int, hi: int, old: Ident | None) -> None:
         """Tracked live arrays never overlap, so only the neighbours can touch a new one;
         ranges of freed arrays are dropped as they are met."""
         while hi > lo:
-            k = bisect.bisect_right(self.extents, (lo, hi))
+            k = bisect.bisect_right(self.extents, [lo, hi])
             clash = None
             for j in (k - 1, k):
                 if 0 <= j < len(self.extents):
@@ -199,7 +197,7 @@ class Identities:
                     f"recorded code used two different views of the same memory (shapes "
                     f"{other.meta[1]} and {tuple(x.shape)}); tapegrad tracks whole arrays or "
                     "identical views, so pass the same view every time (or copy)")
-            del self.extents[clash]          # freed memory, now reused
+            self.extents.pop(clash)[2] = None     # freed memory, now reused: not listed
 
 
 def extent(x: Any, ptr: int | None = None) -> tuple[int, int]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sys
 import weakref
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +19,8 @@ import numpy as np
 
 from tapegrad import launch as L
 from tapegrad.errors import TapegradError
-from tapegrad.tape.identity import Identities, array_key
+from tapegrad.tape.fingerprint import fingerprint
+from tapegrad.tape.identity import Ident, Identities, array_key
 from tapegrad.tape.scalars import TrackedScalar
 
 _recording: list[Tape] = []
@@ -48,16 +48,6 @@ class paused:
 def is_array(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype") and getattr(x, "ndim", 0) >= 0 \
         and not isinstance(x, (np.generic, float, int))
-
-
-def fingerprint(x: Any) -> int:
-    """A cheap change detector: the CRC-32 of the array's bytes (7 GB/s; a weighted sum of the
-    bit patterns in NumPy ran at 0.7-1.6 GB/s)."""
-    return zlib.crc32(np.ascontiguousarray(_host(x)).reshape(-1).view(np.uint8))
-
-
-def _host(x: Any) -> np.ndarray:
-    return x if isinstance(x, np.ndarray) else x.get()
 
 
 @dataclass
@@ -97,7 +87,6 @@ class Tape:
         self.watch_changes = watch_changes
         self.records: list[Record] = []
         self.ids = Identities()
-        self.released: dict[int, Any] = {}   # id(array) -> its weak slot in records
         # identity -> (record, position, array): records that need the array's current
         # contents (redirected to a copy when a launch is about to overwrite them)
         self.readers: dict[tuple, list[tuple[Record, int, Any]]] = {}
@@ -220,23 +209,23 @@ class Tape:
         if plan is None:
             plan = kernel.cache[("record plan", launcher, tracked)] = self.plan_record(
                 cfg, args, plain, nd, key)
-        needs, arrays, params, replays, float_at = plan
+        needs, arrays, positions, params, replays, float_at = plan
         seen = list(plain)
-        ids: list[tuple | None] = [None] * len(args)
-        read_ids, write_ids, live = [], [], []
+        ids: list[Ident | None] = [None] * len(args)
         track, readers = self.ids.track, self.readers
-        for pos, *_ in arrays:
+        for pos in positions:
             ids[pos] = track(args[pos])
         # (an identity is one object per tracked memory: comparing ids skips hashing them)
-        if len(arrays) > 1 and (ids[arrays[0][0]] is ids[arrays[1][0]] if len(arrays) == 2
-                                else len({id(ids[pos]) for pos, *_ in arrays}) < len(arrays)):
+        if len(positions) > 1 and (ids[positions[0]] is ids[positions[1]]
+                                   or len(positions) > 2 and _repeats(ids, positions)):
             # two views of one memory: launch with one object for both, which merges their
             # parameters (launch.one_parameter_per_array)
-            first: dict[tuple, Any] = {}
+            first: dict[Ident, Any] = {}
             same = tuple(a if ids[pos] is None else first.setdefault(ids[pos], a)
                          for pos, a in enumerate(args))
             L.launch(cfg, same, ndrange)
             return
+        read_ids, write_ids, live = [], [], []
         for pos, reads, writes, needed in arrays:
             a = args[pos]
             ident = ids[pos]
@@ -254,35 +243,39 @@ class Tape:
         for pos, _, _, needed in arrays:   # contents no adjoint reads: do not keep them
             x = seen[pos]
             if not needed and x is args[pos]:
-                known = self.released.get(id(x))   # one weak slot per array, shared
+                ident = ids[pos]
+                known = ident.released       # one weak slot per array, shared
                 if known is None or known.ref() is not x:
-                    known = _Released.of(x)            # or x itself, if it cannot be
+                    known = _Released.of(x, ident)     # or x itself, if it cannot be
                     if type(known) is _Released:
-                        self.released[id(x)] = known
+                        ident.released = known
                 if known is not x:
                     seen[pos] = known
                     released_at.append(pos)
-        nodes = [None] * len(args)
-        for pos in tracked:
-            nodes[pos] = args[pos].node
+        if tracked:
+            nodes = [None] * len(args)
+            for pos in tracked:
+                nodes[pos] = args[pos].node
+            nodes, scalars_in = tuple(nodes), tuple(nodes[pos] for pos in tracked)
+        else:
+            nodes = _NO_NODES[len(args)] if len(args) < 64 else (None,) * len(args)
+            scalars_in = ()
         # tuples of plain values, which the garbage collector stops following (a long
         # recording's lists would make every full collection slower)
-        record = LaunchRecord(
-            reads=tuple(read_ids), writes=tuple(write_ids),
-            scalars_in=tuple(nodes[pos] for pos in tracked) if tracked else (),
-            name=kernel.name, cfg=cfg, params=params, values=seen, ids=tuple(ids), nd=nd,
-            nodes=tuple(nodes), needs=needs, replays=replays, float_at=float_at,
-            tracked_at=tracked, released_at=tuple(released_at))
+        record = LaunchRecord(tuple(read_ids), tuple(write_ids), scalars_in, kernel.name, cfg,
+                              params, seen, tuple(ids), nd, nodes, needs, replays, float_at,
+                              tracked, tuple(released_at))
         self.records.append(record)
         for ident, pos, a in live:
             readers.setdefault(ident, []).append((record, pos, a))
 
     def plan_record(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...], key: tuple
-                    ) -> tuple[frozenset[str], tuple[tuple[int, bool, bool, bool], ...], list,
-                               dict, tuple[int, ...]]:
+                    ) -> tuple[frozenset[str], tuple[tuple[int, bool, bool, bool], ...],
+                               tuple[int, ...], list, dict, tuple[int, ...]]:
         """What recording a launch needs that depends only on the kernel and the argument
         types: the parameters whose contents its adjoint may read, for each array argument
-        (position, read?, written?, contents needed?), the parameters, the place where
+        (position, read?, written?, contents needed?), their positions, the parameters, the
+        place where
         sweeps keep the adjoint launches they work out (``launch.Replay``, per pattern), and
         the positions of the float arrays (the ones that can have shadows)."""
         kernel = cfg.kernel
@@ -293,7 +286,7 @@ class Tape:
                        for pos, (p, k) in enumerate(zip(params, key[2]))
                        if type(k) is tuple)          # an array's argument key (launch._arg_key)
         float_at = tuple(pos for pos, *_ in arrays if np.dtype(plain[pos].dtype).kind == "f")
-        return needs, arrays, params, {}, float_at
+        return needs, arrays, tuple(pos for pos, *_ in arrays), params, {}, float_at
 
     def values_needed(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...]
                       ) -> frozenset[str]:
@@ -547,6 +540,22 @@ class Tape:
                     "copy into the recorded code")
 
 
+def _repeats(items: list[Any], positions: Any = None) -> bool:
+    """Whether an object occurs twice among ``items`` (at ``positions``, if given): a
+    launch's few arrays, where pairwise identity tests beat building a set."""
+    if positions is None:
+        positions = range(len(items))
+    for k in range(1, len(positions)):
+        x = items[positions[k]]
+        for j in range(k):
+            if items[positions[j]] is x:
+                return True
+    return False
+
+
+_NO_NODES = [(None,) * n for n in range(64)]    # a launch's tracked scalars, when none
+
+
 # free-threaded CPython defers some reference counts: there, count nothing and watch all
 _EXACT_REFCOUNTS = getattr(sys, "_is_gil_enabled", lambda: True)()
 
@@ -607,11 +616,17 @@ class _Released:
         self.meta = meta
 
     @staticmethod
-    def of(x: Any) -> Any:
+    def of(x: Any, ident: Any) -> Any:
+        """``x`` held weakly, or ``x`` itself; ``ident``: its identity on the tape, whose weak
+        reference and metadata serve when ``x`` owns its memory (a new array, each step of
+        a simulation)."""
         try:
             flags = x.flags
             contiguous = flags.c_contiguous and getattr(flags, "writeable", True)
-            released = _Released(weakref.ref(x), (type(x), tuple(x.shape), x.dtype))
+            if ident.weak and ident.owner() is x:
+                released = _Released(ident.owner, ident.meta)
+            else:
+                released = _Released(weakref.ref(x), (type(x), tuple(x.shape), x.dtype))
         except (AttributeError, TypeError):   # other flags, or no weak references
             return x
         # a stand-in of another layout would need another compiled kernel: keep the array
@@ -626,19 +641,33 @@ class _Released:
         return x
 
 
-@dataclass
 class LaunchRecord(Record):
-    cfg: Any = None
-    params: list[str] = field(default_factory=list)
-    values: list[Any] = field(default_factory=list)
-    ids: list[int | None] = field(default_factory=list)
-    nd: tuple[int, ...] = ()
-    nodes: list[int | None] = field(default_factory=list)
-    needs: frozenset[str] = frozenset()      # parameters whose contents the adjoint may read
-    replays: dict = field(default_factory=dict)   # launch.Replay per pattern (shared)
-    float_at: tuple[int, ...] = ()           # positions of float arrays (the plan's)
-    tracked_at: tuple[int, ...] = ()         # positions of tracked scalars
-    released_at: tuple[int, ...] = ()        # positions of values held as _Released
+    """One recorded kernel launch: its configured kernel, the arguments as the adjoint will
+    see them, and what the recording plan worked out for its kernel and argument types.  (A
+    plain class with slots, built positionally: one per launch of a simulation, where the
+    dataclass keyword constructor was a tenth of the recording's own time.)"""
+
+    __slots__ = ("cfg", "params", "values", "ids", "nd", "nodes", "needs", "replays",
+                 "float_at", "tracked_at", "released_at")
+
+    def __init__(self, reads: tuple, writes: tuple, scalars_in: tuple, name: str, cfg: Any,
+                 params: list[str], values: list[Any], ids: tuple, nd: tuple[int, ...],
+                 nodes: tuple, needs: frozenset[str], replays: dict,
+                 float_at: tuple[int, ...], tracked_at: tuple[int, ...],
+                 released_at: tuple[int, ...]):
+        self.reads, self.writes, self.scalars_in = reads, writes, scalars_in
+        self.scalar_out, self.name = None, name
+        self.cfg = cfg
+        self.params = params
+        self.values = values             # the arguments (copies of overwritten ones)
+        self.ids = ids                   # identities of the array arguments (else None)
+        self.nd = nd
+        self.nodes = nodes               # tracked-scalar nodes of the scalar arguments
+        self.needs = needs               # parameters whose contents the adjoint may read
+        self.replays = replays           # launch.Replay per pattern (shared)
+        self.float_at = float_at         # positions of float arrays (the plan's)
+        self.tracked_at = tracked_at     # positions of tracked scalars
+        self.released_at = released_at   # positions of values held as _Released
 
     def redirect(self, pos: int, copy: Any) -> None:
         self.values[pos] = copy
@@ -680,8 +709,7 @@ class LaunchRecord(Record):
                 self.replays.clear()
             replay = self.replays[key] = L.replay_for(self.cfg, tuple(values), *self.split(
                 pattern), kept=self.needs)
-        if replay is not None and (len(shadows) < 2 or len({id(d) for d in shadows.values()})
-                                   == len(shadows)):
+        if replay is not None and (len(shadows) < 2 or not _repeats(list(shadows.values()))):
             L.run_replay(self.cfg, replay, values, shadows, self.nd)
             return
         scalars = L.run_adjoint(self.cfg, tuple(values), shadows, *self.split(pattern)[:-1],
