@@ -11,6 +11,7 @@ overwrite consumes the shadow of what it overwrote (Enzyme's semantics).
 from __future__ import annotations
 
 import sys
+import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -393,6 +394,8 @@ class Tape:
             self.shadows[ident].fill(0)
         self.fresh = set()
         self.stand_ins = {}
+        spares.keep(self.free)           # (only the tape's own shadows are in it)
+        self.free = {}
 
     def check_target(self, target: Any) -> None:
         """``tape.gradient``'s target is a scalar this tape recorded; say what else it is."""
@@ -478,8 +481,9 @@ class Tape:
         if sh is None:
             meta = self.ids.meta(ident)      # (type, shape, dtype): the array may be gone
             pool = self.free.get(meta)
-            if pool:          # a finished shadow: reusing it beats fresh pages from the OS
-                sh = pool.pop()
+            # a finished shadow, of this sweep or an earlier one: reusing it beats fresh pages
+            sh = pool.pop() if pool else spares.take(meta)
+            if sh is not None:
                 self.fresh.add(ident)
             else:
                 sh = _allocate(meta, zeroed=not unwritten_ok)
@@ -567,6 +571,43 @@ def _only_tape_holds(x: Any, held: int) -> bool:
     # and its own argument (tests/tape/test_tape.py checks both outcomes)
     return _EXACT_REFCOUNTS and getattr(x, "base", None) is None \
         and sys.getrefcount(x) - 3 <= held
+
+
+class Spares:
+    """Finished shadows of NumPy type kept from one sweep for the next (at most
+    ``limit_bytes`` in all, the most recent first): a gradient asked for in a loop would
+    otherwise take fresh pages from the system for its temporaries' shadows on every call
+    and fault on each (about 1 µs per 4 KiB page: 0.15 ms of a 4.3 ms gradient of 100 steps
+    at 256², 5 ms per 2048² float32 shadow).  CuPy has a memory pool of its own.  Set
+    ``tapegrad.tape.tape.spares.limit_bytes = 0`` to keep none."""
+
+    def __init__(self, limit_bytes: int):
+        self.limit_bytes = limit_bytes
+        self.kept: list[tuple[tuple, np.ndarray]] = []    # oldest first
+        self.lock = threading.Lock()
+
+    def take(self, meta: tuple) -> np.ndarray | None:
+        if not self.kept:
+            return None
+        with self.lock:
+            for k in range(len(self.kept) - 1, -1, -1):
+                if self.kept[k][0] == meta:
+                    return self.kept.pop(k)[1]
+        return None
+
+    def keep(self, free: dict[tuple, list[Any]]) -> None:
+        fresh = [(meta, a) for meta, arrays in free.items() if meta[0] is np.ndarray
+                 for a in arrays if a.nbytes <= self.limit_bytes]
+        if not fresh:
+            return
+        with self.lock:
+            self.kept.extend(fresh)
+            total = sum(a.nbytes for _, a in self.kept)
+            while total > self.limit_bytes:
+                total -= self.kept.pop(0)[1].nbytes
+
+
+spares = Spares(64 << 20)
 
 
 def _allocate(meta: tuple, zeroed: bool) -> Any:
