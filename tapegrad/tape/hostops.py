@@ -140,9 +140,22 @@ def norm(x: Any) -> Any:
     _check_array("norm", x)
     value = float(_xp(x).linalg.norm(x.ravel()))
     return _reduce("norm", (x,), value,
-                   lambda bar, k, a: (bar / value, a) if value else (0.0, None),
+                   lambda bar, k, a: _norm_cotangent(bar, a, value),
                    lambda t, a: _f(t[0], lambda d: _xp(a).vdot(a.ravel(), d.ravel()) / value
                                    if value else 0.0))
+
+
+def _norm_cotangent(bar: float, a: Any, value: float) -> tuple[Any, Any]:
+    """``bar * a / value`` as ``(scale, array)``: the scale ``bar / value`` alone when it is a
+    normal number of ``a``'s type, else the product in that order (``bar / value`` can
+    overflow where the product does not: a small norm and a large adjoint)."""
+    if not value:
+        return 0.0, None
+    scale = bar / value
+    info = np.finfo(a.dtype)
+    if float(info.tiny) <= abs(scale) <= float(info.max):
+        return scale, a
+    return 1.0, bar * a / value
 
 
 def _f(tangent: Any, fn: Callable[[Any], Any]) -> float:

@@ -74,7 +74,7 @@ class Ident:
     memory tuple cost ~0.1 us a lookup).  Identities are ordered by when they were
     registered, which breaks ties in the sorted list of memory ranges."""
 
-    __slots__ = ("serial", "owner", "weak", "meta", "span", "released", "entry")
+    __slots__ = ("serial", "owner", "weak", "meta", "span", "released")
 
     def __init__(self, serial: int, owner: Any, weak: bool, meta: tuple, span: tuple):
         self.serial = serial
@@ -83,7 +83,6 @@ class Ident:
         self.meta = meta        # (array type, shape, dtype): enough to make its shadow
         self.span = span        # (lo, hi): the bytes its elements occupy (see extent)
         self.released = None    # the tape's weak slot for records that do not keep it
-        self.entry = None       # its [lo, hi, ident] in the sorted ranges, while listed
 
     def alive(self) -> bool:
         return not self.weak or self.owner() is not None
@@ -101,6 +100,9 @@ class Identities:
     def __init__(self) -> None:
         self.by_memory: dict[tuple, Ident] = {}         # array_key -> current generation
         self.extents: list[list] = []     # sorted memory ranges: [lo, hi, ident]
+        # ident -> its entry in ``extents`` (kept here, not on the identity: an identity and
+        # its entry pointing at each other would leave cycles for the garbage collector)
+        self.entry_of: dict[Ident, list] = {}
         self.known: dict[int, tuple] = {}   # id(view) -> (ref to view, shape, strides, ident)
         self.serial = 0
 
@@ -147,7 +149,7 @@ class Identities:
 
     def _register(self, x: Any, key: tuple, old: Ident | None) -> Ident:
         """A new identity for ``x`` at memory ``key`` (``old``: the dead one there, if any)."""
-        entry = old.entry if old is not None else None
+        entry = self.entry_of.pop(old, None) if old is not None else None
         if entry is not None and entry[2] is old:
             # a freed array's exact memory (a simulation's new state, as the allocator hands
             # out the memory of an old one): its range is still listed, and the list's ranges
@@ -173,7 +175,8 @@ class Identities:
         elif hi > lo:           # an empty range overlaps nothing (and would hide neighbours)
             entry = [lo, hi, ident]
             bisect.insort(self.extents, entry)
-        ident.entry = entry
+        if entry is not None:
+            self.entry_of[ident] = entry
         self.by_memory[key] = ident
         return ident
 
@@ -197,6 +200,7 @@ class Identities:
                     f"recorded code used two different views of the same memory (shapes "
                     f"{other.meta[1]} and {tuple(x.shape)}); tapegrad tracks whole arrays or "
                     "identical views, so pass the same view every time (or copy)")
+            self.entry_of.pop(other, None)
             self.extents.pop(clash)[2] = None     # freed memory, now reused: not listed
 
 

@@ -330,6 +330,11 @@ class Tape:
             if not is_array(s):
                 raise TapegradError(f"tape.gradient sources are arrays or scalars from "
                                     f"tg.Active / tg.sum(...), got {type(s).__name__}")
+            if np.dtype(s.dtype).kind != "f":
+                raise TapegradError(
+                    f"tape.gradient is with respect to float arrays, but a source has dtype "
+                    f"{np.dtype(s.dtype)} (integers and booleans have no derivative); convert "
+                    f"it before recording (x = x.astype(np.float64)) and differentiate that")
             grads[self.key(s)] = _empty_like(s)
         if not self.recording:
             self.check_target(target)
@@ -664,7 +669,7 @@ class _Released:
         try:
             flags = x.flags
             contiguous = flags.c_contiguous and getattr(flags, "writeable", True)
-            if ident.weak and ident.owner() is x:
+            if ident.weak and ident.owner() is x and ident.meta[0] is type(x):
                 released = _Released(ident.owner, ident.meta)
             else:
                 released = _Released(weakref.ref(x), (type(x), tuple(x.shape), x.dtype))
@@ -690,6 +695,8 @@ class LaunchRecord(Record):
 
     __slots__ = ("cfg", "params", "values", "ids", "nd", "nodes", "needs", "replays",
                  "float_at", "tracked_at", "released_at")
+    __eq__ = object.__eq__               # one launch is one record (not Record's fields)
+    __hash__ = object.__hash__
 
     def __init__(self, reads: tuple, writes: tuple, scalars_in: tuple, name: str, cfg: Any,
                  params: list[str], values: list[Any], ids: tuple, nd: tuple[int, ...],
