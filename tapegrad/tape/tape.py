@@ -103,6 +103,7 @@ class Tape:
         self.active_ids: set[int] = set()
         self.active_nodes: set[int] = set()
         self.given: set[Any] = set()
+        self.aliased_given = False
         self.first_use: dict[Any, int] = {}
         self.position: int | None = None    # the record whose adjoint runs
 
@@ -359,9 +360,19 @@ class Tape:
         if self.recording:
             raise TapegradError("ask for gradients after the `with tg.Tape()` block ends")
         self.check_unchanged()
+        records = self.records
+        first_use: dict[Any, int] = {}     # identity -> the first record touching it
+        for k, record in enumerate(records):
+            for ident in record.reads:
+                first_use.setdefault(ident, k)
+            for ident in record.writes:
+                first_use.setdefault(ident, k)
+        self.first_use = first_use
         self.check_sources_seen(sources)
         self.shadows = dict(shadows)
         self.given = set(shadows) - set(scratch)   # the caller's shadows it will read
+        # tape-made shadows are distinct arrays: only the caller's can be one array twice
+        self.aliased_given = _repeats(list(shadows.values()))
         self.fresh = set(unwritten)      # shadows holding no values yet (not even zeros)
         self.stand_ins: dict[tuple, Any] = {}   # for freed arrays whose contents nobody reads
         self.free = {}
@@ -374,14 +385,10 @@ class Tape:
         # not it reaches the result)
         useful_ids, useful_nodes = self.useful_from(([target] if seed_target else [])
                                                     + list(seeded))
-        first_use: dict[Any, int] = {}
-        for k, record in enumerate(self.records):
-            for ident in (*record.reads, *record.writes):
-                first_use.setdefault(ident, k)
-        self.first_use = first_use
         active_ids, active_nodes = self.active_ids, self.active_nodes
-        for k in range(len(self.records) - 1, -1, -1):
-            record = self.records[k]
+        current, free = self.shadows, self.free
+        for k in range(len(records) - 1, -1, -1):
+            record = records[k]
             self.position = k
             if (not useful_ids.isdisjoint(record.writes) or
                     (record.scalar_out is not None and record.scalar_out in useful_nodes)) and (
@@ -391,9 +398,8 @@ class Tape:
                 record.backward(self)
             # no earlier record touches what this one made: its shadow is done, reuse the memory
             for ident in record.writes:
-                if first_use[ident] == k and ident not in shadows and ident in self.shadows:
-                    sh = self.shadows.pop(ident)
-                    self.free.setdefault(self.ids.meta(ident), []).append(sh)
+                if first_use[ident] == k and ident not in shadows and ident in current:
+                    free.setdefault(ident.meta, []).append(current.pop(ident))
         self.position = None
         for ident in self.fresh:         # given shadows no adjoint reached: zero gradients
             self.shadows[ident].fill(0)
@@ -450,21 +456,20 @@ class Tape:
         their outputs must be active as well: passes to a fixed point (an array read while
         constant, then overwritten from the source, made the earlier reader's adjoint take
         an active input into a constant output, which adjoint generation refuses)."""
-        self.active_ids = {self.key(s) for s in sources if is_array(s)}
-        self.active_nodes = {s.node for s in sources if isinstance(s, TrackedScalar)}
-        changed = True
-        while changed:
-            changed = False
-            for record in self.records:
-                if not self.active_ids.isdisjoint(record.reads) \
-                        or not self.active_nodes.isdisjoint(record.scalars_in):
-                    if not self.active_ids.issuperset(record.writes):
-                        self.active_ids.update(record.writes)
-                        changed = True
-                    if record.scalar_out is not None \
-                            and record.scalar_out not in self.active_nodes:
-                        self.active_nodes.add(record.scalar_out)
-                        changed = True
+        active = self.active_ids = {self.key(s) for s in sources if is_array(s)}
+        nodes = self.active_nodes = {s.node for s in sources if isinstance(s, TrackedScalar)}
+        first_use = self.first_use
+        again = True
+        while again:            # (one pass, unless an earlier record touched what became active)
+            again = False
+            for k, record in enumerate(self.records):
+                if not active.isdisjoint(record.reads) or not nodes.isdisjoint(record.scalars_in):
+                    for ident in record.writes:
+                        if ident not in active:
+                            active.add(ident)
+                            again = again or first_use[ident] < k
+                    if record.scalar_out is not None:
+                        nodes.add(record.scalar_out)   # (read only by later records)
 
     def useful_from(self, targets: list[Any]) -> tuple[set[int], set[int]]:
         """Backward pass: what can reach the targets (the rest is skipped)."""
@@ -515,10 +520,7 @@ class Tape:
     def check_sources_seen(self, sources: list[Any]) -> None:
         """A source no recorded operation read would get a zero gradient; that is nearly
         always a copy made with NumPy, which tapes cannot see, so say so."""
-        seen = set()
-        for record in self.records:
-            seen.update(record.reads)
-            seen.update(record.writes)
+        seen = self.first_use
         for s in sources:
             if is_array(s) and self.key(s) not in seen:
                 # (a source the tape tracks but no record touched is not a view of itself)
@@ -727,7 +729,9 @@ class LaunchRecord(Record):
         if self.released_at:
             values = list(values)
             for pos in self.released_at:
-                values[pos] = values[pos].get(tape.stand_ins)
+                held = values[pos]
+                x = held.ref()
+                values[pos] = x if x is not None else held.get(tape.stand_ins)
         pattern = [_CONST] * len(self.params)    # per parameter: activity, shadow's state
         shadows = {}
         active, fresh, current = tape.active_ids, tape.fresh, tape.shadows
@@ -738,7 +742,12 @@ class LaunchRecord(Record):
                 continue
             sh = current.get(ident)
             if sh is None:
-                sh = tape.shadow(ident, unwritten_ok=True)
+                pool = tape.free.get(ident.meta)
+                if pool:               # a finished shadow of this sweep (Tape.shadow's case)
+                    sh = current[ident] = pool.pop()
+                    fresh.add(ident)
+                else:
+                    sh = tape.shadow(ident, unwritten_ok=True)
             code = _DUP
             if ident in fresh:
                 code |= _FRESH | (_COVERED if tuple(sh.shape) == self.nd else 0)
@@ -757,7 +766,8 @@ class LaunchRecord(Record):
                 self.replays.clear()
             replay = self.replays[key] = L.replay_for(self.cfg, tuple(values), *self.split(
                 pattern), kept=self.needs)
-        if replay is not None and (len(shadows) < 2 or not _repeats(list(shadows.values()))):
+        if replay is not None and (not tape.aliased_given or len(shadows) < 2
+                                   or not _repeats(list(shadows.values()))):
             L.run_replay(self.cfg, replay, values, shadows, self.nd)
             return
         scalars = L.run_adjoint(self.cfg, tuple(values), shadows, *self.split(pattern)[:-1],

@@ -318,3 +318,28 @@ def test_with_an_active_return_every_given_shadow_is_a_seed():
                     tg.Duplicated(np.zeros(5), dc), tg.Duplicated(a.copy(), da))
         np.testing.assert_allclose(da, np.cos(a) * (1.0 + w), rtol=1e-12)
         np.testing.assert_array_equal(dc, 0.0)     # consumed: c was overwritten
+
+
+
+@tg.kernel
+def product(Z, X, Y):
+    i = tg.index()
+    Z[i] = X[i] * Y[i]
+
+
+def test_one_shadow_given_for_two_sources_sums_both_gradients():
+    """The sweep checks once whether the caller gave one array as the shadow of two
+    arguments; a launch reading both then adds both parts into it, not one over the other."""
+    x, y, w = rng.random(6), rng.random(6), rng.random(6)
+
+    def f(x, y):
+        z = np.empty(6)
+        product(CPU)(z, x, y, ndrange=6)
+        return tg.dot(z, w)
+
+    d = np.full(6, 0.5)                  # shadows accumulate
+    tg.autodiff(tg.Reverse, f, tg.Active, tg.Duplicated(x, d), tg.Duplicated(y, d))
+    np.testing.assert_allclose(d, 0.5 + w * y + w * x, rtol=1e-12)
+    gx, gy = tg.gradient(f, x, y)
+    np.testing.assert_allclose(gx, fd_gradient(lambda v: f(v, y), x), rtol=1e-7)
+    np.testing.assert_allclose(d, 0.5 + gx + gy, rtol=1e-12)
