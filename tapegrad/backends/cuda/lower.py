@@ -47,6 +47,22 @@ from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import Scalar, TypedKernel
 
 _AXES = "xyz"
+_ROUNDING = ("floor", "ceil", "trunc")
+
+# floor, ceil and trunc of a float keep its float type (as NumPy and CUDA's own functions do:
+# floor(nan) is nan, floor(1e20) is 1e20).  numba-cuda's math.floor follows Python and gives
+# an int64, which has no nan or inf and wraps from 2**63, so each goes through int64 only
+# where that is exact: below 2**52 in magnitude (from there on every float is an integer
+# already, as are inf and nan, which fail the test); copysign keeps the sign of a zero result
+# (ceil(-0.5) is -0.0); float(x) first: the simulator's numpy.float32 has no __floor__.
+# Written into each module that rounds, as a user's device functions are (a module of
+# device functions imported by the generated code did not compile to PTX without a driver).
+_ROUNDING_HELPER = """\
+@cuda.jit(device=True)
+def _{name}_float(x):
+    if abs(x) < 4503599627370496.0:
+        return math.copysign(float(math.{name}(float(x))), x)
+    return float(x)"""
 
 
 def simulated() -> bool:
@@ -69,14 +85,24 @@ class CUDALowering(CPULowering):
             x = self.expr(node.args[0])
             if not (isinstance(t, Scalar) and t.is_float):
                 return x                    # of an integer: itself
-            # numba-cuda's math.floor returns an int64 (nan, inf and |x| >= 2**63 have no
-            # value there); float(x) first: the simulator's numpy.float32 has no __floor__
-            return cast(name_call(f"math.{name}", [name_call("float", [x])]), t.dtype)
+            return cast(name_call(f"_{name}_float", [x]), t.dtype)   # (_ROUNDING_HELPER)
         if name and (name.startswith("atomic_") or name in VMATH):
             # threads of a block share local memory: atomics stay atomic (unlike on the CPU);
             # math goes to CUDA's libdevice, already vectorised across threads
             return ExprLowering.expr_Call(self, node)
         return super().expr_Call(node)
+
+
+def _rounding_used(kernels: list[TypedKernel]) -> list[str]:
+    """Which of floor, ceil and trunc the kernels apply to a float (in the order listed)."""
+    used = set()
+    for k in kernels:
+        for n in ast.walk(ast.Module(body=k.ir.body, type_ignores=[])):
+            if isinstance(n, ast.Call) and tg_name(n) in _ROUNDING:
+                t = k.types.get(id(n))
+                if isinstance(t, Scalar) and t.is_float:
+                    used.add(tg_name(n))
+    return [name for name in _ROUNDING if name in used]
 
 
 def lower_kernel(tk: TypedKernel) -> Lowered:
@@ -95,7 +121,13 @@ class _Writer(ModuleWriter):
         out.emit("import numba", 0)
         out.emit("import numpy as np", 0)
         out.emit("from numba import cuda", 0)
-        for callee in device_functions(self.tk):
+        callees = device_functions(self.tk)
+        for name in _rounding_used([self.tk, *callees]):
+            out.blank()
+            out.blank()
+            for line in _ROUNDING_HELPER.format(name=name).splitlines():
+                out.emit(line, 0)
+        for callee in callees:
             out.blank()
             out.blank()
             out.emit("@cuda.jit(device=True)", 0)
