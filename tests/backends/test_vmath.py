@@ -345,3 +345,89 @@ def test_loops_vectorise(name):
         assert re.search(r"<(4|8|16) x (float|double)>", body), (name, dt)
         if name not in ("sin", "cos"):       # these reduce float32 arguments in float64
             assert "double" not in body or width == "double", (name, "float32 code uses double")
+
+
+# -- pow (float32) -----------------------------------------------------------------------------
+
+@numba.njit
+def _pow_loop(X, Y, Z):
+    for i in range(X.shape[0]):
+        Z[i] = vmath.pow(X[i], Y[i])
+
+
+def _f32_ulps(got, ref):
+    """|got - ref| in float32 ulps of ref (ref in float64), for finite refs."""
+    r32 = np.abs(ref.astype(np.float32))
+    with np.errstate(over="ignore"):
+        ulp = np.spacing(np.where(np.isfinite(r32), r32, np.finfo(np.float32).max)).astype(np.float64)
+    return np.abs(got.astype(np.float64) - ref) / ulp
+
+
+def test_float32_pow_is_rounded_once():
+    """Random bit patterns for the base, exponents from small integers to large fractions;
+    against float64 pow (whose error is far below a float32 ulp): at most half an ulp and a
+    hair, where libm's powf and NumPy's float32 power allow up to one."""
+    rng = np.random.default_rng(5)
+    n = 1 << 18
+    x = np.concatenate([rng.integers(0, 2 ** 31 - 2 ** 23, n // 2, dtype=np.uint32).view(np.float32),
+                        rng.uniform(0, 4, n // 2).astype(np.float32)])
+    x = np.where(rng.random(n) < 0.25, -x, x)
+    y = np.concatenate([rng.integers(-40, 40, n // 4).astype(np.float32),
+                        rng.uniform(-3, 3, n // 4).astype(np.float32),
+                        rng.uniform(-300, 300, n // 4).astype(np.float32),
+                        rng.standard_normal(n // 4).astype(np.float32) * 1e-3])
+    z = np.empty_like(x)
+    _pow_loop(x, y, z)
+    with np.errstate(all="ignore"):
+        ref = np.power(x.astype(np.float64), y.astype(np.float64))
+    finite = np.isfinite(ref) & (np.abs(ref) <= np.finfo(np.float32).max)
+    err = _f32_ulps(z[finite], ref[finite])
+    i = int(np.argmax(err))
+    assert err[i] <= 0.501, f"pow({x[finite][i]!r}, {y[finite][i]!r}) = {z[finite][i]!r}"
+    # where the result is nan or beyond float32, it is that too
+    with np.errstate(all="ignore"):
+        want = ref[~finite].astype(np.float32)
+    np.testing.assert_array_equal(z[~finite], want)
+    assert np.isnan(ref).sum() > 1000 and (np.abs(ref) > 3.5e38).sum() > 1000   # both seen
+
+
+def _c_pow():
+    """The C library's pow (C99 Annex F): Python's math.pow raises at pow(0, -1), and
+    NumPy's power gives nan at pow(-inf, 0.5)."""
+    import ctypes
+    import ctypes.util
+    libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
+    libm.pow.restype = ctypes.c_double
+    libm.pow.argtypes = [ctypes.c_double, ctypes.c_double]
+    return libm.pow
+
+
+def test_float32_pow_special_values_follow_c99():
+    """Every pair of special and ordinary values, against the C library's pow (C99 Annex F,
+    which CUDA's powf follows too)."""
+    values = [0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, INF, -INF, NAN,
+              1e-45, -1e-45, 3.4e38, 1.0 / 3.0, 1e10, -1e10, 2.0 ** 24 + 2.0]
+    x = np.array([a for a in values for _ in values], np.float32)
+    y = np.array([b for _ in values for b in values], np.float32)
+    z = np.empty_like(x)
+    _pow_loop(x, y, z)
+    c_pow = _c_pow()
+    bad = []
+    with np.errstate(over="ignore"):
+        for a, b, got in zip(x, y, z):
+            want = float(np.float32(c_pow(float(a), float(b))))
+            if not _same(float(got), want):
+                bad.append(f"pow({a!r}, {b!r}) = {got!r}, want {want!r}")
+    assert not bad, bad
+
+
+def test_float32_pow_loop_vectorises():
+    x = np.linspace(0.5, 1.5, 64).astype(np.float32)
+    _pow_loop(x, x, np.empty_like(x))
+    ir = _pow_loop.inspect_llvm(_pow_loop.signatures[0])
+    body = ir[ir.index("define"):]
+    body = body[:body.index("\n}\n")]
+    calls = [c for c in re.findall(r"call [^@]*@([\w.$]+)", body)
+             if not c.startswith(("NRT_", "llvm."))]
+    assert not calls, calls
+    assert re.search(r"<(4|8|16) x (float|double)>", body)

@@ -136,8 +136,34 @@ class CPULowering(ExprLowering):
                        if isinstance(c, ast.expr))
         return False
 
+    vector_pow = True      # float32 x ** y through vmath.pow (CUDA keeps its own powf)
+
+    def float32_pow(self, node: ast.expr, base: ast.expr, exponent: ast.expr) -> ast.expr | None:
+        """``vmath.pow(base, exponent)`` when ``node`` is a float32 power with a float
+        exponent (libm's powf is a call per element, which stops LLVM vectorising the loop);
+        None otherwise."""
+        t = self.T(node)
+        if not (self.vector_pow and isinstance(t, Scalar) and t.dtype == "float32"
+                and self.T(exponent).is_float):
+            return None
+        return ast.Call(func=ast.Attribute(value=ast.Name(id="vmath", ctx=ast.Load()),
+                                           attr="pow", ctx=ast.Load()),
+                        args=[self.coerce(base, t), self.coerce(exponent, t)], keywords=[])
+
+    def expr_BinOp(self, node: ast.BinOp) -> ast.expr:
+        if isinstance(node.op, ast.Pow) and not (
+                isinstance(node.right, ast.Constant) and node.right.value in (2, 3)):
+            call = self.float32_pow(node, node.left, node.right)
+            if call is not None:
+                return call
+        return super().expr_BinOp(node)
+
     def expr_Call(self, node: ast.Call) -> ast.expr:
         name = tg_name(node)
+        if name == "pow" and len(node.args) == 2:
+            call = self.float32_pow(node, node.args[0], node.args[1])
+            if call is not None:
+                return call
         if name in VMATH:
             return ast.Call(func=ast.Attribute(value=ast.Name(id="vmath", ctx=ast.Load()),
                                                attr=name, ctx=ast.Load()),

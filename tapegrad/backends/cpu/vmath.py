@@ -47,13 +47,23 @@ Methods (all written for this module):
   float32: ``sin(x) = +-sin(v pi/2)``, ``|v| <= 1``, one polynomial in float64, rounded once.
 * ``atan``: the argument is mapped to ``|t| <= 7/16`` around one of 0, 1/2, 1, 3/2, inf
   (one division) and an odd minimax polynomial is used there.
+* ``pow`` (float32 only; float64 calls libm's ``pow``): ``exp(y log|x|)`` with the float64
+  ``log`` and ``exp`` above, whose error (about ``|y log x| < 104`` float64 ulps wherever
+  the float32 result is finite and nonzero) is far below half a float32 ulp, so the result
+  is rounded once; the sign for a negative base and an odd integer exponent, and C99's
+  special cases, by selects.  A float32 ``x ** y`` kernel over 4M elements on 2 cores:
+  10.2 ms, against 14.8 calling libm per element; NumPy's float32 power (a float32 algorithm
+  of its own) takes 3.0-3.5 ms on one core, so a cheaper float64 ``log`` and ``exp`` (only
+  ~31 bits are needed here) would be the next step.
 
 Accuracy, max error in ulps of the result type (float32: exhaustive over all 2**32 inputs;
 float64: 10**7 random bit patterns and uniform samples per function, against long double):
 
-    function   exp   expm1  log   log1p  sin   cos   tanh  sinh  cosh  atan
-    float32    0.75  1.08   0.85  0.88   0.51  0.51  1.50  1.59  1.07  0.86
+    function   exp   expm1  log   log1p  sin   cos   tanh  sinh  cosh  atan  pow
+    float32    0.75  1.08   0.85  0.88   0.51  0.51  1.50  1.59  1.07  0.86  0.50*
     float64    0.75  1.05   0.83  0.86   0.87  0.86  1.50  1.58  1.05  0.81
+
+(* ``pow``: 2**18 random pairs of bit patterns and exponents, at most 0.501 ulp.)
 
 Special values follow C99 Annex F: ``inf``/``nan`` propagation, ``exp(-inf) = 0``,
 ``log(0) = -inf``, ``log(x < 0) = nan``, ``sin(inf) = nan``, signed zeros preserved by odd
@@ -63,6 +73,8 @@ correctly rounded thresholds.
 
 from __future__ import annotations
 
+import math
+
 import numba
 import numpy as np
 from llvmlite import ir
@@ -70,7 +82,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
-__all__ = ["exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "sinh", "cosh", "atan"]
+__all__ = ["exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "sinh", "cosh", "atan",
+           "pow"]
 
 _h = float.fromhex
 _F = np.float32
@@ -1038,6 +1051,37 @@ def _atan32(x):
 
 
 # ---------------------------------------------------------------------------------------------
+# pow (float32)
+
+_TWO52 = 4503599627370496.0      # 2**52: adding and subtracting it rounds to an integer
+
+
+@numba.njit(forceinline=True, cache=True)
+def _pow32(x, y):
+    """float32 ``x ** y`` as ``exp(y log|x|)`` in float64: the error, about ``|y log x|``
+    float64 ulps with ``|y log x| < 104`` wherever the float32 result is finite and not zero,
+    stays far below half a float32 ulp, so the result is rounded once.  Then the sign
+    (negative ``x``, odd integer ``y``) and C99's special cases."""
+    xd = np.float64(x)
+    yd = np.float64(y)
+    neg = _bits64(xd) < 0                      # the sign bit: -0.0 counts (pow(-0, -1) = -inf)
+    ax = _sel(neg, -xd, xd)
+    r = _exp64(yd * _log64(ax))
+    ay = _sel(yd < 0.0, -yd, yd)
+    finite_y = ay < _INF64
+    big = ay >= _TWO52                         # every float from 2**52 on is an even integer
+    whole = big | (((ay + _TWO52) - _TWO52) == ay)
+    half = ay * 0.5
+    odd = finite_y & ~big & whole & (((half + _TWO52) - _TWO52) != half)
+    r = _sel(neg & odd, -r, r)
+    # a negative finite base to a finite fractional power has no real value
+    r = _sel(neg & (ax > 0.0) & (ax < _INF64) & finite_y & ~whole, _NAN64, r)
+    # pow(x, +-0) = pow(1, y) = 1 (even for nan), pow(-1, +-inf) = 1
+    one = (yd == 0.0) | (xd == 1.0) | ((ax == 1.0) & (ay == _INF64))
+    return _F(_sel(one, 1.0, r))
+
+
+# ---------------------------------------------------------------------------------------------
 # public entry points
 
 def _make(name: str, impl64, impl32):
@@ -1070,3 +1114,21 @@ tanh = _make("tanh", _tanh64, _tanh32)
 sinh = _make("sinh", _sinh64, _sinh32)
 cosh = _make("cosh", _cosh64, _cosh32)
 atan = _make("atan", _atan64, _atan32)
+
+
+def pow(x, y):  # noqa: A001 (the math module's name, as the others)
+    """Vectorisable ``x ** y`` for two float32 scalars (other types: libm's ``pow`` in
+    float64); usable inside ``numba.njit`` code and from Python."""
+    return _pow_call(x, y)
+
+
+@overload(pow, inline="always")
+def _pow_typed(x, y):
+    if x == types.float32 and y == types.float32:
+        return lambda x, y: _pow32(x, y)
+    if isinstance(x, (types.Float, types.Integer)) and isinstance(y, (types.Float, types.Integer)):
+        return lambda x, y: math.pow(np.float64(x), np.float64(y))
+    return None
+
+
+_pow_call = numba.njit(lambda x, y: pow(x, y))

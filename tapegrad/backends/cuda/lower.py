@@ -72,6 +72,8 @@ def simulated() -> bool:
 class CUDALowering(CPULowering):
     """Expressions as on the CPU (same index names), with CUDA's atomics and math."""
 
+    vector_pow = False
+
     def atomic_symbol(self, name: str) -> str:
         return f"cuda.atomic.{name[len('atomic_'):]}"
 
