@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 from tapegrad.ad.astutil import add, assign, const, name
 from tapegrad.ad.deadcode import eliminate_dead_code
+from tapegrad.ad.factor import factored_sum
 from tapegrad.frontend.ir import KernelIR, tg_call, tg_name
 from tapegrad.frontend.ranges import range_tests
 
@@ -241,8 +242,9 @@ def _gather_kernel(ir: KernelIR, target: str, index_vars: list[str],
     tests = _neighbours_exist(own, offsets, nd)
     if core is not None and core_atoms:
         tests += _range_tests_on(own, core_atoms)
-    body = head + [ast.If(test=_conj(tests), body=(core if core is not None and core_atoms
-                                                   else inside) or [ast.Pass()], orelse=edge)]
+    if core is not None and core_atoms:
+        inside = factored_sum(core, "_acc") or core
+    body = head + [ast.If(test=_conj(tests), body=inside or [ast.Pass()], orelse=edge)]
     at = ast.Tuple(elts=[name(g) for g in own], ctx=ast.Load()) if rank > 1 else name(own[0])
     store = ast.Subscript(value=name(target), slice=at, ctx=ast.Store())
     total = name("_acc") if fresh else add(ast.Subscript(
