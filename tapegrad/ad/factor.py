@@ -12,7 +12,7 @@ primal stencil takes seven.  Written as one sum with ``alpha`` taken out once ::
 
     _acc = T_new_bar[_gi0, _gi1] + alpha * (T_new_bar[_gi0 + 1, _gi1] + ... - 4.0 * T_new_bar[_gi0, _gi1])
 
-the same sum takes eight (256^2 float32 gather, one thread: 33 -> 28.5 us).  The sum is
+the same sum takes eight (256^2 float32 gather, one thread: 35-37 -> 27-29 us).  The sum is
 reassociated, so it rounds differently (by an ulp or so of its terms), as any two orders
 of a gathered sum do.
 
@@ -56,12 +56,11 @@ def factored_sum(stmts: list[ast.stmt], acc: str) -> list[ast.stmt] | None:
         env[target] = _substituted(s.value, env)
     if updates < 2:
         return None
-    terms = _terms(env[acc])
-    if terms is None:
+    terms = [t for t in _terms(env[acc]) if t.coef != 0.0 or t.factors]
+    if not terms:
         return None
-    terms = [t for t in terms if t.coef != 0.0 or t.factors]
     total = _emit(terms)
-    if total is None or _repeated_call(total):
+    if _repeated_call(total):
         return None
     return [ast.copy_location(assign(acc, total), stmts[-1])]
 
@@ -87,39 +86,30 @@ def _substituted(e: ast.expr, env: dict[str, ast.expr]) -> ast.expr:
     return Sub().visit(copy.deepcopy(e))
 
 
-def _terms(e: ast.expr) -> list[_Term] | None:
+def _terms(e: ast.expr) -> list[_Term]:
     """``e`` as a sum of products; products of two sums stay one factor each (multiplying
     them out would cost operations, not save them)."""
     if isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub)):
-        left, right = _terms(e.left), _terms(e.right)
-        if left is None or right is None:
-            return None
+        right = _terms(e.right)
         if isinstance(e.op, ast.Sub):
             right = [_Term(-t.coef, t.factors) for t in right]
-        return left + right
+        return _terms(e.left) + right
     if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub):
-        inner = _terms(e.operand)
-        return None if inner is None else [_Term(-t.coef, t.factors) for t in inner]
+        return [_Term(-t.coef, t.factors) for t in _terms(e.operand)]
     if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Mult):
         left, right = _terms(e.left), _terms(e.right)
-        if left is None or right is None:
-            return None
         if len(left) == 1 and len(right) == 1:
             return [_Term(left[0].coef * right[0].coef, left[0].factors + right[0].factors)]
-        return [_Term(1.0, [_as_factor(left, e.left), _as_factor(right, e.right)])]
+        return [_Term(1.0, [_emit(left), _emit(right)])]
     if isinstance(e, ast.Constant) and type(e.value) in (int, float):
         return [_Term(float(e.value))]
     return [_Term(1.0, [e])]
 
 
-def _as_factor(terms: list[_Term], original: ast.expr) -> ast.expr:
-    return _emit(terms) or original
-
-
-def _emit(terms: list[_Term]) -> ast.expr | None:
-    """The sum of ``terms``: the factor shared by the most terms (two or more) taken out of
-    them, then the next, and so on; the rest added in their order."""
-    out: list[tuple[float, ast.expr]] = []    # (sign and coefficient, expression)
+def _emit(terms: list[_Term]) -> ast.expr:
+    """The sum of ``terms`` (at least one): the factor shared by the most terms (two or
+    more) taken out of them, then the next, and so on; the rest added in their order."""
+    out: list[tuple[float, ast.expr]] = []    # (sign, expression)
     rest = list(terms)
     while True:
         counts: dict[str, int] = {}
@@ -143,8 +133,6 @@ def _emit(terms: list[_Term]) -> ast.expr | None:
         rest = keep
     for t in rest:
         out.append(_product(t))
-    if not out:
-        return None
     expr: ast.expr | None = None
     for coef, e in out:
         if expr is None:
