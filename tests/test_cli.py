@@ -44,3 +44,50 @@ def test_help_lists_the_commands():
     proc = run("--help")
     assert proc.returncode == 0
     assert "demo" in proc.stdout and "bench" in proc.stdout
+
+
+def test_peer_table_interleaves_implementations_and_survives_a_failing_peer(monkeypatch, capsys):
+    """Each round times every implementation's primal then gradient once (a slow minute of a
+    shared machine hits all of them alike); a peer that raises is reported and left out."""
+    import tapegrad.bench as bench
+    from tapegrad.bench import peers, problems
+
+    calls: list[str] = []
+
+    def maker(impl: str, fail_at: int | None = None):
+        def make(prob: dict):
+            count = [0]
+
+            def primal() -> None:
+                calls.append(f"{impl}.p")
+
+            def grad() -> None:
+                count[0] += 1
+                if fail_at is not None and count[0] == fail_at:
+                    raise RuntimeError("peer broke")
+                calls.append(f"{impl}.g")
+            return primal, grad
+        return make
+
+    def unavailable(prob: dict):
+        raise peers.Unavailable("not installed here")
+
+    monkeypatch.setattr(problems, "problems", lambda quick: [dict(name="toy")])
+    monkeypatch.setattr(problems, "make_tapegrad", maker("tg"))
+    monkeypatch.setattr(problems, "make_tapegrad_enzyme", maker("en"))
+    monkeypatch.setattr(peers, "PEERS", {"good": maker("good"), "flaky": maker("flaky", 3),
+                                         "absent": unavailable})
+    rows = bench._peer_table(quick=True, repeats=3)
+    out = capsys.readouterr().out
+    assert calls[:8] == ["tg.p", "tg.g", "en.p", "en.g", "good.p", "good.g", "flaky.p",
+                         "flaky.g"]                         # the warm-up calls
+    one_round = ["tg.p", "tg.g", "en.p", "en.g", "good.p", "good.g"]
+    assert calls[8:] == (one_round + ["flaky.p", "flaky.g"]     # round 1
+                         + one_round + ["flaky.p"]              # round 2: flaky's gradient fails
+                         + one_round)                           # round 3: without it
+    assert "flaky" in out and "failed: RuntimeError: peer broke" in out
+    assert "skipped absent: not installed here" in out
+    impls = [r["implementation"] for r in rows if "implementation" in r]
+    assert impls == ["tapegrad", "tg Enzyme", "good"]
+    best = [r for r in rows if "best_peer" in r]
+    assert best and best[0]["best_peer"] == "good"

@@ -11,8 +11,10 @@ data.
    its adjoint replayed, and differentiated with ``tg.autodiff``.
 5. First-launch compile time and cached-load time, each in a fresh process.
 
-Times are medians of several runs after a warm-up call.  Benchmarks never run as timed
-tests; the test suite only smoke-runs ``--quick``.
+Times are medians of several runs after a warm-up call; in the peers' table the runs are
+interleaved (each round times every implementation's primal, then its gradient, once), so a
+slow minute of a shared machine slows a whole round rather than one row.  Benchmarks never
+run as timed tests; the test suite only smoke-runs ``--quick``.
 """
 
 from __future__ import annotations
@@ -272,23 +274,37 @@ def _peer_table(quick: bool, repeats: int) -> list[dict]:
     print(header)
     print("-" * len(header))
     rows, skipped = [], {}
+    ours = [("tapegrad", make_tapegrad), ("tg Enzyme", make_tapegrad_enzyme)]
     for prob in problems(quick):
-        timings = {}
-        ours = [("tapegrad", make_tapegrad), ("tg Enzyme", make_tapegrad_enzyme)]
+        pairs = {}
         for impl, make in ours + list(PEERS.items()):
             try:
                 primal, grad = make(prob)
                 primal()
                 grad()
-                t_p = _median_ms(primal, repeats)
-                t_g = _median_ms(grad, repeats)
             except Unavailable as why:
                 skipped.setdefault(impl, str(why))
                 continue
             except Exception as exc:   # a peer failing must not stop the comparison
-                print(f"{prob['name']:<30} {impl:<10} failed: {type(exc).__name__}: "
-                      f"{str(exc).splitlines()[0][:60]}")
+                _failed(prob, impl, exc)
                 continue
+            pairs[impl] = (primal, grad)
+        # interleaved, primal and gradient in turn and every implementation once per round:
+        # a slow minute of a shared machine then slows all of them alike, not one row (or
+        # one of a row's two columns), and no implementation keeps its arrays in cache
+        # from one call to the next while the others lose theirs
+        times: dict[str, tuple[list[float], list[float]]] = {impl: ([], []) for impl in pairs}
+        for _ in range(repeats):
+            for impl, (primal, grad) in list(pairs.items()):
+                try:
+                    times[impl][0].append(_time_ms(primal))
+                    times[impl][1].append(_time_ms(grad))
+                except Exception as exc:
+                    _failed(prob, impl, exc)
+                    del pairs[impl], times[impl]
+        timings = {}
+        for impl, (ps, gs) in times.items():
+            t_p, t_g = float(np.median(ps)), float(np.median(gs))
             timings[impl] = (t_p, t_g)
             rows.append({"problem": prob["name"], "implementation": impl, "primal_ms": t_p,
                          "gradient_ms": t_g, "gradient_over_primal": t_g / t_p})
@@ -303,6 +319,17 @@ def _peer_table(quick: bool, repeats: int) -> list[dict]:
     for impl, why in skipped.items():
         print(f"skipped {impl}: {why}")
     return rows
+
+
+def _time_ms(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def _failed(prob: dict, impl: str, exc: Exception) -> None:
+    print(f"{prob['name']:<30} {impl:<10} failed: {type(exc).__name__}: "
+          f"{str(exc).splitlines()[0][:60] if str(exc) else ''}")
 
 
 def _launch_overheads(quick: bool) -> dict:
