@@ -15,10 +15,9 @@ once, with no atomic and in a loop the compiler can vectorise::
         _gi = tg.global_index()
         _acc = 0.0
         if _gi >= 1 and _gi + 1 < _nd0 and _gi - 1 > 0 and _gi + 1 < X.size - 1:
-            i = _gi + 1                          # work-item _gi + 1 adds at offset -1;
-            _read0 = Y_bar[i]                    # its neighbours exist and pass the
-            _acc = _acc + _read0                 # kernel's test (i > 0 and i < X.size - 1)
-            ...                                  # offsets 0 and +1 alike
+            # work-items _gi + 1, _gi, _gi - 1 exist and pass the kernel's test
+            # (i > 0 and i < X.size - 1): what each adds, as one sum (tapegrad/ad/factor.py)
+            _acc = Y_bar[_gi + 1] - 2.0 * Y_bar[_gi] + Y_bar[_gi - 1]
         else:
             i = _gi + 1
             if i < _nd0:                         # that work-item exists
