@@ -13,8 +13,8 @@ data.
 
 Times are medians of several runs after a warm-up call; in the peers' table each
 implementation's primal and gradient are timed in turn, so that a slow minute of a shared
-machine slows both and their ratio stays honest.  Benchmarks never
-run as timed tests; the test suite only smoke-runs ``--quick``.
+machine slows both and their ratio stays honest.  Benchmarks never run as timed tests; the
+test suite only smoke-runs ``--quick``.
 """
 
 from __future__ import annotations
