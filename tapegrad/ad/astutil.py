@@ -41,6 +41,14 @@ def clone(e: ast.expr) -> ast.expr:
     return copy.deepcopy(e)
 
 
+def substituted(e: ast.expr, env: dict[str, ast.expr]) -> ast.expr:
+    """A copy of ``e`` with each name in ``env`` replaced by a copy of its expression."""
+    class Sub(ast.NodeTransformer):
+        def visit_Name(self, n: ast.Name) -> ast.expr:
+            return clone(env[n.id]) if n.id in env else n
+    return Sub().visit(clone(e))
+
+
 def located_at(nodes: list[ast.stmt], like: ast.AST) -> list[ast.stmt]:
     """Give generated nodes the line of the user's statement they come from."""
     for node in nodes:

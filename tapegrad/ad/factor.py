@@ -26,7 +26,7 @@ import ast
 import copy
 from dataclasses import dataclass, field
 
-from tapegrad.ad.astutil import assign, const, mul
+from tapegrad.ad.astutil import assign, const, mul, substituted
 
 
 @dataclass
@@ -53,7 +53,7 @@ def factored_sum(stmts: list[ast.stmt], acc: str) -> list[ast.stmt] | None:
             return None
         target = s.targets[0].id
         updates += target == acc
-        env[target] = _substituted(s.value, env)
+        env[target] = substituted(s.value, env)   # (earlier values substituted already)
     if updates < 2:
         return None
     terms = [t for t in _terms(env[acc]) if t.coef != 0.0 or t.factors]
@@ -76,14 +76,6 @@ def _repeated_call(e: ast.expr) -> bool:
                 return True
             seen.add(k)
     return False
-
-
-def _substituted(e: ast.expr, env: dict[str, ast.expr]) -> ast.expr:
-    """``e`` with every name assigned earlier replaced by its value (itself substituted)."""
-    class Sub(ast.NodeTransformer):
-        def visit_Name(self, n: ast.Name) -> ast.expr:
-            return copy.deepcopy(env[n.id]) if n.id in env else n
-    return Sub().visit(copy.deepcopy(e))
 
 
 def _terms(e: ast.expr) -> list[_Term]:

@@ -37,7 +37,7 @@ import ast
 import copy
 from dataclasses import dataclass
 
-from tapegrad.ad.astutil import add, assign, const, name
+from tapegrad.ad.astutil import add, assign, const, name, substituted
 from tapegrad.ad.deadcode import eliminate_dead_code
 from tapegrad.ad.factor import factored_sum
 from tapegrad.frontend.ir import KernelIR, tg_call, tg_name
@@ -241,9 +241,10 @@ def _gather_kernel(ir: KernelIR, target: str, index_vars: list[str],
     tests = _neighbours_exist(own, offsets, nd)
     if core is not None and core_atoms:
         tests += _range_tests_on(own, core_atoms)
+    fast = inside
     if core is not None and core_atoms:
-        inside = factored_sum(core, "_acc") or core
-    body = head + [ast.If(test=_conj(tests), body=inside or [ast.Pass()], orelse=edge)]
+        fast = factored_sum(core, "_acc") or core
+    body = head + [ast.If(test=_conj(tests), body=fast or [ast.Pass()], orelse=edge)]
     at = ast.Tuple(elts=[name(g) for g in own], ctx=ast.Load()) if rank > 1 else name(own[0])
     store = ast.Subscript(value=name(target), slice=at, ctx=ast.Store())
     total = name("_acc") if fresh else add(ast.Subscript(
@@ -314,17 +315,11 @@ def _fold_range_guards(stmts: list[ast.stmt], ir: KernelIR, index_vars: list[str
                 return False
         return True
 
-    def substituted(e: ast.expr) -> ast.expr:
-        class Sub(ast.NodeTransformer):
-            def visit_Name(self, n: ast.Name) -> ast.expr:
-                return copy.deepcopy(known[n.id]) if n.id in known else n
-        return Sub().visit(copy.deepcopy(e))
-
     out: list[ast.stmt] = []
     atoms: list[tuple[int, str, int, ast.expr]] = []
     for s in stmts:
         if isinstance(s, ast.Assign):
-            t, value = s.targets[0], substituted(s.value)
+            t, value = s.targets[0], substituted(s.value, known)
             once = all(stores.get(e.id) == 1 for e in ast.walk(t) if isinstance(e, ast.Name))
             if once and isinstance(t, ast.Name) and uniform(value):
                 known[t.id] = value
@@ -342,7 +337,7 @@ def _fold_range_guards(stmts: list[ast.stmt], ir: KernelIR, index_vars: list[str
             continue
         test = flags.get(s.test.id) if isinstance(s.test, ast.Name) else s.test
         ranges = None if test is None else range_tests(
-            substituted(test), {v: d for d, v in enumerate(index_vars)}, uniform)
+            substituted(test, known), {v: d for d, v in enumerate(index_vars)}, uniform)
         if ranges is None:
             return None
         atoms += [(r.dim, r.symbol, r.offset - offset[r.dim], r.bound)   # index is e - offset

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import ast
 
+from tapegrad.ad.astutil import substituted
+
 UNARY = {
     "sin": "tg.cos(x)",
     "cos": "-tg.sin(x)",
@@ -70,17 +72,4 @@ def partials(name: str, args: list[ast.expr], result: ast.expr) -> list[ast.expr
 
 
 def _instantiate(template: str, env: dict[str, ast.expr]) -> ast.expr:
-    tree = ast.parse(template, mode="eval").body
-
-    class Sub(ast.NodeTransformer):
-        def visit_Name(self, node: ast.Name) -> ast.expr:
-            if node.id in env:
-                return _clone(env[node.id])
-            return node
-
-    return Sub().visit(tree)
-
-
-def _clone(e: ast.expr) -> ast.expr:
-    import copy
-    return copy.deepcopy(e)
+    return substituted(ast.parse(template, mode="eval").body, env)
