@@ -29,6 +29,7 @@ import os
 from dataclasses import dataclass
 
 from tapegrad.backends.cpu.phases import merged_phases
+from tapegrad.backends.cpu.scaledsums import ScaledSum, scaled_sums
 from tapegrad.backends.cpu.transposed import SUFFIX, derived_params
 from tapegrad.backends.cpu.versioning import Versions, plan_versions
 from tapegrad.backends.numba_lower import ExprLowering, ModuleWriter, emit_statements
@@ -223,6 +224,7 @@ class _KernelWriter(ModuleWriter):
     # arrays known, in the loop being written, to add into per-thread copies (True) or with
     # atomics (False); the others choose per statement
     known_private: dict[str, bool] = {}
+    scaled: dict[str, ScaledSum] = {}     # per-thread sums scaled in the merge (scaledsums.py)
 
     # -- the whole module ---------------------------------------------------------------
     def write(self) -> Lowered:
@@ -266,6 +268,10 @@ class _KernelWriter(ModuleWriter):
         out, ir, r = self.out, self.ir, self.rank
         debug = bool(_checks())   # bounds checks run serially: Numba cannot raise from threads
         self.private_sums = {} if debug else self.privatizable(ir.body)
+        arrays = {p for p, t in zip(ir.params, self.tk.argtypes) if isinstance(t, Array)}
+        self.made: list[ast.AST] = []
+        self.scaled = {} if any(contains_barrier(s) for s in ir.body) else scaled_sums(
+            ir.body, self.private_sums, arrays)
         derived = derived_params(ir.params)     # made here, not passed (transposed.py)
         params = ([p for p in ir.params if p not in derived] + [f"_n{d}" for d in range(r)]
                   + [f"_groups{d}" for d in range(r)]
@@ -295,7 +301,18 @@ class _KernelWriter(ModuleWriter):
             self.open_group_loop()
             stmts = [s for s in body if not memory_decl(s)]
             low = CPULowering(self.tk)
-            self.versioned_item_loop(stmts, low, 3)
+            if self.scaled:
+                out.emit("# the loop twice: adding each term without its scale (the value read at "
+                         "the element it adds to, 1 here) into per-thread copies, which the merge "
+                         "multiplies by it (scaledsums.py); or the terms as written", 3)
+                out.emit("if _scaled:", 3)
+                self.known_private = dict.fromkeys(self.scaled, True)
+                self.versioned_item_loop(self.with_unit_scales(stmts), low, 4)
+                out.emit("else:", 3)
+                self.known_private = {}
+                self.versioned_item_loop(stmts, low, 4)
+            else:
+                self.versioned_item_loop(stmts, low, 3)
         for k, call in enumerate(self.group_sums):   # one atomic per workgroup
             low = CPULowering(self.tk)
             arr, idx = call.value.args[0], call.value.args[1]
@@ -381,6 +398,22 @@ class _KernelWriter(ModuleWriter):
             out.emit(f"_private_{a} = {a}__pool.shape[0] == _nchunks and "
                      f"{a}__pool.size == _nchunks * {a}.size", 1)
             out.emit(f"{a}__priv = {a}__pool", 1)
+        if self.scaled:
+            out.emit("_scaled = " + " and ".join(
+                f"_private_{a} and {c.source}.shape == {a}.shape"
+                for a, c in self.scaled.items()), 1)
+
+    def with_unit_scales(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
+        """``stmts`` with each scale of a per-thread sum (scaledsums.py) set to one."""
+        out = []
+        for s in stmts:
+            if any(s is c.assign for c in self.scaled.values()):
+                one = ast.Constant(value=1.0)
+                self.tk.types[id(one)] = Scalar("float64")   # a literal: cast to the local's
+                self.made.append(one)                      # (ids stay valid while it lives)
+                s = ast.copy_location(ast.Assign(targets=s.targets, value=one), s)
+            out.append(s)
+        return out
 
     def privatize_merge(self) -> None:
         """Add the per-task copies into the arrays (and zero them for the next launch), the
@@ -405,7 +438,10 @@ class _KernelWriter(ModuleWriter):
             inner = 2 + max(nd - 1, 1)     # inside the prange and the middle dimensions
             out.emit("for _t in range(_nchunks):", inner)
             out.emit(f"for {last} in {rows}:", inner + 1)
-            out.emit(f"{a}[{idx}] += {a}__priv[_t, {idx}]", inner + 2)
+            term = f"{a}__priv[_t, {idx}]"
+            if a in self.scaled:
+                term = f"({self.scaled[a].source}[{idx}] * {term} if _scaled else {term})"
+            out.emit(f"{a}[{idx}] += {term}", inner + 2)
             out.emit(f"{a}__priv[_t, {idx}] = 0", inner + 2)   # zero again for the next launch
 
     def special(self, s: ast.stmt, depth: int, low: CPULowering) -> bool:
