@@ -133,3 +133,19 @@ def test_a_scale_of_another_shape_falls_back_to_the_terms_as_written():
     H = np.zeros(32)
     weighted_histogram(CPU)(H, weight, X, idx, ndrange=4096)
     np.testing.assert_allclose(H, weight[:32] * np.bincount(idx, X, minlength=32), rtol=1e-12)
+
+
+@tg.kernel
+def weighted_debits(H, weight, X, idx):
+    i = tg.index()
+    w = weight[idx[i]]
+    tg.atomic_sub(H, idx[i], w * X[i])
+
+
+def test_a_scaled_subtraction():
+    rng = np.random.default_rng(7)
+    weight, X, idx = rng.random(32), rng.random(4096), rng.integers(0, 32, 4096)
+    H = np.ones(32)
+    weighted_debits(CPU)(H, weight, X, idx, ndrange=4096)
+    np.testing.assert_allclose(H, 1.0 - weight * np.bincount(idx, X, minlength=32), rtol=1e-12)
+    assert "_scaled = " in weighted_debits.source(backend=CPU)

@@ -269,7 +269,6 @@ class _KernelWriter(ModuleWriter):
         debug = bool(_checks())   # bounds checks run serially: Numba cannot raise from threads
         self.private_sums = {} if debug else self.privatizable(ir.body)
         arrays = {p for p, t in zip(ir.params, self.tk.argtypes) if isinstance(t, Array)}
-        self.made: list[ast.AST] = []
         self.scaled = {} if any(contains_barrier(s) for s in ir.body) else scaled_sums(
             ir.body, self.private_sums, arrays)
         derived = derived_params(ir.params)     # made here, not passed (transposed.py)
@@ -307,7 +306,12 @@ class _KernelWriter(ModuleWriter):
                          "multiplies by it (scaledsums.py); or the terms as written", 3)
                 out.emit("if _scaled:", 3)
                 self.known_private = dict.fromkeys(self.scaled, True)
-                self.versioned_item_loop(self.with_unit_scales(stmts), low, 4)
+                ones: list[ast.Constant] = []
+                try:
+                    self.versioned_item_loop(self.with_unit_scales(stmts, ones), low, 4)
+                finally:   # types are keyed by node id: leave none for ids Python reuses
+                    for one in ones:
+                        del self.tk.types[id(one)]
                 out.emit("else:", 3)
                 self.known_private = {}
                 self.versioned_item_loop(stmts, low, 4)
@@ -403,14 +407,16 @@ class _KernelWriter(ModuleWriter):
                 f"_private_{a} and {c.source}.shape == {a}.shape"
                 for a, c in self.scaled.items()), 1)
 
-    def with_unit_scales(self, stmts: list[ast.stmt]) -> list[ast.stmt]:
-        """``stmts`` with each scale of a per-thread sum (scaledsums.py) set to one."""
+    def with_unit_scales(self, stmts: list[ast.stmt], ones: list[ast.Constant]
+                         ) -> list[ast.stmt]:
+        """``stmts`` with each scale of a per-thread sum (scaledsums.py) set to one (the new
+        constants, typed for the time they are lowered, go into ``ones``)."""
         out = []
         for s in stmts:
             if any(s is c.assign for c in self.scaled.values()):
                 one = ast.Constant(value=1.0)
                 self.tk.types[id(one)] = Scalar("float64")   # a literal: cast to the local's
-                self.made.append(one)                      # (ids stay valid while it lives)
+                ones.append(one)
                 s = ast.copy_location(ast.Assign(targets=s.targets, value=one), s)
             out.append(s)
         return out
