@@ -664,6 +664,7 @@ class Replay:
     order: tuple[str, ...]            # the shadow parameters, in the adjoint's argument order
     shown: Any                        # what kern.source() shows for it (_Shown)
     steps: tuple[tuple[Any, int | None], ...]   # the launcher's launches (_GathersThenRest.steps)
+    chain: Any = None    # how a sweep runs it along a chain of states (tape/chains.py), or False
 
 
 def replay_for(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int, ...],

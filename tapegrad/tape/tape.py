@@ -20,6 +20,7 @@ import numpy as np
 
 from tapegrad import launch as L
 from tapegrad.errors import TapegradError
+from tapegrad.tape import chains
 from tapegrad.tape.fingerprint import fingerprint
 from tapegrad.tape.identity import Ident, Identities, array_key
 from tapegrad.tape.scalars import TrackedScalar
@@ -106,6 +107,7 @@ class Tape:
         self.aliased_given = False
         self.first_use: dict[Any, int] = {}
         self.position: int | None = None    # the record whose adjoint runs
+        self.last_replay: tuple | None = None   # the replay it ran (LaunchRecord.backward)
 
     # -- recording ------------------------------------------------------------------------
     def __enter__(self) -> Tape:
@@ -387,7 +389,9 @@ class Tape:
                                                     + list(seeded))
         active_ids, active_nodes = self.active_ids, self.active_nodes
         current, free = self.shadows, self.free
-        for k in range(len(records) - 1, -1, -1):
+        self.last_replay = None
+        k = len(records) - 1
+        while k >= 0:
             record = records[k]
             self.position = k
             if (not useful_ids.isdisjoint(record.writes) or
@@ -400,6 +404,10 @@ class Tape:
             for ident in record.writes:
                 if first_use[ident] == k and ident not in shadows and ident in current:
                     free.setdefault(ident.meta, []).append(current.pop(ident))
+            head, self.last_replay = self.last_replay, None
+            if head is not None:         # the records below may replay it along a chain
+                k -= chains.extend(self, records, k, head)
+            k -= 1
         self.position = None
         for ident in self.fresh:         # given shadows no adjoint reached: zero gradients
             self.shadows[ident].fill(0)
@@ -769,6 +777,7 @@ class LaunchRecord(Record):
         if replay is not None and (not tape.aliased_given or len(shadows) < 2
                                    or not _repeats(list(shadows.values()))):
             L.run_replay(self.cfg, replay, values, shadows, self.nd)
+            tape.last_replay = (self, replay, values, shadows, pattern)
             return
         scalars = L.run_adjoint(self.cfg, tuple(values), shadows, *self.split(pattern)[:-1],
                                 kept=self.needs)

@@ -1,0 +1,203 @@
+"""A reverse sweep runs a chain of replays of one linear adjoint in one compiled loop
+(tapegrad/tape/chains.py).  Every gradient here is checked against an independent one: the
+transposed step matrix applied in float64, or finite differences, and the chain must actually
+have run where it can (and be refused where it cannot, with the same gradients)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad.tape import chains
+
+CPU = tg.CPU()
+
+
+@tg.kernel
+def diffuse(T_new, T, alpha):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    n, m = T.shape
+    if i > 0 and j > 0 and i < n - 1 and j < m - 1:
+        T_new[i, j] = T[i, j] + alpha * (T[i - 1, j] + T[i + 1, j] + T[i, j - 1]
+                                         + T[i, j + 1] - 4.0 * T[i, j])
+    else:
+        T_new[i, j] = T[i, j]
+
+
+@tg.kernel
+def scale(Y, X, a):
+    i = tg.index()
+    Y[i] = a * X[i]
+
+
+@tg.kernel
+def cube(Y, X):
+    i = tg.index()
+    Y[i] = X[i] * X[i] * X[i]
+
+
+def step_matrix(shape: tuple[int, int], alpha: float) -> np.ndarray:
+    """The diffusion step as a matrix on the flattened grid, in float64."""
+    n, m = shape
+    S = np.eye(n * m)
+    for i in range(1, n - 1):
+        for j in range(1, m - 1):
+            r = i * m + j
+            S[r, r] = 1.0 - 4.0 * alpha
+            for q in (r - m, r + m, r - 1, r + 1):
+                S[r, q] = alpha
+    return S
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """The number of records each chain ran, in order."""
+    seen: list[int] = []
+    extend = chains.extend
+
+    def spy(*args):
+        n = extend(*args)
+        if n:
+            seen.append(n)
+        return n
+
+    monkeypatch.setattr(chains, "extend", spy)
+    return seen
+
+
+def simulate(x: np.ndarray, steps: int, alphas) -> np.ndarray:
+    t = tg.copy(x)
+    for s in range(steps):
+        t_new = np.empty_like(t)
+        diffuse(CPU, (4, 8))(t_new, t, alphas[s], ndrange=t.shape)
+        t = t_new
+    return t
+
+
+@pytest.mark.parametrize("steps", [1, 3, 4, 7, 10])
+def test_a_diffusion_chain_gradient_is_the_transposed_steps(runs, steps):
+    rng = np.random.default_rng(steps)
+    x, w = rng.random((6, 9)), rng.random((6, 9))
+    alphas = [0.2] * steps
+    (g,) = tg.gradient(lambda t: tg.dot(simulate(t, steps, alphas), w), x)
+    S = step_matrix(x.shape, 0.2)
+    expected = np.linalg.matrix_power(S.T, steps) @ w.ravel()
+    np.testing.assert_allclose(g.ravel(), expected, rtol=1e-12)
+    # the last step's record runs alone (its output is alive: the loss holds it), the one
+    # below it heads the chain of the rest
+    assert runs == ([steps - 2] if steps - 2 >= chains.MIN_RUN else [])
+
+
+def test_the_same_gradients_with_and_without_chains(monkeypatch):
+    rng = np.random.default_rng(1)
+    x, w = rng.random((16, 16)).astype(np.float32), rng.random((16, 16)).astype(np.float32)
+
+    def loss(t):
+        return tg.dot(simulate(t, 12, [0.1] * 12), w)
+
+    (with_chains,) = tg.gradient(loss, x)
+    monkeypatch.setattr(chains, "extend", lambda *args: 0)
+    np.testing.assert_array_equal(tg.gradient(loss, x)[0], with_chains)
+
+
+def test_a_tape_asked_twice_gives_the_same_gradient(runs):
+    rng = np.random.default_rng(2)
+    x, w = rng.random((5, 7)), rng.random((5, 7))
+    with tg.Tape() as tape:
+        loss = tg.dot(simulate(x, 9, [0.15] * 9), w)
+    first = tape.gradient(loss, [x])[0].copy()
+    second = tape.gradient(loss, [x])[0]
+    np.testing.assert_array_equal(first, second)
+    expected = np.linalg.matrix_power(step_matrix(x.shape, 0.15).T, 9) @ w.ravel()
+    np.testing.assert_allclose(second.ravel(), expected, rtol=1e-12)
+    assert runs == [7, 7]
+
+
+def test_a_changing_scalar_breaks_the_chain_where_it_changes(runs):
+    rng = np.random.default_rng(3)
+    x, w = rng.random((6, 6)), rng.random((6, 6))
+    alphas = [0.1] * 5 + [0.2] * 6
+    (g,) = tg.gradient(lambda t: tg.dot(simulate(t, 11, alphas), w), x)
+    expected = w.ravel()
+    for a in reversed(alphas):
+        expected = step_matrix(x.shape, a).T @ expected
+    np.testing.assert_allclose(g.ravel(), expected, rtol=1e-12)
+    # records 9..6 (0.2) below record 10 (the last, 11, runs alone), then 4..1 (0.1) below 5
+    assert runs == [4, 4]
+
+
+def test_states_the_caller_keeps_go_record_by_record(runs):
+    """A state still alive is passed to its adjoint itself, not the chain's stand-in."""
+    rng = np.random.default_rng(4)
+    x, w = rng.random((6, 6)), rng.random((6, 6))
+    kept = []
+
+    def loss(t0):
+        t = tg.copy(t0)
+        for s in range(8):
+            t_new = np.empty_like(t)
+            diffuse(CPU, (4, 8))(t_new, t, 0.2, ndrange=t.shape)
+            t = t_new
+            if s == 3:
+                kept.append(t)
+        return tg.dot(t, w)
+
+    (g,) = tg.gradient(loss, x)
+    expected = np.linalg.matrix_power(step_matrix(x.shape, 0.2).T, 8) @ w.ravel()
+    np.testing.assert_allclose(g.ravel(), expected, rtol=1e-12)
+    # records 5 and 4 read or wrote the kept state, so 6 is a run of one below 7: all of
+    # them go record by record; 2 and 1 run below 3
+    assert runs == [2]
+
+
+def test_a_chain_from_the_source_itself_stops_before_its_given_shadow(runs):
+    """Without tg.copy the first launch reads the source, whose shadow the caller gave."""
+    rng = np.random.default_rng(5)
+    x, w = rng.random(64), rng.random(64)
+    dx = rng.random(64)
+    start = dx.copy()
+
+    def loss(t):
+        for _ in range(6):
+            t_new = np.empty_like(t)
+            scale(CPU)(t_new, t, 0.5, ndrange=t.size)
+            t = t_new
+        return tg.dot(t, w)
+
+    tg.autodiff(tg.Reverse, loss, tg.Active, tg.Duplicated(x, dx))
+    np.testing.assert_allclose(dx, start + 0.5 ** 6 * w, rtol=1e-14)
+    assert runs == [3]          # records 3, 2, 1 below record 4; record 0 reads x
+
+
+def test_a_nonlinear_chain_keeps_its_states_and_goes_record_by_record(runs):
+    rng = np.random.default_rng(6)
+    x, w = rng.uniform(0.5, 1.0, 32), rng.random(32)
+
+    def loss(t):
+        for _ in range(4):
+            t_new = np.empty_like(t)
+            cube(CPU)(t_new, t, ndrange=t.size)
+            t = t_new
+        return tg.dot(t, w)
+
+    (g,) = tg.gradient(loss, x)
+    np.testing.assert_allclose(g, 81.0 * x ** 80 * w, rtol=1e-12)
+    assert runs == []
+
+
+def test_alternating_kernels_go_record_by_record(runs):
+    rng = np.random.default_rng(7)
+    x, w = rng.random(48), rng.random(48)
+
+    def loss(t):
+        t = tg.copy(t)
+        for k in range(8):
+            t_new = np.empty_like(t)
+            scale(CPU, (16,) if k % 2 else (8,))(t_new, t, 0.9, ndrange=t.size)
+            t = t_new
+        return tg.dot(t, w)
+
+    (g,) = tg.gradient(loss, x)
+    np.testing.assert_allclose(g, 0.9 ** 8 * w, rtol=1e-14)
+    assert runs == []
