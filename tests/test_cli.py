@@ -36,7 +36,7 @@ def test_bench_quick_prints_the_table_and_writes_json(tmp_path):
         assert row["adjoint_ms"] > 0 and row["hand_ms"] > 0 and row["autodiff_ms"] > 0
     assert "per launch of a 64-element kernel" in proc.stdout
     assert set(data["overhead_us"]) == {"kernel_call", "launch", "recorded_launch",
-                                        "replayed_adjoint", "autodiff"}
+                                        "replayed_adjoint", "replayed_one_by_one", "autodiff"}
     assert all(v > 0 for v in data["overhead_us"].values())
 
 

@@ -332,6 +332,7 @@ def _launch_overheads(quick: bool) -> dict:
     (the costs a simulation of many small steps pays per step)."""
     from tapegrad import launch as L
     from tapegrad.bench.problems import saxpy_k
+    from tapegrad.tape import chains
     n, steps = 64, 100
     cfg = saxpy_k(tg.CPU())
     x, w = np.linspace(0.0, 1.0, n, dtype=np.float32), np.ones(n, np.float32)
@@ -356,6 +357,13 @@ def _launch_overheads(quick: bool) -> dict:
         return tg.autodiff(tg.Reverse, cfg, tg.Const, tg.DuplicatedNoNeed(z, w), 0.5,
                            tg.Duplicated(x, dx), y, ndrange=n, accumulate=False)
 
+    def replay_one_by_one() -> Any:
+        chains.enabled = False
+        try:
+            return tape.gradient(loss, x)
+        finally:
+            chains.enabled = True
+
     repeats = 5 if quick else 20
     tape, loss = record()
     tape.gradient(loss, x)
@@ -367,11 +375,14 @@ def _launch_overheads(quick: bool) -> dict:
                              repeats) * 1e3 / steps,
         "recorded_launch": _median_ms(record, repeats) * 1e3 / steps,
         "replayed_adjoint": _median_ms(lambda: tape.gradient(loss, x), repeats) * 1e3 / steps,
+        "replayed_one_by_one": _median_ms(replay_one_by_one, repeats) * 1e3 / steps,
         "autodiff": _median_ms(lambda: [autodiff() for _ in range(steps)], repeats) * 1e3 / steps,
     }
     print(f"\nper launch of a {n}-element kernel (all overhead): compiled kernel called "
           f"{us['kernel_call']:.1f} us, launch {us['launch']:.1f} us, recorded on a tape "
-          f"{us['recorded_launch']:.1f} us, adjoint replayed {us['replayed_adjoint']:.1f} us, "
+          f"{us['recorded_launch']:.1f} us, adjoint replayed {us['replayed_adjoint']:.1f} us "
+          f"({us['replayed_one_by_one']:.1f} us record by record, where the launches are not "
+          "one chain: tapegrad/tape/chains.py), "
           f"tg.autodiff {us['autodiff']:.1f} us")
     return us
 

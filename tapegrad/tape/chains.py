@@ -1,8 +1,8 @@
 """Runs of recorded launches that replay one adjoint along a chain of states, in compiled code.
 
 A simulation that launches one linear kernel per step on a new array (``t_new = step(t)``)
-records a chain: launch j reads the state launch j - 1 wrote, and neither state's contents
-are kept (a linear adjoint reads none).  Its reverse sweep replays the same adjoint launch
+records a chain: launch j reads the state launch j - 1 wrote, and its adjoint reads neither
+state's contents (it is linear in them).  The reverse sweep replays the same adjoint launch
 once per step, on the same arguments but for two shadow buffers, which the sweep's
 bookkeeping passes back and forth: launch j reads the shadow launch j + 1 stored, stores the
 shadow of its own input into the buffer launch j + 1 read (freed, and the first one the pool
@@ -12,7 +12,7 @@ itself (a 256^2 heat step: 6-7 us of a 22 us step of the sweep).
 ``extend`` checks, per record below one the sweep has just replayed, the facts that make its
 replay that same launch with the two buffers swapped (same kernel plan, ndrange and scalars;
 its output is the state the record above read; its input has no shadow yet; the same
-shadow flags), then runs the whole run in one compiled loop (``_runner``, generated per
+shadow flags; other arrays the same and without shadows), then runs the whole run in one compiled loop (``_runner``, generated per
 kernel) and leaves the sweep's state as the record-by-record sweep would have left it.
 Everything else goes record by record, as before.
 """
@@ -28,6 +28,7 @@ from tapegrad.backends.cache import load_source
 from tapegrad.backends.cpu.backend import _thread_count
 
 MIN_RUN = 2      # shorter runs go record by record (the compiled call costs a launch)
+enabled = True   # False: every record goes by itself (``python -m tapegrad bench`` compares)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class ChainPlan:
 
     out_pos: int
     in_pos: int
+    read: frozenset[int]         # positions of the arguments whose contents the adjoint reads
     out_slot: int
     in_slot: int
     shaped_by: int | None        # the argument whose shape is the launch's ndrange (a gather)
@@ -49,6 +51,8 @@ def extend(tape: Any, records: list, k: int, head: tuple) -> int:
     """After record ``k`` ran its adjoint as ``head`` = (record, replay, values, shadows,
     pattern): run the records below it that continue its chain, in one compiled loop, and
     return how many ran (0: the sweep goes on record by record)."""
+    if not enabled:
+        return 0
     record, replay, values, shadows, pattern = head
     plan = replay.chain
     if plan is None:
@@ -67,15 +71,19 @@ def extend(tape: Any, records: list, k: int, head: tuple) -> int:
         return 0
     if x is not shadows[record.params[i]]:
         return 0
-    stand_ins = {pos: values[pos] for pos in record.released_at}
-    scalars = [(pos, values[pos]) for pos in range(len(values))
-               if record.ids[pos] is None and pos not in stand_ins]
+    # the record's other arguments must be the head's: scalars equal, other arrays the same
+    # array without a shadow (the same object where the adjoint reads its contents; any
+    # array of the head's type will do where it does not: the loop passes the head's)
+    scalars = [(pos, values[pos]) for pos in range(len(values)) if record.ids[pos] is None]
+    constants = [(pos, record.ids[pos], values[pos]) for pos in range(len(values))
+                 if record.ids[pos] is not None and pos not in (o, i)]
+    read = [(pos, v) for pos, ident, v in constants if pos in plan.read]
     active, fresh = tape.active_ids, tape.fresh
     above, n = record, 0
     for j in range(k - 1, -1, -1):
         r = records[j]
         if getattr(r, "replays", None) is not record.replays or r.nd != record.nd \
-                or r.released_at != record.released_at or r.tracked_at:
+                or r.tracked_at:
             break
         out_j, in_j = r.ids[o], r.ids[i]
         if out_j is not above.ids[i] or r.writes != (out_j,) or in_j not in active \
@@ -84,9 +92,9 @@ def extend(tape: Any, records: list, k: int, head: tuple) -> int:
                 or (first_use.get(in_j) == j) != discard_in \
                 or not all(type(r.values[pos]) is type(v) and r.values[pos] == v
                            for pos, v in scalars) \
-                or not all(r.values[pos].ref() is None
-                           and tape.stand_ins.get(r.values[pos].meta) is v
-                           for pos, v in stand_ins.items()):
+                or not all(r.ids[pos] is ident and ident not in active
+                           for pos, ident, _ in constants) \
+                or not all(r.values[pos] is v for pos, v in read):
             break
         above, n = r, n + 1
     if n < MIN_RUN:
@@ -117,26 +125,29 @@ def extend(tape: Any, records: list, k: int, head: tuple) -> int:
 
 def _plan(record: Any, replay: Any, pattern: tuple) -> ChainPlan | None:
     """Whether runs of this record's replay can go in one compiled loop: one CPU kernel
-    launch with nothing to zero first, two float arrays (one written, one only read), both
-    released (no adjoint reads their contents), no other array, no tracked scalar, the
-    input's shadow new (stored into) and the output's not."""
+    launch with nothing to zero first, two arrays with shadows (one written, one only read)
+    whose contents the adjoint does not read (it is linear in them; it writes no primal
+    array: a replay has no scratch copies), other arrays without shadows, no tracked
+    scalar, the input's shadow new (stored into) and the output's not."""
     from tapegrad.backends.cpu.backend import _ByLaunchSize, _Launcher
-    from tapegrad.tape.tape import _FRESH
+    from tapegrad.tape.tape import _DUP, _FRESH
     if len(replay.steps) != 1 or replay.zeroed or record.tracked_at:
         return None
-    arrays = [pos for pos, ident in enumerate(record.ids) if ident is not None]
-    if len(arrays) != 2 or tuple(sorted(record.float_at)) != tuple(arrays) \
-            or set(record.released_at) != set(arrays) or len(record.writes) != 1:
+    if len(record.writes) != 1:
         return None
-    out_pos = next((pos for pos in arrays if record.ids[pos] is record.writes[0]), None)
-    if out_pos is None:
+    out_pos = next((pos for pos in record.float_at if record.ids[pos] is record.writes[0]), None)
+    # the state read: the one other array with a shadow (the rest are constant: no shadow)
+    ins = [pos for pos in record.float_at if pattern[pos] & _DUP and pos != out_pos]
+    if out_pos is None or len(ins) != 1:
         return None
-    in_pos = arrays[1] if out_pos == arrays[0] else arrays[0]
+    in_pos = ins[0]
+    params = record.params
+    read = frozenset(pos for pos, p in enumerate(params) if p in replay.adjoint.contents_read)
     if record.ids[in_pos] not in record.reads or record.ids[in_pos] is record.ids[out_pos] \
-            or not pattern[in_pos] & _FRESH or pattern[out_pos] & _FRESH:
+            or not pattern[in_pos] & _FRESH or pattern[out_pos] & _FRESH \
+            or {out_pos, in_pos} & read:
         return None
     order = list(replay.order)
-    params = record.params
     if sorted(order) != sorted((params[out_pos], params[in_pos])):
         return None
     base = len(record.values)
@@ -151,7 +162,7 @@ def _plan(record: Any, replay: Any, pattern: tuple) -> ChainPlan | None:
                                                         else 0), out_slot, in_slot)
     except Exception:        # (a kernel module that cannot be imported by name: go on without)
         return None
-    return ChainPlan(out_pos, in_pos, out_slot, in_slot, shaped_by, launcher, runner)
+    return ChainPlan(out_pos, in_pos, read, out_slot, in_slot, shaped_by, launcher, runner)
 
 
 def _runner(launcher: Any, n_args: int, x_slot: int, y_slot: int) -> Any:

@@ -84,9 +84,8 @@ def test_a_diffusion_chain_gradient_is_the_transposed_steps(runs, steps):
     S = step_matrix(x.shape, 0.2)
     expected = np.linalg.matrix_power(S.T, steps) @ w.ravel()
     np.testing.assert_allclose(g.ravel(), expected, rtol=1e-12)
-    # the last step's record runs alone (its output is alive: the loss holds it), the one
-    # below it heads the chain of the rest
-    assert runs == ([steps - 2] if steps - 2 >= chains.MIN_RUN else [])
+    # the last step's record runs as usual and heads the chain of the others
+    assert runs == ([steps - 1] if steps - 1 >= chains.MIN_RUN else [])
 
 
 def test_the_same_gradients_with_and_without_chains(monkeypatch):
@@ -111,7 +110,7 @@ def test_a_tape_asked_twice_gives_the_same_gradient(runs):
     np.testing.assert_array_equal(first, second)
     expected = np.linalg.matrix_power(step_matrix(x.shape, 0.15).T, 9) @ w.ravel()
     np.testing.assert_allclose(second.ravel(), expected, rtol=1e-12)
-    assert runs == [7, 7]
+    assert runs == [8, 8]
 
 
 def test_a_changing_scalar_breaks_the_chain_where_it_changes(runs):
@@ -123,12 +122,12 @@ def test_a_changing_scalar_breaks_the_chain_where_it_changes(runs):
     for a in reversed(alphas):
         expected = step_matrix(x.shape, a).T @ expected
     np.testing.assert_allclose(g.ravel(), expected, rtol=1e-12)
-    # records 9..6 (0.2) below record 10 (the last, 11, runs alone), then 4..1 (0.1) below 5
-    assert runs == [4, 4]
+    assert runs == [5, 4]      # records 10..6 (0.2) below 11, then 4..1 (0.1) below 5
 
 
-def test_states_the_caller_keeps_go_record_by_record(runs):
-    """A state still alive is passed to its adjoint itself, not the chain's stand-in."""
+def test_states_the_caller_keeps_are_neither_read_nor_written(runs):
+    """The chain passes the first record's arrays for states the adjoint does not read:
+    whether the caller still holds one does not matter, and it is left as it was."""
     rng = np.random.default_rng(4)
     x, w = rng.random((6, 6)), rng.random((6, 6))
     kept = []
@@ -143,12 +142,14 @@ def test_states_the_caller_keeps_go_record_by_record(runs):
                 kept.append(t)
         return tg.dot(t, w)
 
-    (g,) = tg.gradient(loss, x)
+    with tg.Tape() as tape:
+        value = loss(x)
+    held = kept[0].copy()
+    (g,) = tape.gradient(value, [x])
     expected = np.linalg.matrix_power(step_matrix(x.shape, 0.2).T, 8) @ w.ravel()
     np.testing.assert_allclose(g.ravel(), expected, rtol=1e-12)
-    # records 5 and 4 read or wrote the kept state, so 6 is a run of one below 7: all of
-    # them go record by record; 2 and 1 run below 3
-    assert runs == [2]
+    np.testing.assert_array_equal(kept[0], held)
+    assert runs == [7]
 
 
 def test_a_chain_from_the_source_itself_stops_before_its_given_shadow(runs):
@@ -167,7 +168,7 @@ def test_a_chain_from_the_source_itself_stops_before_its_given_shadow(runs):
 
     tg.autodiff(tg.Reverse, loss, tg.Active, tg.Duplicated(x, dx))
     np.testing.assert_allclose(dx, start + 0.5 ** 6 * w, rtol=1e-14)
-    assert runs == [3]          # records 3, 2, 1 below record 4; record 0 reads x
+    assert runs == [4]          # records 4..1 below record 5; record 0 reads x
 
 
 def test_a_nonlinear_chain_keeps_its_states_and_goes_record_by_record(runs):
@@ -200,4 +201,37 @@ def test_alternating_kernels_go_record_by_record(runs):
 
     (g,) = tg.gradient(loss, x)
     np.testing.assert_allclose(g, 0.9 ** 8 * w, rtol=1e-14)
+    assert runs == []
+
+
+@tg.kernel
+def damp(Y, X, K):
+    i = tg.index()
+    Y[i] = K[i] * X[i]
+
+
+def damped(x: np.ndarray, K: np.ndarray, steps: int) -> np.ndarray:
+    t = tg.copy(x)
+    for _ in range(steps):
+        t_new = np.empty_like(t)
+        damp(CPU)(t_new, t, K, ndrange=t.size)
+        t = t_new
+    return t
+
+
+def test_a_constant_field_read_by_every_step_keeps_the_chain(runs):
+    rng = np.random.default_rng(8)
+    x, w, K = rng.random(40), rng.random(40), rng.uniform(0.5, 1.5, 40)
+    (g,) = tg.gradient(lambda t: tg.dot(damped(t, K, 9), w), x)
+    np.testing.assert_allclose(g, K ** 9 * w, rtol=1e-13)
+    assert runs == [8]
+
+
+def test_a_field_differentiated_too_goes_record_by_record(runs):
+    """Its shadow gathers from every step: not a chain of two buffers."""
+    rng = np.random.default_rng(9)
+    x, w, K = rng.random(40), rng.random(40), rng.uniform(0.5, 1.5, 40)
+    gx, gK = tg.gradient(lambda t, k: tg.dot(damped(t, k, 9), w), x, K)
+    np.testing.assert_allclose(gx, K ** 9 * w, rtol=1e-13)
+    np.testing.assert_allclose(gK, 9 * K ** 8 * x * w, rtol=1e-13)
     assert runs == []
