@@ -533,8 +533,9 @@ class _KernelWriter(ModuleWriter):
     def split_item_loop(self, plan: Versions, low: CPULowering, depth: int) -> None:
         """Range tests on the global index: each row of the group (its innermost index range)
         runs the version without the tests over the part where they all hold, ``[_lo, _hi)``,
-        and the version as written over the rest.  A stencil's interior groups run whole rows
-        without tests, and so do the inner parts of the rows of its edge groups."""
+        and the else branch over the rest, where one fails (the split is exact: the tests are
+        integer comparisons of an index).  A stencil's interior groups run whole rows without
+        tests, and so do the inner parts of the rows of its edge groups."""
         out, last = self.out, self.rank - 1
         for d in range(last):
             out.emit(f"for _l{d} in range(_lim{d}):", depth + d)

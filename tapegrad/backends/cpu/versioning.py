@@ -79,16 +79,21 @@ def plan_versions(stmts: list[ast.stmt], params: list[str], rank: int,
         def uniform(e: ast.expr, fixed: set[str] = fixed) -> bool:
             return is_uniform(e, fixed) and integral(e)
 
+        # (the test is all range tests, and the split runs the rest of each row exactly where
+        # one of them fails: there the test is false, and the version is the else branch)
         ranges = range_tests(st.test, index_dims, uniform)
         if ranges is not None:
-            return Versions(prelude, None, ranges, rest_before + st.body + rest_after, stmts)
+            return Versions(prelude, None, ranges, rest_before + st.body + rest_after,
+                            rest_before + st.orelse + rest_after)
         if isinstance(st.test, ast.Name) and st.test.id in flags:
             ranges = range_tests(flags[st.test.id], index_dims, uniform)
-            if ranges is not None:   # every top-level `if flag:` becomes its body
+            if ranges is not None:   # every top-level `if flag:` becomes one of its branches
                 flag = st.test.id
-                then = [x for y in stmts for x in (
-                    y.body if isinstance(y, ast.If) and isinstance(y.test, ast.Name)
-                    and y.test.id == flag else [y])]
-                return Versions(prelude, None, ranges, then, stmts)
+
+                def branch(holds: bool, flag: str = flag) -> list[ast.stmt]:
+                    return [x for y in stmts for x in (
+                        (y.body if holds else y.orelse) if isinstance(y, ast.If)
+                        and isinstance(y.test, ast.Name) and y.test.id == flag else [y])]
+                return Versions(prelude, None, ranges, branch(True), branch(False))
         return None    # only the first if is considered (bounded code size)
     return None
