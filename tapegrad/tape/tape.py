@@ -92,7 +92,10 @@ class Tape:
         # identity -> (record, position, array): records that need the array's current
         # contents (redirected to a copy when a launch is about to overwrite them)
         self.readers: dict[tuple, list[tuple[Record, int, Any]]] = {}
-        self.nodes: list[TrackedScalar] = []
+        # tracked scalars are numbered, not kept: each one refers to its tape, and a list of
+        # them here would make every tape a reference cycle, freed only by the garbage
+        # collector (its records and kept arrays with it, after several collections)
+        self.node_count = 0
         self.fingerprints: dict[int, int] = {}
         self.recording = False
         self.used = False
@@ -189,8 +192,8 @@ class Tape:
         self.readers.setdefault(self.track(x), []).append((record, pos, x))
 
     def new_node(self, value: float) -> TrackedScalar:
-        node = TrackedScalar(value, self, len(self.nodes))
-        self.nodes.append(node)
+        node = TrackedScalar(value, self, self.node_count)
+        self.node_count += 1
         return node
 
     def record_launch(self, cfg: Any, args: tuple, ndrange: Any) -> None:

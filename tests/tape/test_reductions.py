@@ -216,3 +216,43 @@ def test_a_finished_tape_leaves_no_reference_cycles():
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+def test_a_tape_with_scalars_and_a_sweep_leaves_no_reference_cycles():
+    # found while timing the heat gradient: the tape kept a list of its scalars and each
+    # scalar refers to its tape, so every tape with a loss waited for the cycle collector,
+    # with its records and kept arrays (a 100-step gradient paid 0.35 ms of collections)
+    import gc
+
+    @tg.kernel
+    def cube(B, A):
+        i = tg.index()
+        B[i] = A[i] * A[i] * A[i]
+
+    cpu = tg.CPU()
+    x = np.linspace(0.5, 1.0, 4)
+
+    def loss(s):
+        for _ in range(5):
+            t = np.empty(4)
+            cube(cpu)(t, s, ndrange=4)
+            s = t
+        return tg.sum(s) * 2.0 + tg.dot(s, s)
+
+    def sweep():
+        with tg.Tape() as tape:
+            value = loss(x)
+        (g,) = tape.gradient(value, [x])
+        return g
+
+    expected = 2.0 * 243 * x ** 242 + 2.0 * x ** 243 * 243 * x ** 242
+    np.testing.assert_allclose(sweep(), expected, rtol=1e-12)
+    tg.gradient(loss, x)
+    gc.collect()
+    gc.disable()
+    try:
+        sweep()
+        tg.gradient(loss, x)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
