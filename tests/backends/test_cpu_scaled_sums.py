@@ -89,7 +89,7 @@ def test_the_gradient_of_a_squared_gather_with_scaled_sums(n, m):
                 tg.Duplicated(X, dX), idx, 0.7, ndrange=n)
     np.testing.assert_allclose(dX, expected, rtol=1e-12)
     source = squares_of_gathered.source(mode="reverse", backend=CPU)
-    assert "X[_m0] * X_bar__priv[_t, _m0] if _scaled" in source
+    assert "X_bar[_m0] += (X[_m0] * _p if _scaled and _p != 0 else _p)" in source
     assert source.count("= np.float64(1.0)") + source.count("v = 1.0") == 1
 
 
@@ -149,3 +149,21 @@ def test_a_scaled_subtraction():
     weighted_debits(CPU)(H, weight, X, idx, ndrange=4096)
     np.testing.assert_allclose(H, 1.0 - weight * np.bincount(idx, X, minlength=32), rtol=1e-12)
     assert "_scaled = " in weighted_debits.source(backend=CPU)
+
+
+def test_elements_no_term_went_to_keep_their_gradient_even_where_the_scale_is_not_finite():
+    """0 * inf is nan: an element nobody gathered must not get it from the merge."""
+    rng = np.random.default_rng(11)
+    X = rng.random(64)
+    X[[3, 40]] = np.inf, np.nan
+    idx = rng.integers(0, 64, 4096)
+    idx[np.isin(idx, (3, 40))] = 5
+    W = rng.random(4096)
+    dX = np.zeros(64)
+    tg.autodiff(tg.Reverse, squares_of_gathered(CPU), tg.Const,
+                tg.DuplicatedNoNeed(np.empty(4096), W.copy()), tg.Duplicated(X, dX), idx, 1.0,
+                ndrange=4096)
+    expected = np.zeros(64)
+    np.add.at(expected, idx, 2 * X[idx] * W)
+    np.testing.assert_allclose(dX, expected, rtol=1e-12)
+    assert dX[3] == 0.0 and dX[40] == 0.0

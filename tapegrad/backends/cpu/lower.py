@@ -446,7 +446,10 @@ class _KernelWriter(ModuleWriter):
             out.emit(f"for {last} in {rows}:", inner + 1)
             term = f"{a}__priv[_t, {idx}]"
             if a in self.scaled:
-                term = f"({self.scaled[a].source}[{idx}] * {term} if _scaled else {term})"
+                # (an element no term went to stays as it was, also where its scale is inf
+                # or nan: 0 * inf would be nan)
+                out.emit(f"_p = {term}", inner + 2)
+                term = f"({self.scaled[a].source}[{idx}] * _p if _scaled and _p != 0 else _p)"
             out.emit(f"{a}[{idx}] += {term}", inner + 2)
             out.emit(f"{a}__priv[_t, {idx}] = 0", inner + 2)   # zero again for the next launch
 
