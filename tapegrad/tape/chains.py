@@ -19,6 +19,7 @@ Everything else goes record by record, as before.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +65,9 @@ def extend(tape: Any, records: list, k: int, head: tuple) -> int:
     out_k, in_k = record.ids[o], record.ids[i]
     if first_use.get(out_k) != k or out_k in given:   # its shadow is not freed after it
         return 0
+    meta = out_k.meta          # every state of the chain: one type, shape and dtype
+    if in_k.meta != meta:
+        return 0
     discard_in = first_use.get(in_k) == k and in_k not in given
     pool = tape.free.get(out_k.meta)
     x, y = current.get(in_k), shadows[record.params[o]]
@@ -86,12 +90,12 @@ def extend(tape: Any, records: list, k: int, head: tuple) -> int:
                 or r.tracked_at:
             break
         out_j, in_j = r.ids[o], r.ids[i]
-        if out_j is not above.ids[i] or r.writes != (out_j,) or in_j not in active \
+        if out_j is not above.ids[i] or r.writes != (out_j,) or in_j.meta != meta \
+                or in_j not in active \
                 or in_j in current or in_j in given or in_j in fresh \
                 or first_use.get(out_j) != j or out_j in given \
                 or (first_use.get(in_j) == j) != discard_in \
-                or not all(type(r.values[pos]) is type(v) and r.values[pos] == v
-                           for pos, v in scalars) \
+                or not all(_same_scalar(r.values[pos], v) for pos, v in scalars) \
                 or not all(r.ids[pos] is ident and ident not in active
                            for pos, ident, _ in constants) \
                 or not all(r.values[pos] is v for pos, v in read):
@@ -121,6 +125,13 @@ def extend(tape: Any, records: list, k: int, head: tuple) -> int:
     pool.append(spare)
     tape.position = k - n
     return n
+
+
+def _same_scalar(a: Any, b: Any) -> bool:
+    """Whether two scalar arguments are the same value: type, value and, for zeros, sign
+    (``-0.0 == 0.0``, but ``copysign(1, a)`` tells them apart)."""
+    return type(a) is type(b) and a == b and (
+        a != 0 or math.copysign(1.0, a) == math.copysign(1.0, b))
 
 
 def _plan(record: Any, replay: Any, pattern: tuple) -> ChainPlan | None:

@@ -167,3 +167,46 @@ def test_elements_no_term_went_to_keep_their_gradient_even_where_the_scale_is_no
     np.add.at(expected, idx, 2 * X[idx] * W)
     np.testing.assert_allclose(dX, expected, rtol=1e-12)
     assert dX[3] == 0.0 and dX[40] == 0.0
+
+
+# found in review: a device function may store into the arrays it is given
+
+
+@tg.func
+def put(A, k, value):
+    A[k] = value
+
+
+@tg.kernel
+def histogram_then_clear(H, weight, X, idx):
+    i = tg.index()
+    w = weight[idx[i]]
+    tg.atomic_add(H, idx[i], X[i] * w)
+    put(weight, idx[i], 0.0)       # the scale changes: the merge must not read it
+
+
+@tg.kernel
+def histogram_then_move(H, weight, X, idx):
+    i = tg.index()
+    w = weight[idx[i]]
+    put(idx, i, (idx[i] + 1) % H.size)      # the index changes between the read and the add
+    tg.atomic_add(H, idx[i], X[i] * w)
+
+
+@pytest.mark.parametrize("n", [4096, 16])
+def test_arrays_a_device_function_is_given_are_not_scales_or_indices(n):
+    rng = np.random.default_rng(n)
+    idx = rng.permutation(n).astype(np.int64)
+    weight, X = rng.random(n), rng.random(n)
+    H = np.zeros(n)
+    histogram_then_clear(CPU)(H, weight.copy(), X, idx, ndrange=n)
+    expected = np.zeros(n)
+    np.add.at(expected, idx, X * weight[idx])
+    np.testing.assert_allclose(H, expected, rtol=1e-14)
+    H, moved = np.zeros(n), idx.copy()
+    histogram_then_move(CPU)(H, weight, X, moved, ndrange=n)
+    expected = np.zeros(n)
+    np.add.at(expected, (idx + 1) % n, X * weight[idx])
+    np.testing.assert_allclose(H, expected, rtol=1e-14)
+    for kern in (histogram_then_clear, histogram_then_move):
+        assert "_scaled = " not in kern.source(backend=CPU)

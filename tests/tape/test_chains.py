@@ -5,6 +5,8 @@ have run where it can (and be refused where it cannot, with the same gradients).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -235,3 +237,81 @@ def test_a_field_differentiated_too_goes_record_by_record(runs):
     np.testing.assert_allclose(gx, K ** 9 * w, rtol=1e-13)
     np.testing.assert_allclose(gK, 9 * K ** 8 * x * w, rtol=1e-13)
     assert runs == []
+
+
+# found in review: states of two shapes, and a scalar's sign
+
+
+@tg.kernel
+def stencil1d(Y, X, a):
+    i = tg.index()
+    n = X.shape[0]
+    if i > 0 and i < n - 1:
+        Y[i] = X[i] + a * (X[i - 1] - 2.0 * X[i] + X[i + 1])
+    else:
+        Y[i] = X[i]
+
+
+def test_states_of_two_shapes_go_record_by_record(runs):
+    """Shadows of the longer states are not covered by the launches' ndrange: zeroed first,
+    record by record; a chain would have mixed the two buffers' shapes."""
+    rng = np.random.default_rng(12)
+    x, w = rng.random(12), rng.random(12)
+
+    def loss(t):
+        t = tg.copy(t)
+        for s in range(8):
+            t_new = np.zeros(10 if s % 2 == 0 else 12)
+            scale(CPU)(t_new, t, 0.5, ndrange=10)
+            t = t_new
+        return tg.dot(t, w)
+
+    (g,) = tg.gradient(loss, x)
+    np.testing.assert_allclose(g, np.r_[0.5 ** 8 * w[:10], 0.0, 0.0], rtol=1e-14)
+    assert runs == []
+
+
+def test_a_stencil_chain_over_states_of_two_shapes(runs):
+    """Its adjoint's gather runs over the shadow's shape: a chain mixing the shapes read and
+    wrote past the shorter buffer."""
+    rng = np.random.default_rng(13)
+    x, w = rng.random(64), rng.random(64)
+
+    def loss(t):
+        t = tg.copy(t)
+        for s in range(10):
+            t_new = np.zeros(40 if s % 2 == 0 else 64)
+            stencil1d(CPU)(t_new, t, 0.25, ndrange=40)
+            t = t_new
+        return tg.dot(t, w)
+
+    (g,) = tg.gradient(loss, x)
+    chains.enabled = False
+    try:
+        (expected,) = tg.gradient(loss, x)
+    finally:
+        chains.enabled = True
+    np.testing.assert_array_equal(g, expected)
+    assert runs == [] and np.all(g[41:] == 0.0)   # (item 39 reads element 40)
+
+
+@tg.kernel
+def flip(Y, X, a):
+    i = tg.index()
+    Y[i] = math.copysign(0.5, a) * X[i]
+
+
+def test_a_scalar_zero_of_the_other_sign_breaks_the_chain(runs):
+    x, w = np.linspace(0.1, 1.0, 8), np.ones(8)
+
+    def loss(t):
+        t = tg.copy(t)
+        for s in range(6):
+            t_new = np.empty_like(t)
+            flip(CPU)(t_new, t, 0.0 if s < 3 else -0.0, ndrange=8)
+            t = t_new
+        return tg.dot(t, w)
+
+    (g,) = tg.gradient(loss, x)
+    np.testing.assert_array_equal(g, np.full(8, 0.5 ** 3 * (-0.5) ** 3))
+    assert runs == [2, 2]

@@ -150,7 +150,8 @@ def _degree(e: ast.expr, degree: dict[str, object]) -> object:
 
 
 def _written(tree: ast.Module) -> set[str]:
-    """Arrays the body stores into or updates atomically."""
+    """Arrays the body stores into or updates atomically, and every name passed to a device
+    function (which may store into the arrays it is given)."""
     out = set()
     for n in ast.walk(tree):
         if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store):
@@ -159,7 +160,9 @@ def _written(tree: ast.Module) -> set[str]:
                 base = base.value
             if isinstance(base, ast.Name):
                 out.add(base.id)
-        elif isinstance(n, ast.Call) and tg_name(n) and tg_name(n).startswith("atomic_") \
+        elif isinstance(n, ast.Call) and tg_name(n) is None:     # a @tg.func
+            out |= {a.id for arg in n.args for a in ast.walk(arg) if isinstance(a, ast.Name)}
+        elif isinstance(n, ast.Call) and tg_name(n).startswith("atomic_") \
                 and n.args and isinstance(n.args[0], ast.Name):
             out.add(n.args[0].id)
     return out
