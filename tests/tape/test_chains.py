@@ -11,26 +11,11 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
+from tapegrad.bench.problems import stencil2d_k as diffuse
 from tapegrad.tape import chains
+from tests.tape.test_sweep_shadows import scaled as scale
 
 CPU = tg.CPU()
-
-
-@tg.kernel
-def diffuse(T_new, T, alpha):
-    i, j = tg.index(tg.Global, tg.NTuple)
-    n, m = T.shape
-    if i > 0 and j > 0 and i < n - 1 and j < m - 1:
-        T_new[i, j] = T[i, j] + alpha * (T[i - 1, j] + T[i + 1, j] + T[i, j - 1]
-                                         + T[i, j + 1] - 4.0 * T[i, j])
-    else:
-        T_new[i, j] = T[i, j]
-
-
-@tg.kernel
-def scale(Y, X, a):
-    i = tg.index()
-    Y[i] = a * X[i]
 
 
 @tg.kernel
@@ -252,21 +237,25 @@ def stencil1d(Y, X, a):
         Y[i] = X[i]
 
 
+def two_shapes(kern, short: int, long: int, steps: int, w: np.ndarray):
+    """A loss whose states alternate between ``short`` and ``long`` elements, each step over
+    the first ``short``."""
+    def loss(t):
+        t = tg.copy(t)
+        for s in range(steps):
+            t_new = np.zeros(short if s % 2 == 0 else long)
+            kern(CPU)(t_new, t, 0.5, ndrange=short)
+            t = t_new
+        return tg.dot(t, w)
+    return loss
+
+
 def test_states_of_two_shapes_go_record_by_record(runs):
     """Shadows of the longer states are not covered by the launches' ndrange: zeroed first,
     record by record; a chain would have mixed the two buffers' shapes."""
     rng = np.random.default_rng(12)
     x, w = rng.random(12), rng.random(12)
-
-    def loss(t):
-        t = tg.copy(t)
-        for s in range(8):
-            t_new = np.zeros(10 if s % 2 == 0 else 12)
-            scale(CPU)(t_new, t, 0.5, ndrange=10)
-            t = t_new
-        return tg.dot(t, w)
-
-    (g,) = tg.gradient(loss, x)
+    (g,) = tg.gradient(two_shapes(scale, 10, 12, 8, w), x)
     np.testing.assert_allclose(g, np.r_[0.5 ** 8 * w[:10], 0.0, 0.0], rtol=1e-14)
     assert runs == []
 
@@ -276,15 +265,7 @@ def test_a_stencil_chain_over_states_of_two_shapes(runs):
     wrote past the shorter buffer."""
     rng = np.random.default_rng(13)
     x, w = rng.random(64), rng.random(64)
-
-    def loss(t):
-        t = tg.copy(t)
-        for s in range(10):
-            t_new = np.zeros(40 if s % 2 == 0 else 64)
-            stencil1d(CPU)(t_new, t, 0.25, ndrange=40)
-            t = t_new
-        return tg.dot(t, w)
-
+    loss = two_shapes(stencil1d, 40, 64, 10, w)
     (g,) = tg.gradient(loss, x)
     chains.enabled = False
     try:
