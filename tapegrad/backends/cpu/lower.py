@@ -45,6 +45,7 @@ from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import Array, Scalar, TupleT, TypedKernel
 
 ATOMICS = ("atomic_add", "atomic_sub", "atomic_min", "atomic_max")
+BAND = 8      # rows of workgroups a tiled 2-D kernel runs down before the next column
 
 # Lowered to tapegrad's vectorising implementations instead of libm calls (a loop with a libm
 # call in it does not vectorise; see vmath.py for methods and accuracy).
@@ -225,6 +226,7 @@ class _KernelWriter(ModuleWriter):
     # atomics (False); the others choose per statement
     known_private: dict[str, bool] = {}
     scaled: dict[str, ScaledSum] = {}     # per-thread sums scaled in the merge (scaledsums.py)
+    banded = False                        # groups in bands of rows (open_group_loop)
 
     # -- the whole module ---------------------------------------------------------------
     def write(self) -> Lowered:
@@ -268,6 +270,11 @@ class _KernelWriter(ModuleWriter):
         out, ir, r = self.out, self.ir, self.rank
         debug = bool(_checks())   # bounds checks run serially: Numba cannot raise from threads
         self.private_sums = {} if debug else self.privatizable(ir.body)
+        # tiled 2-D kernels (local memory) that add into per-thread copies run their groups
+        # in bands (open_group_loop); without copies, bands measured no faster alone and
+        # 10% slower right after a gradient (a tiled product's primal)
+        self.banded = self.rank == 2 and bool(self.private_sums) and any(
+            memory_decl(s) == "localmem" for s in ir.body)
         arrays = {p for p, t in zip(ir.params, self.tk.argtypes) if isinstance(t, Array)}
         self.scaled = {} if any(contains_barrier(s) for s in ir.body) else scaled_sums(
             ir.body, self.private_sums, arrays)
@@ -337,8 +344,9 @@ class _KernelWriter(ModuleWriter):
         return merged_phases(body, params | shared, aliases)
 
     def open_group_loop(self) -> None:
-        """This task's run of workgroups; a group's position in the grid (row-major) and its
-        number of valid work-items per dimension (work-items past the ndrange never run)."""
+        """This task's run of workgroups; a group's position in the grid (row-major, or in
+        bands of rows for tiled 2-D kernels: ``banded``) and its number of valid work-items
+        per dimension (work-items past the ndrange never run)."""
         out, r, W = self.out, self.rank, self.W
         total = 1
         for w in W:
@@ -349,7 +357,21 @@ class _KernelWriter(ModuleWriter):
             out.emit(f"_group_sum{k} = aligned_empty(({total},), np.float64)", 2)
         out.emit("for _g in range(_c * _total // _nchunks, (_c + 1) * _total // _nchunks):", 2)
         rest = "_g"
+        if self.banded:
+            # down a band of BAND rows of groups, then the next column: the tiles a group
+            # reads and the slabs of the per-thread copies it adds to are used again by the
+            # next groups while they are in cache (row by row, each row of groups went
+            # through all of B and of B_bar's copy); a 512^2 tiled product's gradient
+            # 9.3-10.2 -> 7.8-8.5 ms
+            out.emit(f"_gband = _g // ({BAND} * _groups1)", 3)
+            out.emit(f"_grows = min({BAND}, _groups0 - _gband * {BAND})", 3)
+            out.emit(f"_gin = _g - _gband * {BAND} * _groups1", 3)
+            out.emit("_g1 = _gin // _grows", 3)
+            out.emit(f"_g0 = _gband * {BAND} + _gin % _grows", 3)
+            rest = None
         for d in range(r - 1, -1, -1):
+            if rest is None:
+                break
             if d == 0:
                 out.emit(f"_g0 = {rest}", 3)
             else:
