@@ -109,16 +109,19 @@ class Identities:
     def track(self, x: Any) -> Ident:
         """The identity of ``x``, registering it the first time."""
         known = self.known.get(id(x))
-        if known is not None and known[0]() is x and known[1] == x.shape \
-                and known[2] == x.strides:
+        shape, strides = x.shape, x.strides
+        if known is not None and known[0]() is x and known[1] == shape \
+                and known[2] == strides:
             return known[3]
-        key = (_address(x), x.shape, x.strides, x.dtype) if isinstance(x, np.ndarray) \
-            else array_key(x)        # other array types may give shape and strides as lists
+        # (a new state of a simulation each step: the plain NumPy case without the helpers)
+        key = (_numpy_address(x), shape, strides, x.dtype) if type(x) is np.ndarray else \
+            (_address(x), shape, strides, x.dtype) if isinstance(x, np.ndarray) else \
+            array_key(x)        # other array types may give shape and strides as lists
         ident = self.by_memory.get(key)
-        if ident is None or not ident.alive():
+        if ident is None or ident.weak and ident.owner() is None:     # (not alive)
             ident = self._register(x, key, ident)
         try:
-            self.known[id(x)] = (weakref.ref(x), x.shape, x.strides, ident)
+            self.known[id(x)] = (weakref.ref(x), shape, strides, ident)
         except TypeError:      # no weak references to this array type: remember nothing
             pass
         return ident
@@ -155,11 +158,11 @@ class Identities:
             # out the memory of an old one): its range is still listed, and the list's ranges
             # never overlap (each new one is checked against its neighbours; a clash with a
             # live array is an error, a dead one is dropped), so it overlaps no other
-            lo, hi = old.span
+            span = old.span
             meta = old.meta if old.meta[0] is type(x) else (type(x), old.meta[1], x.dtype)
         else:
             entry = None
-            lo, hi = extent(x, key[0])
+            span = lo, hi = extent(x, key[0])
             self._check_overlap(x, lo, hi, old)
             meta = (type(x), tuple(x.shape), x.dtype)
         owner = x
@@ -167,13 +170,13 @@ class Identities:
             owner = owner.base
         self.serial += 1
         try:
-            ident = Ident(self.serial, weakref.ref(owner), True, meta, (lo, hi))
+            ident = Ident(self.serial, weakref.ref(owner), True, meta, span)
         except TypeError:
-            ident = Ident(self.serial, owner, False, meta, (lo, hi))
+            ident = Ident(self.serial, owner, False, meta, span)
         if entry is not None:
             entry[2] = ident
-        elif hi > lo:           # an empty range overlaps nothing (and would hide neighbours)
-            entry = [lo, hi, ident]
+        elif span[1] > span[0]:   # an empty range overlaps nothing (and would hide neighbours)
+            entry = [*span, ident]
             bisect.insort(self.extents, entry)
         if entry is not None:
             self.entry_of[ident] = entry
