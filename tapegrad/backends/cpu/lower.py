@@ -345,8 +345,8 @@ class _KernelWriter(ModuleWriter):
 
     def open_group_loop(self) -> None:
         """This task's run of workgroups; a group's position in the grid (row-major, or in
-        bands of rows for tiled 2-D kernels: ``banded``) and its number of valid work-items
-        per dimension (work-items past the ndrange never run)."""
+        bands of rows for tiled 2-D kernels that add into per-thread copies: ``banded``) and
+        its number of valid work-items per dimension (work-items past the ndrange never run)."""
         out, r, W = self.out, self.rank, self.W
         total = 1
         for w in W:
