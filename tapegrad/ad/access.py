@@ -1,4 +1,4 @@
-"""Which array parameters a kernel reads and which it writes (after normalization)."""
+"""Which arrays a kernel reads and which it writes (after normalization)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,13 @@ import ast
 from tapegrad.frontend.ir import KernelIR, tg_name
 
 
-def array_access(ir: KernelIR) -> tuple[set[str], set[str]]:
-    """(parameters read, parameters written), from loads, stores and atomics in ``ir``."""
+def array_access(ir: KernelIR, among: set[str] | None = None) -> tuple[set[str], set[str]]:
+    """(parameters read, parameters written), from loads, stores and atomics in ``ir``; with
+    ``among``, those of these names instead (local and private arrays too).  An array passed
+    to a device function counts as read and written."""
     reads: set[str] = set()
     writes: set[str] = set()
-    params = set(ir.params)
+    params = set(ir.params) if among is None else among
     for n in ast.walk(ast.Module(body=ir.body, type_ignores=[])):
         if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) \
                 and n.value.id in params:

@@ -11,6 +11,7 @@ import pytest
 
 import tapegrad as tg
 from tapegrad.backends.cpu.scaledsums import scaled_sums
+from tapegrad.frontend.ir import KernelIR
 
 CPU = tg.CPU()
 
@@ -28,8 +29,9 @@ tg.atomic_add(X_bar, idx[i], _a1)
 
 
 def _found(source: str) -> dict:
-    body = ast.parse(source).body
-    return scaled_sums(body, {"X_bar": 1}, {"X", "Y", "idx", "Y_bar", "X_bar", "C"})
+    params = ["Y", "X", "idx", "C", "Y_bar", "X_bar"]
+    ir = KernelIR("k", params, ast.parse(source).body, "<test>", 1, True)
+    return scaled_sums(ir, {"X_bar": 1}, set(params))
 
 
 def test_a_gathers_adjoint_scales_its_sum_by_the_gathered_value():

@@ -277,7 +277,7 @@ class _KernelWriter(ModuleWriter):
             memory_decl(s) == "localmem" for s in ir.body)
         arrays = {p for p, t in zip(ir.params, self.tk.argtypes) if isinstance(t, Array)}
         self.scaled = {} if any(contains_barrier(s) for s in ir.body) else scaled_sums(
-            ir.body, self.private_sums, arrays)
+            ir, self.private_sums, arrays)
         derived = derived_params(ir.params)     # made here, not passed (transposed.py)
         params = ([p for p in ir.params if p not in derived] + [f"_n{d}" for d in range(r)]
                   + [f"_groups{d}" for d in range(r)]

@@ -16,9 +16,12 @@ branch that touches ``v``'s values).
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from dataclasses import dataclass
 
-from tapegrad.frontend.ir import tg_name
+from tapegrad.ad.access import array_access
+from tapegrad.backends.structure import names_in
+from tapegrad.frontend.ir import KernelIR, tg_name
 
 ZERO = "zero"       # the degree of a literal zero: it is a term of every degree
 
@@ -33,13 +36,16 @@ class ScaledSum:
     assign: ast.Assign
 
 
-def scaled_sums(body: list[ast.stmt], private: dict[str, int], arrays: set[str]
+def scaled_sums(ir: KernelIR, private: dict[str, int], arrays: set[str]
                 ) -> dict[str, ScaledSum]:
     """The per-thread sums (``private``: the privatised arrays) whose single add statement,
-    at the top level of ``body``, is linear in a local read from an array parameter (of
+    at the top level of ``ir``'s body, is linear in a local read from an array parameter (of
     ``arrays``) at the add's own index, before it."""
+    body = ir.body
     tree = ast.Module(body=body, type_ignores=[])
-    written = _written(tree)
+    written = array_access(ir, among=names_in(tree))[1]
+    stores = Counter(n.id for n in ast.walk(tree)
+                     if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
     found = {}
     for a in private:
         adds = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
@@ -49,13 +55,13 @@ def scaled_sums(body: list[ast.stmt], private: dict[str, int], arrays: set[str]
             continue
         at = next((k for k, s in enumerate(body)
                    if isinstance(s, ast.Expr) and s.value is adds[0]), None)
-        if at is None:
+        index = adds[0].args[1]
+        # the index means one element all along: its locals assigned once, its arrays unwritten
+        if at is None or any(stores[n] > 1 or n in written for n in names_in(index)):
             continue
-        index = ast.dump(adds[0].args[1])
         for k, s in enumerate(body[:at]):
-            source = _own_read(s, index, arrays, written | set(private))
-            if source is not None and _stable(body, k, at, adds[0].args[1], tree) \
-                    and _linear_in(body, k, at):
+            source = _own_read(s, ast.dump(index), arrays, written | set(private))
+            if source is not None and stores[s.targets[0].id] == 1 and _linear_in(body, k, at):
                 found[a] = ScaledSum(a, s.targets[0].id, source, s)
                 break
     return found
@@ -72,32 +78,11 @@ def _own_read(s: ast.stmt, index: str, arrays: set[str], written: set[str]) -> s
     return None
 
 
-def _stable(body: list[ast.stmt], start: int, end: int, index: ast.expr, tree: ast.Module
-            ) -> bool:
-    """Whether ``index`` means the same element at statements ``start`` and ``end``: the
-    locals in it are assigned once in the whole body (and the arrays in it never written,
-    which ``_own_read``'s caller checks for the read array only: checked here for all)."""
-    names = {n.id for n in ast.walk(index) if isinstance(n, ast.Name)}
-    stores = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
-              and isinstance(n.ctx, ast.Store)]
-    written = _written(tree)
-    return all(stores.count(n) <= 1 and n not in written for n in names)
-
-
 def _linear_in(body: list[ast.stmt], k: int, at: int) -> bool:
-    """Whether the value added at ``body[at]`` is linear in the local assigned at ``body[k]``
-    and nothing else uses that local or values computed from it."""
+    """Whether the value added at ``body[at]`` is linear in the local assigned (once) at
+    ``body[k]`` and nothing else uses that local or values computed from it."""
     v = body[k].targets[0].id
-    stores = [n for n in ast.walk(ast.Module(body=body, type_ignores=[]))
-              if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id == v]
-    if len(stores) != 1:
-        return False
     degree: dict[str, object] = {}      # locals whose value depends on v (or is zero)
-
-    def tainted(node: ast.AST) -> bool:
-        return any(isinstance(n, ast.Name) and degree.get(n.id, 0) not in (0, ZERO)
-                   for n in ast.walk(node))
-
     for j, s in enumerate(body[:at]):
         if j == k:
             degree[v] = 1
@@ -114,16 +99,22 @@ def _linear_in(body: list[ast.stmt], k: int, at: int) -> bool:
             if d is None:
                 return False
             degree[s.target.id] = d
-        elif tainted(s):
+        elif _depends(s, degree):
             return False
         else:                      # (names it assigns hold values independent of v)
             for n in ast.walk(s):
                 if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
                     degree[n.id] = 0
     add = body[at].value
-    if tainted(add.args[1]) or _degree(add.args[2], degree) != 1:
+    if _depends(add.args[1], degree) or _degree(add.args[2], degree) != 1:
         return False
-    return not any(tainted(s) for s in body[at + 1:])
+    return not any(_depends(s, degree) for s in body[at + 1:])
+
+
+def _depends(node: ast.AST, degree: dict[str, object]) -> bool:
+    """Whether ``node`` uses a local whose value depends on the tracked one."""
+    return any(isinstance(n, ast.Name) and degree.get(n.id, 0) not in (0, ZERO)
+               for n in ast.walk(node))
 
 
 def _degree(e: ast.expr, degree: dict[str, object]) -> object:
@@ -144,25 +135,4 @@ def _degree(e: ast.expr, degree: dict[str, object]) -> object:
         if isinstance(e.op, ast.Div):
             return left if right == 0 else None
         return right if left == ZERO else left if right == ZERO or left == right else None
-    touched = any(isinstance(n, ast.Name) and degree.get(n.id, 0) not in (0, ZERO)
-                  for n in ast.walk(e))
-    return None if touched else 0
-
-
-def _written(tree: ast.Module) -> set[str]:
-    """Arrays the body stores into or updates atomically, and every name passed to a device
-    function (which may store into the arrays it is given)."""
-    out = set()
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Store):
-            base = n.value
-            while isinstance(base, ast.Subscript):
-                base = base.value
-            if isinstance(base, ast.Name):
-                out.add(base.id)
-        elif isinstance(n, ast.Call) and tg_name(n) is None:     # a @tg.func
-            out |= {a.id for arg in n.args for a in ast.walk(arg) if isinstance(a, ast.Name)}
-        elif isinstance(n, ast.Call) and tg_name(n).startswith("atomic_") \
-                and n.args and isinstance(n.args[0], ast.Name):
-            out.add(n.args[0].id)
-    return out
+    return None if _depends(e, degree) else 0
