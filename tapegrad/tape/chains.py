@@ -20,6 +20,7 @@ Everything else goes record by record, as before.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,30 +78,37 @@ def extend(tape: Any, records: list, k: int, head: tuple) -> int:
         return 0
     # the record's other arguments must be the head's: scalars equal, other arrays the same
     # array without a shadow (the same object where the adjoint reads its contents; any
-    # array of the head's type will do where it does not: the loop passes the head's)
-    scalars = [(pos, values[pos]) for pos in range(len(values)) if record.ids[pos] is None]
-    constants = [(pos, record.ids[pos], values[pos]) for pos in range(len(values))
-                 if record.ids[pos] is not None and pos not in (o, i)]
-    read = [(pos, v) for pos, ident, v in constants if pos in plan.read]
-    active, fresh = tape.active_ids, tape.fresh
-    above, n = record, 0
+    # array of the head's type will do where it does not: the loop passes the head's).
+    # A record with the head's ``replays`` has the head's recording plan, so the same
+    # argument types, written positions and tracked scalars (none): those need no test.
+    ids = record.ids
+    scalar_at = tuple(pos for pos in range(len(values)) if ids[pos] is None)
+    const_at = tuple(pos for pos in range(len(values))
+                     if ids[pos] is not None and pos not in (o, i))
+    if any(ids[pos] in tape.active_ids for pos in const_at):
+        return 0
+    pick_scalars, pick_consts = _picker(scalar_at), _picker(const_at)
+    pick_read = _picker(tuple(pos for pos in const_at if pos in plan.read))
+    scalars, consts, read = pick_scalars(values), pick_consts(ids), pick_read(values)
+    # (-0.0 == 0.0: where the head has a zero, its sign is compared too)
+    zeros = [(pos, math.copysign(1.0, values[pos])) for pos in scalar_at if values[pos] == 0]
+    active, fresh, replays, nd = tape.active_ids, tape.fresh, record.replays, record.nd
+    above_in, n = in_k, 0
     for j in range(k - 1, -1, -1):
         r = records[j]
-        if getattr(r, "replays", None) is not record.replays or r.nd != record.nd \
-                or r.tracked_at:
+        if getattr(r, "replays", None) is not replays or r.nd != nd:
             break
         out_j, in_j = r.ids[o], r.ids[i]
-        if out_j is not above.ids[i] or r.writes != (out_j,) or in_j.meta != meta \
-                or in_j not in active \
+        if out_j is not above_in or in_j.meta != meta or in_j not in active \
                 or in_j in current or in_j in given or in_j in fresh \
                 or first_use.get(out_j) != j or out_j in given \
                 or (first_use.get(in_j) == j) != discard_in \
-                or not all(_same_scalar(r.values[pos], v) for pos, v in scalars) \
-                or not all(r.ids[pos] is ident and ident not in active
-                           for pos, ident, _ in constants) \
-                or not all(r.values[pos] is v for pos, v in read):
+                or pick_consts(r.ids) != consts or pick_scalars(r.values) != scalars \
+                or not all(map(operator.is_, pick_read(r.values), read)) \
+                or zeros and not all(math.copysign(1.0, r.values[pos]) == sign
+                                     for pos, sign in zeros):
             break
-        above, n = r, n + 1
+        above_in, n = in_j, n + 1
     if n < MIN_RUN:
         return 0
     args = (*values, *[shadows[p] for p in replay.order])
@@ -118,7 +126,7 @@ def extend(tape: Any, records: list, k: int, head: tuple) -> int:
     except NumbaError:       # not compiled for these types: record by record, from now on
         replay.chain = False
         return 0
-    last = above.ids[i]
+    last = above_in
     pool.pop()                            # y, taken by record k - 1
     del current[in_k]                     # (record k - 1's output: freed after it)
     current[last], spare = (y, x) if n % 2 else (x, y)
@@ -127,11 +135,14 @@ def extend(tape: Any, records: list, k: int, head: tuple) -> int:
     return n
 
 
-def _same_scalar(a: Any, b: Any) -> bool:
-    """Whether two scalar arguments are the same value: type, value and, for zeros, sign
-    (``-0.0 == 0.0``, but ``copysign(1, a)`` tells them apart)."""
-    return type(a) is type(b) and a == b and (
-        a != 0 or math.copysign(1.0, a) == math.copysign(1.0, b))
+def _picker(positions: tuple[int, ...]) -> Any:
+    """A function taking a sequence to the tuple of its items at ``positions``."""
+    if len(positions) > 1:
+        return operator.itemgetter(*positions)
+    if positions:
+        (at,) = positions
+        return lambda seq: (seq[at],)
+    return lambda seq: ()
 
 
 def _plan(record: Any, replay: Any, pattern: tuple) -> ChainPlan | None:
