@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +21,8 @@ from tapegrad import launch as L
 from tapegrad.errors import TapegradError
 from tapegrad.tape import chains
 from tapegrad.tape.fingerprint import fingerprint
-from tapegrad.tape.identity import Ident, Identities, array_key
+from tapegrad.tape.identity import Identities, array_key
+from tapegrad.tape.recorder import RecordPlan, recorder
 from tapegrad.tape.scalars import TrackedScalar
 
 _recording: list[Tape] = []
@@ -203,12 +203,10 @@ class Tape:
         kernel = cfg.kernel
         tracked: tuple[int, ...] = ()
         plain = args
-        for a in args:
-            if type(a) is TrackedScalar:
-                plain = tuple(float.__float__(a) if type(a) is TrackedScalar else a for a in args)
-                tracked = tuple(k for k, a in enumerate(args) if type(a) is TrackedScalar
-                                and a.tape is self)
-                break
+        if TrackedScalar in map(type, args):
+            plain = tuple(float.__float__(a) if type(a) is TrackedScalar else a for a in args)
+            tracked = tuple(k for k, a in enumerate(args) if type(a) is TrackedScalar
+                            and a.tape is self)
         launcher, nd, key = L.prepare(cfg, plain, ndrange)   # bad launches fail before copies
         # (under the launcher, which is one per key and hashes by identity: the key is a
         # nested tuple that would be hashed a second time)
@@ -216,75 +214,12 @@ class Tape:
         if plan is None:
             plan = kernel.cache[("record plan", launcher, tracked)] = self.plan_record(
                 cfg, args, plain, nd, key)
-        needs, arrays, positions, params, replays, float_at = plan
-        seen = list(plain)
-        ids: list[Ident | None] = [None] * len(args)
-        track, readers = self.ids.track, self.readers
-        for pos in positions:
-            ids[pos] = track(args[pos])
-        # (an identity is one object per tracked memory: comparing ids skips hashing them)
-        if len(positions) > 1 and (ids[positions[0]] is ids[positions[1]]
-                                   or len(positions) > 2 and _repeats(ids, positions)):
-            # two views of one memory: launch with one object for both, which merges their
-            # parameters (launch.one_parameter_per_array)
-            first: dict[Ident, Any] = {}
-            same = tuple(a if ids[pos] is None else first.setdefault(ids[pos], a)
-                         for pos, a in enumerate(args))
-            L.launch(cfg, same, ndrange)
-            return
-        read_ids, write_ids, live = [], [], []
-        for pos, reads, writes, needed in arrays:
-            a = args[pos]
-            ident = ids[pos]
-            if writes:
-                if reads and needed or readers.get(ident):
-                    seen[pos] = self.will_overwrite(a, reads and needed, ident)
-                write_ids.append(ident)
-            if reads:
-                read_ids.append(ident)
-                if needed and seen[pos] is a:
-                    live.append((ident, pos, a))
-        if 0 not in nd:
-            launcher(plain, nd)
-        released_at = []
-        for pos, _, _, needed in arrays:   # contents no adjoint reads: do not keep them
-            x = seen[pos]
-            if not needed and x is args[pos]:
-                ident = ids[pos]
-                known = ident.released       # one weak slot per array, shared
-                if known is None or known.ref() is not x:
-                    known = _Released.of(x, ident)     # or x itself, if it cannot be
-                    if type(known) is _Released:
-                        ident.released = known
-                if known is not x:
-                    seen[pos] = known
-                    released_at.append(pos)
-        if tracked:
-            nodes = [None] * len(args)
-            for pos in tracked:
-                nodes[pos] = args[pos].node
-            nodes, scalars_in = tuple(nodes), tuple(nodes[pos] for pos in tracked)
-        else:
-            nodes = _NO_NODES[len(args)] if len(args) < 64 else (None,) * len(args)
-            scalars_in = ()
-        # tuples of plain values, which the garbage collector stops following (a long
-        # recording's lists would make every full collection slower)
-        record = LaunchRecord(tuple(read_ids), tuple(write_ids), scalars_in, kernel.name, cfg,
-                              params, seen, tuple(ids), nd, nodes, needs, replays, float_at,
-                              tracked, tuple(released_at))
-        self.records.append(record)
-        for ident, pos, a in live:
-            readers.setdefault(ident, []).append((record, pos, a))
+        plan.record(self, cfg, args, plain, launcher, nd, ndrange)
 
     def plan_record(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...], key: tuple
-                    ) -> tuple[frozenset[str], tuple[tuple[int, bool, bool, bool], ...],
-                               tuple[int, ...], list, dict, tuple[int, ...]]:
+                    ) -> RecordPlan:
         """What recording a launch needs that depends only on the kernel and the argument
-        types: the parameters whose contents its adjoint may read, for each array argument
-        (position, read?, written?, contents needed?), their positions, the parameters, the
-        place where
-        sweeps keep the adjoint launches they work out (``launch.Replay``, per pattern), and
-        the positions of the float arrays (the ones that can have shadows)."""
+        types (``recorder.RecordPlan``), with the function that records such launches."""
         kernel = cfg.kernel
         reads, writes = L.access(kernel)
         params = L.kernel_ir(kernel).params
@@ -293,7 +228,10 @@ class Tape:
                        for pos, (p, k) in enumerate(zip(params, key[2]))
                        if type(k) is tuple)          # an array's argument key (launch._arg_key)
         float_at = tuple(pos for pos, *_ in arrays if np.dtype(plain[pos].dtype).kind == "f")
-        return needs, arrays, tuple(pos for pos, *_ in arrays), params, {}, float_at
+        tracked = tuple(k for k, a in enumerate(args) if type(a) is TrackedScalar
+                        and a.tape is self)
+        return recorder(RecordPlan(needs, arrays, params, kernel.name, {}, float_at, tracked,
+                                   len(args)))
 
     def values_needed(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...]
                       ) -> frozenset[str]:
@@ -562,20 +500,27 @@ class Tape:
                     "copy into the recorded code")
 
 
-def _repeats(items: list[Any], positions: Any = None) -> bool:
-    """Whether an object occurs twice among ``items`` (at ``positions``, if given): a
-    launch's few arrays, where pairwise identity tests beat building a set."""
-    if positions is None:
-        positions = range(len(items))
-    for k in range(1, len(positions)):
-        x = items[positions[k]]
+def launch_merged(cfg: Any, args: tuple, ids: tuple, ndrange: Any) -> None:
+    """A launch passing two views of one memory (``ids``: the arguments' identities, None
+    for scalars): launched with one object for both, which merges their parameters
+    (``launch.one_parameter_per_array``)."""
+    first: dict[Any, Any] = {}
+    same = tuple(a if ids[pos] is None else first.setdefault(ids[pos], a)
+                 for pos, a in enumerate(args))
+    L.launch(cfg, same, ndrange)
+
+
+def _repeats(items: list[Any]) -> bool:
+    """Whether an object occurs twice among ``items``: a launch's few arrays, where pairwise
+    identity tests beat building a set."""
+    for k in range(1, len(items)):
+        x = items[k]
         for j in range(k):
-            if items[positions[j]] is x:
+            if items[j] is x:
                 return True
     return False
 
 
-_NO_NODES = [(None,) * n for n in range(64)]    # a launch's tracked scalars, when none
 
 
 # free-threaded CPython defers some reference counts: there, count nothing and watch all
@@ -663,43 +608,6 @@ def not_a_scalar(value: Any) -> TapegradError:
         "tape.gradient(target, sources)")
 
 
-class _Released:
-    """A launch argument whose contents no adjoint reads, held weakly: the adjoint gets the
-    array itself while user code keeps it alive, else a stand-in of the same type and shape
-    (whose contents it does not read)."""
-
-    __slots__ = ("ref", "meta")
-
-    def __init__(self, ref: Any, meta: tuple):
-        self.ref = ref
-        self.meta = meta
-
-    @staticmethod
-    def of(x: Any, ident: Any) -> Any:
-        """``x`` held weakly, or ``x`` itself; ``ident``: its identity on the tape, whose weak
-        reference and metadata serve when ``x`` owns its memory (a new array, each step of
-        a simulation)."""
-        try:
-            flags = x.flags
-            contiguous = flags.c_contiguous and getattr(flags, "writeable", True)
-            if ident.weak and ident.owner() is x and ident.meta[0] is type(x):
-                released = _Released(ident.owner, ident.meta)
-            else:
-                released = _Released(weakref.ref(x), (type(x), tuple(x.shape), x.dtype))
-        except (AttributeError, TypeError):   # other flags, or no weak references
-            return x
-        # a stand-in of another layout would need another compiled kernel: keep the array
-        return released if contiguous else x
-
-    def get(self, stand_ins: dict) -> Any:
-        x = self.ref()
-        if x is None:
-            x = stand_ins.get(self.meta)
-            if x is None:
-                x = stand_ins[self.meta] = _allocate(self.meta, zeroed=False)
-        return x
-
-
 class LaunchRecord(Record):
     """One recorded kernel launch: its configured kernel, the arguments as the adjoint will
     see them, and what the recording plan worked out for its kernel and argument types.  (A
@@ -728,7 +636,7 @@ class LaunchRecord(Record):
         self.replays = replays           # launch.Replay per pattern (shared)
         self.float_at = float_at         # positions of float arrays (the plan's)
         self.tracked_at = tracked_at     # positions of tracked scalars
-        self.released_at = released_at   # positions of values held as _Released
+        self.released_at = released_at   # positions of values held as Released
 
     def redirect(self, pos: int, copy: Any) -> None:
         self.values[pos] = copy
