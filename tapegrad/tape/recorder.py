@@ -8,11 +8,12 @@ its adjoint, depends only on the kernel and the argument types: the recording pl
 (``Tape.plan_record``).  ``recorder(plan)`` writes that work out for the plan, argument by
 argument, as the source of a small Python function (no loops over positions, no tests of
 flags known in advance) and compiles it once per plan: a 256^2 heat step's recording
-bookkeeping went from about 5.7 to 4.5 us.  ``RecordPlan.source`` shows what runs.
+bookkeeping went from 5.7-6.2 to 4.6-4.8 us.  ``RecordPlan.source`` shows what runs.
 """
 
 from __future__ import annotations
 
+import linecache
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,10 +45,21 @@ class RecordPlan:
 def recorder(plan: RecordPlan) -> RecordPlan:
     """``plan`` with its recording function: ``record(tape, cfg, args, plain, launcher, nd,
     ndrange)`` (``plain``: the arguments with tracked scalars as floats)."""
-    lines = ["def record(tape, cfg, args, plain, launcher, nd, ndrange):",
+    arrays = plan.arrays
+    roles = []
+    for pos, reads, writes, needed in arrays:
+        did = "read and written" if reads and writes else "read" if reads else "written"
+        kept = "contents kept for the adjoint" if needed else "held weakly"
+        roles.append(f"a{pos} = {plan.params[pos]} ({did}; {kept})")
+    tracked = ", ".join(plan.params[k] for k in plan.tracked) or "none"
+    lines = [f"# Records a launch of {plan.name} on a tape: generated once per kernel and "
+             "argument types",
+             "# (tapegrad/tape/recorder.py). " + "; ".join(roles) + ".",
+             f"# Tracked scalars: {tracked}. NAME, PARAMS, NEEDS, REPLAYS, FLOAT_AT and "
+             "TRACKED are the plan's.",
+             "def record(tape, cfg, args, plain, launcher, nd, ndrange):",
              "    track, readers = tape.ids.track, tape.readers"]
     emit = lines.append
-    arrays = plan.arrays
     for pos, *_ in arrays:
         emit(f"    a{pos} = args[{pos}]")
         emit(f"    i{pos} = track(a{pos})")
@@ -61,7 +73,9 @@ def recorder(plan: RecordPlan) -> RecordPlan:
         emit("        # merges their parameters (launch.one_parameter_per_array)")
         emit(f"        return _launch_merged(cfg, args, {_ids_tuple(plan)}, ndrange)")
     emit("    seen = list(plain)")
-    emit("    released = []")
+    releasable = any(not needed for *_, needed in arrays)
+    if releasable:
+        emit("    released = []")
     for pos, reads, writes, needed in arrays:
         a, i = f"a{pos}", f"i{pos}"
         if writes and reads and needed:     # its contents now feed this launch's adjoint
@@ -77,25 +91,30 @@ def recorder(plan: RecordPlan) -> RecordPlan:
             emit(f"            released.append({pos})")
     emit("    if 0 not in nd:")
     emit("        launcher(plain, nd)")
-    nodes = [f"args[{k}].node" if k in plan.tracked else "None" for k in range(plan.n_args)]
-    scalars_in = [nodes[k] for k in plan.tracked]
+    for k in plan.tracked:
+        emit(f"    n{k} = args[{k}].node")
+    nodes = [f"n{k}" if k in plan.tracked else "None" for k in range(plan.n_args)]
     reads = [f"i{pos}" for pos, r, _, _ in arrays if r]
     writes = [f"i{pos}" for pos, _, w, _ in arrays if w]
-    emit(f"    record = LaunchRecord({_tuple(reads)}, {_tuple(writes)}, {_tuple(scalars_in)}, "
-         f"NAME, cfg, PARAMS, seen, {_ids_tuple(plan)}, nd, {_tuple(nodes)}, NEEDS, REPLAYS, "
-         "FLOAT_AT, TRACKED, tuple(released))")
+    emit(f"    record = LaunchRecord({_tuple(reads)}, {_tuple(writes)}, "
+         f"{_tuple([f'n{k}' for k in plan.tracked])}, NAME, cfg, PARAMS, seen, "
+         f"{_ids_tuple(plan)}, nd, {_tuple(nodes)}, NEEDS, REPLAYS, FLOAT_AT, TRACKED, "
+         f"{'tuple(released)' if releasable else '()'})")
     emit("    tape.records.append(record)")
-    for pos, reads, _, needed in arrays:
-        if reads and needed:                # read while its contents feed the adjoint
-            emit(f"    if seen[{pos}] is a{pos}:")
-            emit(f"        readers.setdefault(i{pos}, []).append((record, {pos}, a{pos}))")
+    for pos, reads, writes, needed in arrays:
+        if reads and needed and not writes:   # its contents feed the adjoint: a later launch
+            emit(f"    readers.setdefault(i{pos}, []).append((record, {pos}, a{pos}))")
+            # that overwrites it copies them first (an overwritten one was copied above)
     plan.source = "\n".join(lines) + "\n"
     from tapegrad.tape import tape as tape_module  # (which imports this module)
     scope = dict(LaunchRecord=tape_module.LaunchRecord, NAME=plan.name, PARAMS=plan.params,
                  NEEDS=plan.needs, REPLAYS=plan.replays, FLOAT_AT=plan.float_at,
                  TRACKED=plan.tracked, _repeats=tape_module._repeats,
                  _launch_merged=tape_module.launch_merged, _release=release)
-    exec(compile(plan.source, f"<tapegrad recorder of {plan.name}>", "exec"), scope)
+    filename = f"<tapegrad recorder of {plan.name}>"
+    # (tracebacks through it show its lines)
+    linecache.cache[filename] = (len(plan.source), None, plan.source.splitlines(True), filename)
+    exec(compile(plan.source, filename, "exec"), scope)
     plan.record = scope["record"]
     return plan
 

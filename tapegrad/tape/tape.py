@@ -213,13 +213,14 @@ class Tape:
         plan = kernel.cache.get(("record plan", launcher, tracked))
         if plan is None:
             plan = kernel.cache[("record plan", launcher, tracked)] = self.plan_record(
-                cfg, args, plain, nd, key)
+                cfg, args, plain, nd, key, tracked)
         plan.record(self, cfg, args, plain, launcher, nd, ndrange)
 
-    def plan_record(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...], key: tuple
-                    ) -> RecordPlan:
+    def plan_record(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...], key: tuple,
+                    tracked: tuple[int, ...]) -> RecordPlan:
         """What recording a launch needs that depends only on the kernel and the argument
-        types (``recorder.RecordPlan``), with the function that records such launches."""
+        types (``recorder.RecordPlan``), with the function that records such launches;
+        ``tracked``: the positions of this tape's scalars (part of the plan's cache key)."""
         kernel = cfg.kernel
         reads, writes = L.access(kernel)
         params = L.kernel_ir(kernel).params
@@ -228,8 +229,6 @@ class Tape:
                        for pos, (p, k) in enumerate(zip(params, key[2]))
                        if type(k) is tuple)          # an array's argument key (launch._arg_key)
         float_at = tuple(pos for pos, *_ in arrays if np.dtype(plain[pos].dtype).kind == "f")
-        tracked = tuple(k for k, a in enumerate(args) if type(a) is TrackedScalar
-                        and a.tape is self)
         return recorder(RecordPlan(needs, arrays, params, kernel.name, {}, float_at, tracked,
                                    len(args)))
 

@@ -5,7 +5,10 @@ adjoint needs; a tracked scalar) and checks the gradient against a closed form."
 
 from __future__ import annotations
 
+import traceback
+
 import numpy as np
+import pytest
 
 import tapegrad as tg
 from tapegrad.tape.recorder import RecordPlan
@@ -87,10 +90,20 @@ def test_source_is_readable_python():
     x = np.linspace(0.5, 1.5, N)
     (g,) = tg.gradient(lambda x: tg.sum(_scaled(x)), x)
     np.testing.assert_allclose(g, 3.0)
-    for plan in plans(scale_by):
-        compile(plan.source, "<check>", "exec")
-        assert plan.source.startswith("def record(") and "launcher(plain, nd)" in plan.source
-        assert plan.record.__code__.co_filename == f"<tapegrad recorder of {plan.name}>"
+    (plan,) = [p for p in plans(scale_by) if not p.tracked]
+    compile(plan.source, "<check>", "exec")
+    assert plan.source.startswith("# Records a launch of scale_by")
+    assert "a0 = Y (written; held weakly)" in plan.source
+    assert "a2 = X (read; held weakly)" in plan.source     # linear in X: not kept
+
+    def failing(plain, nd):
+        raise ValueError("from the kernel")
+
+    # a failure inside shows the generated line in its traceback
+    y = np.empty_like(x)
+    with pytest.raises(ValueError) as info:
+        plan.record(tg.Tape(), scale_by(CPU, 8), (y, 3.0, x), (y, 3.0, x), failing, (N,), N)
+    assert "launcher(plain, nd)" in "".join(traceback.format_tb(info.tb))
 
 
 def _scaled(x: np.ndarray) -> np.ndarray:
