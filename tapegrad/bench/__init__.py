@@ -306,13 +306,22 @@ def _peer_table(quick: bool, repeats: int) -> list[dict]:
     return rows
 
 
+WARMUP = 5   # untimed primal/gradient pairs before each implementation's timed ones
+
+
 def _alternating_medians(primal: Callable[[], Any], grad: Callable[[], Any], repeats: int
                          ) -> tuple[float, float]:
     """Median milliseconds of ``primal`` and of ``grad``, timed in turn: a shared machine's
     slow minute then slows both, and their ratio (the table's grad/primal) stays honest.
     (Not interleaved with the other implementations: a call after another library's calls
     runs cold: tapegrad's 4M-element sin took 6-9 ms that way against 2.9 ms in a loop,
-    which measures a warm-up, not the kernels.)"""
+    which measures a warm-up, not the kernels.)  The first ``WARMUP`` pairs are not timed:
+    the first calls after the first one still run slower (tapegrad's heat gradient: 4.3-4.9
+    ms for its first few, then 3.8-4.3, with no page faults or collections in either), and
+    a loop that asks for gradients runs in the steady state after them."""
+    for _ in range(WARMUP):
+        primal()
+        grad()
     p_ms, g_ms = [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
