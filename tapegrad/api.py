@@ -231,7 +231,7 @@ def _autodiff_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> 
     scalar_sources = iter(s for s in sources if isinstance(s, TrackedScalar))
     for a in annotated:
         if isinstance(a, Active):
-            value = tape.scalar_bar.get(next(scalar_sources).node, 0.0)
+            value = tape.scalar_bar.get(next(scalar_sources).node_on(tape), 0.0)
             derivs.append(type(a.val)(value) if isinstance(a.val, np.floating) else value)
         else:
             derivs.append(None)
@@ -275,7 +275,7 @@ def _return_kind(ret: Any) -> str:
 
 
 def _check_scalar_result(tape: Tape, result: Any) -> None:
-    if isinstance(result, TrackedScalar) and result.tape is tape:
+    if isinstance(result, TrackedScalar) and result.node_on(tape) is not None:
         return
     if is_array(result) and getattr(result, "size", 0) == 1 and tape.tracks(result):
         return
@@ -343,7 +343,7 @@ def vjp(f: Callable[..., Any], x: Any, w: Any) -> tuple[Any, Any]:
 def _seeded_sweep(tape: Tape, y: Any, w: Any, x: Any, x_bar: Any) -> None:
     if isinstance(y, TrackedScalar):
         tape.backward(y, {}, {tape.key(x): x_bar}, [x], seed_target=False, seeded=[y])
-        tape.scalar_bar[y.node] = float(plain(w))
+        tape.scalar_bar[y.node_on(tape)] = float(plain(w))
         _rerun(tape, y, x, x_bar)
         return
     if not is_array(y) or not tape.tracks(y):
@@ -363,9 +363,9 @@ def _seeded_sweep(tape: Tape, y: Any, w: Any, x: Any, x_bar: Any) -> None:
 
 def _rerun(tape: Tape, y: TrackedScalar, x: Any, x_bar: Any) -> None:
     """Sweep again with the scalar output's adjoint set (scalar outputs have no shadow)."""
-    bar = tape.scalar_bar[y.node]
+    bar = tape.scalar_bar[y.node_on(tape)]
     tape.shadows = {tape.key(x): x_bar}
-    tape.scalar_bar = {y.node: bar}
+    tape.scalar_bar = {y.node_on(tape): bar}
     useful_ids, useful_nodes = tape.useful_from([y])
     for record in reversed(tape.records):
         if set(record.writes) & useful_ids or (record.scalar_out is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -213,8 +214,11 @@ class _GathersThenRest:
         return tuple(out)
 
 
-# While a tape records, it sees every launch first (set by tapegrad.tape; None otherwise).
-recorder: Any = None
+# While a tape records or forward mode runs, it sees every launch first: a function of
+# ``(cfg, args, ndrange)`` set by tapegrad.tape, per thread (and per asyncio task), so that
+# two threads each recording their own tape never see each other's launches.
+interceptor: ContextVar[Any] = ContextVar("tapegrad_interceptor", default=None)
+_intercepting = interceptor.get
 
 
 def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
@@ -222,8 +226,9 @@ def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
     is recording)."""
     if len({id(a) for a in args}) < len(args):      # one object passed twice (rare)
         cfg, args, _ = one_parameter_per_array(cfg, args, args)
-    if recorder is not None:
-        recorder(cfg, args, ndrange)
+    seen_by = _intercepting()
+    if seen_by is not None:
+        seen_by(cfg, args, ndrange)
         return
     launch_now(cfg, args, ndrange)
 

@@ -6,6 +6,7 @@ scalars, and arithmetic on those carries the tangents along.  Nothing is recorde
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -16,18 +17,20 @@ from tapegrad.tape.identity import extent
 from tapegrad.tape.scalars import operand
 from tapegrad.tape.tape import _zeros_like, array_key, is_array
 
-_active: list[ForwardContext] = []
+# The forward-mode run of this thread (or asyncio task), if any (a tuple of at most one).
+_active: ContextVar[tuple[ForwardContext, ...]] = ContextVar("tapegrad_forward", default=())
 
 
 def current() -> ForwardContext | None:
-    return _active[-1] if _active else None
+    active = _active.get()
+    return active[-1] if active else None
 
 
 def refuse_nested() -> None:
     """Forward mode inside forward mode: the inner run's results would carry none of the outer
     run's tangents (a kernel-level tg.autodiff(tg.Forward, ...) inside tg.jvp gave a zero
     derivative silently), so it is refused before anything runs."""
-    if _active:
+    if _active.get():
         raise TapegradError(
             "nested forward mode is not supported: tg.jvp, tg.autodiff(tg.Forward, ...) or "
             "tg.jacobian(..., mode=tg.Forward) was called inside a function that forward mode "
@@ -43,13 +46,11 @@ class suspended:
     works on plain values and the tangents it is given, and may use forward mode itself."""
 
     def __enter__(self) -> None:
-        self.saved, self.recorder = _active[:], L.recorder
-        _active.clear()
-        L.recorder = None
+        self.tokens = (_active.set(()), L.interceptor.set(None))
 
     def __exit__(self, *exc: Any) -> None:
-        _active[:] = self.saved
-        L.recorder = self.recorder
+        _active.reset(self.tokens[0])
+        L.interceptor.reset(self.tokens[1])
 
 
 def plain_value(x: Any) -> float:
@@ -73,7 +74,7 @@ class DualScalar(float):
     def __float__(self) -> float:
         # the value alone, fed back into the computation (a kernel argument, a NumPy array),
         # is a constant to forward mode: the derivative through it was lost without a word
-        if _active:
+        if _active.get():
             raise TapegradError(
                 f"float() of a forward-mode scalar ({float.__repr__(self)}, from tg.sum/dot/"
                 "mean/norm or arithmetic on them) would drop its tangent, and the derivative "
@@ -190,15 +191,14 @@ class ForwardContext:
 
     def __enter__(self) -> ForwardContext:
         refuse_nested()      # (the outer run's recorder would read as a tape's below)
-        if L.recorder is not None:
+        if L.interceptor.get() is not None:
             raise TapegradError("forward mode cannot run inside a recording tg.Tape")
-        _active.append(self)
-        L.recorder = self.launch
+        self.tokens = (_active.set((self,)), L.interceptor.set(self.launch))
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _active.remove(self)
-        L.recorder = None
+        _active.reset(self.tokens[0])
+        L.interceptor.reset(self.tokens[1])
 
     def seed(self, x: Any, tangents: list[Any]) -> None:
         key = array_key(x)

@@ -80,14 +80,16 @@ def _reduce(name: str, arrays: tuple, value: float, grad: Callable[..., tuple[An
         tangents = [jvp([t[j] if t is not None else None for t in per_array], *arrays)
                     for j in range(ctx.width)]
         return F.DualScalar(value, tangents)
-    tape = T.current()
-    if tape is None:
+    tapes = T.recording_tapes()
+    if not tapes:
         return value
-    node = tape.new_node(value)
-    record = ReductionRecord(reads=[tape.track(a) for a in arrays], writes=[], name=name,
-                             scalar_out=node.node, views=list(arrays), grad=grad)
-    tape.record_host(record, [(a, k) for k, a in enumerate(arrays)])
-    return node
+    scalar = T.new_scalar(value, tapes)
+    for tape in tapes:
+        record = ReductionRecord(reads=[tape.track(a) for a in arrays], writes=[], name=name,
+                                 scalar_out=scalar.node_on(tape), views=list(arrays),
+                                 grad=grad)
+        tape.record_host(record, [(a, k) for k, a in enumerate(arrays)])
+    return scalar
 
 
 def _check_array(fn: str, x: Any) -> None:
@@ -191,8 +193,7 @@ def copy(x: Any) -> Any:
     ctx = F.current()
     if ctx is not None and ctx.tangent_of(x) is not None:
         ctx.seed(y, [t.copy() for t in ctx.tangent_of(x)])
-    tape = T.current()
-    if tape is not None:
+    for tape in T.recording_tapes():
         tape.record_host(CopyRecord(reads=[tape.track(x)], writes=[tape.track(y)], name="copy"),
                          [])
     return y
@@ -221,25 +222,23 @@ def record_scalar_op(name: str, operands: tuple, value: float, partials: tuple) 
 
 
 def _record_scalar_op(name: str, operands: tuple, value: float, partials: tuple) -> Any:
-    tape = None
-    for o in operands:
-        if isinstance(o, TrackedScalar) and o.tape.recording:
-            tape = o.tape
-    if tape is None:
+    tapes = tuple({id(t): t for o in operands if isinstance(o, TrackedScalar)
+                   for t in (o.tape, *(t for t, _ in o.outer)) if t.recording}.values())
+    if not tapes:
         return value
     for o in operands:
         if not isinstance(o, (TrackedScalar, int, float, np.integer, np.floating)) and not (
                 isinstance(o, np.ndarray) and o.ndim == 0):     # (a 0-d array is a number)
             raise TapegradError(f"cannot combine a tracked scalar with a {type(o).__name__} "
                                 f"in {name!r}; only numbers and tracked scalars mix")
-    nodes = [o.node if isinstance(o, TrackedScalar) and o.tape is tape else None
-             for o in operands]
-    node = tape.new_node(value)
-    record = ScalarRecord(reads=[], writes=[], name=name, scalar_out=node.node,
-                          scalars_in=[n for n in nodes if n is not None], partials=partials,
-                          inputs=nodes)
-    tape.record_host(record, [])
-    return node
+    scalar = T.new_scalar(value, tapes)
+    for tape in tapes:
+        nodes = [o.node_on(tape) if isinstance(o, TrackedScalar) else None for o in operands]
+        record = ScalarRecord(reads=[], writes=[], name=name, scalar_out=scalar.node_on(tape),
+                              scalars_in=[n for n in nodes if n is not None],
+                              partials=partials, inputs=nodes)
+        tape.record_host(record, [])
+    return scalar
 
 
 # The host's derivative rules for tg.<name> of scalars, in both modes (a tape records

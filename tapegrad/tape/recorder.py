@@ -44,7 +44,8 @@ class RecordPlan:
 
 def recorder(plan: RecordPlan) -> RecordPlan:
     """``plan`` with its recording function: ``record(tape, cfg, args, plain, launcher, nd,
-    ndrange)`` (``plain``: the arguments with tracked scalars as floats)."""
+    ndrange)`` (``plain``: the arguments with tracked scalars as floats; ``launcher`` None
+    records without launching)."""
     arrays = plan.arrays
     roles = []
     for pos, reads, writes, needed in arrays:
@@ -70,8 +71,11 @@ def recorder(plan: RecordPlan) -> RecordPlan:
         test = " or ".join(pairs) if len(pairs) <= 6 else f"_repeats([{', '.join(names)}])"
         emit(f"    if {test}:")
         emit("        # two views of one memory: launch with one object for both, which")
-        emit("        # merges their parameters (launch.one_parameter_per_array)")
-        emit(f"        return _launch_merged(cfg, args, {_ids_tuple(plan)}, ndrange)")
+        emit("        # merges their parameters (launch.one_parameter_per_array); that launch")
+        emit("        # is recorded on every tape (an enclosing tape's copy records nothing here)")
+        emit("        if launcher is not None:")
+        emit(f"            _launch_merged(cfg, args, {_ids_tuple(plan)}, ndrange)")
+        emit("        return")
     emit("    seen = list(plain)")
     releasable = any(not needed for *_, needed in arrays)
     if releasable:
@@ -89,10 +93,10 @@ def recorder(plan: RecordPlan) -> RecordPlan:
             emit(f"        if held is not {a}:")
             emit(f"            seen[{pos}] = held")
             emit(f"            released.append({pos})")
-    emit("    if 0 not in nd:")
+    emit("    if launcher is not None and 0 not in nd:   # (None: an enclosing tape's copy)")
     emit("        launcher(plain, nd)")
     for k in plan.tracked:
-        emit(f"    n{k} = args[{k}].node")
+        emit(f"    n{k} = args[{k}].node_on(tape)")
     nodes = [f"n{k}" if k in plan.tracked else "None" for k in range(plan.n_args)]
     reads = [f"i{pos}" for pos, r, _, _ in arrays if r]
     writes = [f"i{pos}" for pos, _, w, _ in arrays if w]

@@ -71,25 +71,27 @@ def register_adjoint(fn: Callable[..., Any], reverse: Callable[..., Any],
         ctx = F.current()
         if ctx is not None:
             return _forward(ctx, fn, forward, name, args)
-        tape = T.current()
+        tapes = T.recording_tapes()
         plain = [float.__float__(a) if isinstance(a, TrackedScalar) else a for a in args]
-        if tape is None:
+        if not tapes:
             return fn(*plain)
         with T.paused():
             y = fn(*plain)
-        record = OpRecord(reads=[tape.track(a) for a in args if T.is_array(a)], writes=[],
-                          name=name, op_name=name, rule=reverse, views=list(plain),
-                          arg_ids=[tape.track(a) if T.is_array(a) else None for a in args],
-                          arg_nodes=[a.node if isinstance(a, TrackedScalar) and a.tape is tape
-                                     else None for a in args])
-        record.scalars_in = [n for n in record.arg_nodes if n is not None]
-        if T.is_array(y):
-            record.out_id = tape.track(y)
-            record.writes = [record.out_id]
-        else:
-            y = tape.new_node(float.__float__(y))
-            record.scalar_out = y.node
-        tape.record_host(record, [(a, k) for k, a in enumerate(args) if T.is_array(a)])
+        if not T.is_array(y):
+            y = T.new_scalar(float.__float__(y), tapes)
+        for tape in tapes:
+            record = OpRecord(reads=[tape.track(a) for a in args if T.is_array(a)], writes=[],
+                              name=name, op_name=name, rule=reverse, views=list(plain),
+                              arg_ids=[tape.track(a) if T.is_array(a) else None for a in args],
+                              arg_nodes=[a.node_on(tape) if isinstance(a, TrackedScalar)
+                                         else None for a in args])
+            record.scalars_in = [n for n in record.arg_nodes if n is not None]
+            if T.is_array(y):
+                record.out_id = tape.track(y)
+                record.writes = [record.out_id]
+            else:
+                record.scalar_out = y.node_on(tape)
+            tape.record_host(record, [(a, k) for k, a in enumerate(args) if T.is_array(a)])
         return y
 
     op.forward_rule = forward

@@ -28,7 +28,11 @@ def operand(o: Any) -> float:
 
 
 class TrackedScalar(float):
-    """A Python float that is also a node of a tape."""
+    """A Python float that is also a node of a tape (``node`` on ``tape``, the innermost
+    recording tape when it was made) and, made inside nested tapes, of each enclosing tape
+    (``outer``: (tape, node) pairs)."""
+
+    outer: tuple = ()
 
     def __new__(cls, value: float, tape: Any, node: int) -> TrackedScalar:
         obj = float.__new__(cls, value)
@@ -36,13 +40,26 @@ class TrackedScalar(float):
         obj.node = node
         return obj
 
+    def node_on(self, tape: Any) -> int | None:
+        """This scalar's node on ``tape``, or None when that tape did not record it."""
+        if self.tape is tape:
+            return self.node
+        for t, node in self.outer:
+            if t is tape:
+                return node
+        return None
+
+    def recorded(self) -> bool:
+        """Whether one of its tapes is still recording."""
+        return self.tape.recording or any(t.recording for t, _ in self.outer)
+
     def __repr__(self) -> str:
         return float.__repr__(self)
 
     def __float__(self) -> float:
         # the value alone, passed on to a kernel or into NumPy while the tape records, is a
         # constant there: the derivative through it was lost without a word
-        if self.tape.recording:
+        if self.recorded():
             from tapegrad.errors import TapegradError
             raise TapegradError(
                 f"float() of a tape scalar ({float.__repr__(self)}, from tg.sum/dot/mean/norm or "

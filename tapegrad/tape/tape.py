@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,12 +26,22 @@ from tapegrad.tape.identity import Identities, array_key
 from tapegrad.tape.recorder import RecordPlan, recorder
 from tapegrad.tape.scalars import TrackedScalar
 
-_recording: list[Tape] = []
+# The tapes recording in this thread (or asyncio task), outermost first: recording state is
+# per context, so two threads each inside its own tape record only their own launches.
+_recording: ContextVar[tuple[Tape, ...]] = ContextVar("tapegrad_tapes", default=())
 
 
 def current() -> Tape | None:
-    """The innermost tape that is recording, if any."""
-    return _recording[-1] if _recording else None
+    """The innermost tape that is recording in this thread, if any."""
+    tapes = _recording.get()
+    return tapes[-1] if tapes else None
+
+
+def recording_tapes() -> tuple[Tape, ...]:
+    """Every tape recording in this thread, outermost first: a nested tape's operations are
+    recorded on each (as TensorFlow's nested ``GradientTape``s do), so an enclosing tape's
+    gradient includes what an inner one saw."""
+    return _recording.get()
 
 
 class paused:
@@ -38,13 +49,31 @@ class paused:
     rule stands for everything inside it (its launches recorded too counted twice)."""
 
     def __enter__(self) -> None:
-        self.saved, self.recorder = _recording[:], L.recorder
-        _recording.clear()
-        L.recorder = None
+        self.tokens = (_recording.set(()), L.interceptor.set(None))
 
     def __exit__(self, *exc: Any) -> None:
-        _recording[:] = self.saved
-        L.recorder = self.recorder
+        _recording.reset(self.tokens[0])
+        L.interceptor.reset(self.tokens[1])
+
+
+def new_scalar(value: float, tapes: tuple[Tape, ...]) -> TrackedScalar:
+    """A tracked scalar with a node on each of ``tapes`` (outermost first)."""
+    scalar = tapes[-1].new_node(value)
+    if len(tapes) > 1:
+        scalar.outer = tuple((t, t.next_node()) for t in tapes[:-1])
+    return scalar
+
+
+def _record_on_each(tapes: tuple[Tape, ...]) -> Any:
+    """The launch interceptor of nested tapes: every enclosing tape records the launch without
+    running it, then the innermost records and runs it."""
+    *outer, inner = tapes
+
+    def record(cfg: Any, args: tuple, ndrange: Any) -> None:
+        for tape in outer:
+            tape.record_launch(cfg, args, ndrange, run=False)
+        inner.record_launch(cfg, args, ndrange)
+    return record
 
 
 def is_array(x: Any) -> bool:
@@ -124,13 +153,14 @@ class Tape:
                 "...), tg.jacobian(..., mode=tg.Forward)): the launches it records would carry "
                 "no tangents; differentiate the function in one mode")
         self.recording = True
-        _recording.append(self)
-        L.recorder = self.record_launch
+        tapes = _recording.get() + (self,)
+        self.tokens = (_recording.set(tapes), L.interceptor.set(
+            self.record_launch if len(tapes) == 1 else _record_on_each(tapes)))
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _recording.remove(self)
-        L.recorder = current().record_launch if current() else None
+        _recording.reset(self.tokens[0])
+        L.interceptor.reset(self.tokens[1])
         self.recording = False
         # remember what every live input looked like, to catch changes before gradient();
         # arrays only the tape still holds (a simulation's intermediate states) cannot change
@@ -196,17 +226,22 @@ class Tape:
         self.node_count += 1
         return node
 
-    def record_launch(self, cfg: Any, args: tuple, ndrange: Any) -> None:
+    def next_node(self) -> int:
+        self.node_count += 1
+        return self.node_count - 1
+
+    def record_launch(self, cfg: Any, args: tuple, ndrange: Any, run: bool = True) -> None:
         """Called for every kernel launch while this tape records (the hot path of a
         recorded simulation: one pass over the array arguments, with what depends only on
-        the kernel and the argument types worked out once)."""
+        the kernel and the argument types worked out once); ``run=False`` records without
+        launching (an enclosing tape's copy of a nested tape's launch)."""
         kernel = cfg.kernel
         tracked: tuple[int, ...] = ()
         plain = args
         if TrackedScalar in map(type, args):
             plain = tuple(float.__float__(a) if type(a) is TrackedScalar else a for a in args)
             tracked = tuple(k for k, a in enumerate(args) if type(a) is TrackedScalar
-                            and a.tape is self)
+                            and a.node_on(self) is not None)
         launcher, nd, key = L.prepare(cfg, plain, ndrange)   # bad launches fail before copies
         # (under the launcher, which is one per key and hashes by identity: the key is a
         # nested tuple that would be hashed a second time)
@@ -214,7 +249,7 @@ class Tape:
         if plan is None:
             plan = kernel.cache[("record plan", launcher, tracked)] = self.plan_record(
                 cfg, args, plain, nd, key, tracked)
-        plan.record(self, cfg, args, plain, launcher, nd, ndrange)
+        plan.record(self, cfg, args, plain, launcher if run else None, nd, ndrange)
 
     def plan_record(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...], key: tuple,
                     tracked: tuple[int, ...]) -> RecordPlan:
@@ -240,7 +275,7 @@ class Tape:
         kernel's adjoint reads only shapes)."""
         kernel = cfg.kernel
         activity = tuple(
-            "active" if type(a) is TrackedScalar and a.tape is self else
+            "active" if type(a) is TrackedScalar and a.node_on(self) is not None else
             "dup" if isinstance(v, np.ndarray) and v.dtype.kind == "f" or (
                 hasattr(v, "__cuda_array_interface__") and np.dtype(v.dtype).kind == "f")
             else "const" for a, v in zip(args, plain))
@@ -285,7 +320,7 @@ class Tape:
         out = []
         for s in sources:
             if isinstance(s, TrackedScalar):
-                out.append(self.scalar_bar.get(s.node, 0.0))
+                out.append(self.scalar_bar.get(s.node_on(self), 0.0))
             else:
                 out.append(grads[self.key(s)])
         return out
@@ -359,7 +394,7 @@ class Tape:
     def check_target(self, target: Any) -> None:
         """``tape.gradient``'s target is a scalar this tape recorded; say what else it is."""
         if isinstance(target, TrackedScalar):
-            if target.tape is not self:
+            if target.node_on(self) is None:
                 raise TapegradError("tape.gradient's target was recorded by another tape: ask "
                                     "that tape for its gradient")
             return
@@ -390,8 +425,9 @@ class Tape:
             "tape.gradient(loss, x)")
 
     def seed(self, target: Any) -> None:
-        if isinstance(target, TrackedScalar) and target.tape is self:
-            self.scalar_bar[target.node] = self.scalar_bar.get(target.node, 0.0) + 1.0
+        node = target.node_on(self) if isinstance(target, TrackedScalar) else None
+        if node is not None:
+            self.scalar_bar[node] = self.scalar_bar.get(node, 0.0) + 1.0
         elif is_array(target) and self.tracks(target) and target.size == 1:
             self.shadow(self.key(target))[...] += 1
         else:
@@ -405,7 +441,8 @@ class Tape:
         constant, then overwritten from the source, made the earlier reader's adjoint take
         an active input into a constant output, which adjoint generation refuses)."""
         active = self.active_ids = {self.key(s) for s in sources if is_array(s)}
-        nodes = self.active_nodes = {s.node for s in sources if isinstance(s, TrackedScalar)}
+        nodes = self.active_nodes = {s.node_on(self) for s in sources
+                                     if isinstance(s, TrackedScalar)} - {None}
         first_use = self.first_use
         again = True
         while again:            # (one pass, unless an earlier record touched what became active)
@@ -422,7 +459,7 @@ class Tape:
     def useful_from(self, targets: list[Any]) -> tuple[set[int], set[int]]:
         """Backward pass: what can reach the targets (the rest is skipped)."""
         ids = {self.key(t) for t in targets if is_array(t)}
-        nodes = {t.node for t in targets if isinstance(t, TrackedScalar)}
+        nodes = {t.node_on(self) for t in targets if isinstance(t, TrackedScalar)} - {None}
         for record in reversed(self.records):
             if not ids.isdisjoint(record.writes) or (record.scalar_out is not None
                                                      and record.scalar_out in nodes):
