@@ -77,6 +77,8 @@ def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = N
                             "tangents, it never adds into them")
     if not mode.reverse:
         refuse_nested()
+    # (a configured kernel's shadows meet in _one_object_per_memory, by parameter name)
+    _check_shadows_apart(f, args, between_shadows=not isinstance(f, ConfiguredKernel))
     if isinstance(f, ConfiguredKernel):
         return _autodiff_kernel(mode, f, ret_activity, args, ndrange, accumulate)
     if isinstance(f, Kernel):
@@ -93,6 +95,54 @@ def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = N
                             "tg.gradient(f, x) and tg.vjp(f, x, w) return new gradients "
                             "(nothing to zero first)")
     return _autodiff_host(mode, f, ret_activity, args)
+
+
+def _check_shadows_apart(f: Any, args: tuple, between_shadows: bool) -> None:
+    """A shadow is memory of its own: one that is (or overlaps) its primal or another
+    argument's array would have derivatives added into values the run reads (``Duplicated(A,
+    A)`` turned ``A`` into ``A + cos(A)``), and two arguments' shadows sharing memory mix
+    their derivatives (one array passed twice has one shadow: the same object is fine).
+    Refused before anything runs."""
+    pairs = [(k, a.val, d) for k, a in enumerate(args) if isinstance(a, Annotation)
+             and a.kind in ("dup", "batch") and is_array(a.val)
+             for d in (a.dval if isinstance(a.dval, tuple) else (a.dval,)) if is_array(d)]
+    if not pairs:
+        return
+    values = [(k, plain(a.val if isinstance(a, Annotation) else a)) for k, a in enumerate(args)]
+    arrays = [(k, x) for k, x in values if is_array(x)] + [(k, d) for k, _, d in pairs]
+    if len({id(x) for _, x in arrays}) == len(arrays) and all(
+            type(x) is np.ndarray and x.base is None for _, x in arrays):
+        return             # distinct arrays that each own their memory cannot overlap
+    name = getattr(f, "__name__", None) or getattr(getattr(f, "kernel", None), "name", "f")
+    for n, (k, x, d) in enumerate(pairs):
+        for j, y in values:
+            if is_array(y) and _overlapping(d, y):
+                whose = "its own array" if j == k else f"argument {j}'s array"
+                raise TapegradError(
+                    f"{name}: the shadow given for argument {k} is {whose} or shares memory "
+                    f"with it, so derivatives would be added into values the run reads; pass "
+                    f"a separate array for the shadow (tg.make_zero(x))")
+        for j, y, e in pairs[n + 1:] if between_shadows else ():
+            if j == k or array_key(y) == array_key(x) or array_key(e) == array_key(d):
+                continue      # (one array passed twice, or one shadow for two read arrays:
+                # checked where the shadows meet, see _one_object_per_memory)
+            if _overlapping(d, e):
+                raise LaunchError(
+                    f"{name}: the shadows given for arguments {k} and {j} share some of their "
+                    "elements, so their derivatives would mix; give each array a shadow of "
+                    "its own (tg.make_zero(x))")
+
+
+def _overlapping(a: Any, b: Any) -> bool:
+    """Whether two arrays have elements in common (byte ranges first; NumPy decides
+    interleaved views)."""
+    if a is b:
+        return True
+    (lo, hi), (lo2, hi2) = extent(a), extent(b)
+    if not (lo < hi2 and lo2 < hi):
+        return False
+    return not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or bool(
+        np.shares_memory(a, b))
 
 
 def _forward_kernel(mode: Mode, cfg: ConfiguredKernel, annotated: list[Annotation],
@@ -598,16 +648,10 @@ def _check_separate(kernel: Any, shadows: dict[str, Any]) -> None:
 
 
 def _sharing_memory(shadows: dict[str, Any]) -> list[tuple[str, str]]:
-    """The pairs of shadows with elements in common: their byte ranges overlap and, for
-    NumPy arrays, ``np.shares_memory`` says so (interleaved views share none)."""
-    items = [(p, d, extent(d)) for p, d in shadows.items()]
-    pairs = []
-    for k, (p, a, (lo, hi)) in enumerate(items):
-        for q, b, (lo2, hi2) in items[k + 1:]:
-            if lo < hi2 and lo2 < hi and not (isinstance(a, np.ndarray) and isinstance(
-                    b, np.ndarray) and not np.shares_memory(a, b)):
-                pairs.append((p, q))
-    return pairs
+    """The pairs of shadows with elements in common."""
+    items = list(shadows.items())
+    return [(p, q) for k, (p, a) in enumerate(items) for q, b in items[k + 1:]
+            if _overlapping(a, b)]
 
 
 def _primal_needed(kernel: Any, params: list[str], annotated: list[Annotation]) -> bool:
