@@ -66,6 +66,15 @@ class OutsideKernelError(TapegradError, RuntimeError):
     """A kernel-language function (``tg.index``, ``tg.synchronize``, ...) was called from host code."""
 
 
+class CacheError(TapegradError):
+    """The compile cache folder cannot be trusted (another user owns it, or others can write it);
+    the message names the folder and ``TAPEGRAD_CACHE_DIR``."""
+
+
+class CacheWarning(UserWarning):
+    """A compile cache entry was damaged or untrusted: tapegrad removed it and compiles again."""
+
+
 def located(node: ast.AST, filename: str, message: str, cls: type[KernelError] = KernelSyntaxError
             ) -> KernelError:
     """Build a kernel error pointing at ``node``'s line in ``filename``."""

@@ -6,6 +6,8 @@ from typing import Any
 
 import numpy as np
 
+# first: every dispatcher tapegrad creates then caches in tapegrad's folder, not the package
+from tapegrad.backends import numba_cache  # noqa: F401
 from tapegrad.backends.base import Backend
 from tapegrad.backends.cpu.backend import CPU
 from tapegrad.errors import BackendError

@@ -1,47 +1,89 @@
 """Generated source on disk, so that Numba's on-disk cache works across processes.
 
-Numba caches compiled functions next to their source file, which needs a real, importable file:
-``exec`` of a string has none, and an ``exec``-ed code object pointing at a file writes a cache
-the next process cannot load.  So every generated module is written to
-``<cache dir>/gen_<name>_<hash>.py`` and imported from there.
+Numba caches compiled functions by their source file, which needs a real file: ``exec`` of a
+string has none.  So every generated module is written to
+``<cache dir>/tapegrad_gen_<name>_<hash>.py`` (:mod:`~tapegrad.backends.cachedir` says where
+and when that folder is trusted) and run from there.  It is not imported: ``importlib`` would
+run a ``__pycache__/*.pyc`` beside it that tapegrad never checked.  Instead the source text
+that tapegrad just generated is compiled and executed into a fresh module whose ``__file__``
+is that path (for Numba's cache, ``inspect`` and tracebacks); the file is used only when it
+holds exactly that text, and is otherwise removed and written again with a
+:class:`~tapegrad.errors.CacheWarning`.  The module's dispatchers then get tapegrad's checked
+Numba cache (:mod:`~tapegrad.backends.numba_cache`).
+
+>>> module, path = load_source("import numba\\n\\n@numba.njit(cache=True)\\n"
+...                            "def f(x):\\n    return x + 1\\n", "doc_example")
+>>> module.f(41), path.name.startswith("tapegrad_gen_doc_example_")
+(42, True)
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import importlib.util
 import os
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from types import ModuleType
 
-
-def cache_dir() -> Path:
-    """Where generated kernels live: ``$TAPEGRAD_CACHE_DIR`` or ``~/.cache/tapegrad``."""
-    from tapegrad import __version__
-    root = os.environ.get("TAPEGRAD_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(Path.home(), ".cache"), "tapegrad")
-    path = Path(root) / f"v{__version__}"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+from tapegrad.backends import cachedir, numba_cache
+from tapegrad.errors import CacheWarning
 
 
 def load_source(source: str, name: str) -> tuple[ModuleType, Path]:
-    """Write ``source`` to the cache folder (once) and import it as a module."""
+    """The module that ``source`` defines (once per process), run from its file in the cache."""
     digest = hashlib.sha256(source.encode()).hexdigest()[:20]
     modname = f"tapegrad_gen_{name}_{digest}"
     module = sys.modules.get(modname)
-    path = cache_dir() / f"{modname}.py"
     if module is not None:
-        return module, path
-    if not path.exists() or path.read_text() != source:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)   # atomic: a concurrent process sees the whole file or none
-    spec = importlib.util.spec_from_file_location(modname, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[modname] = module
-    spec.loader.exec_module(module)
+        return module, Path(module.__file__)
+    path = _source_file(source, f"{modname}.py")
+    module = ModuleType(modname)
+    module.__file__ = str(path)
+    numba_cache.claim_numba_locators()   # CUDA's list too, once numba-cuda is imported
+    sys.modules[modname] = module        # before running it: other generated modules import it
+    try:
+        exec(compile(source, str(path), "exec"), module.__dict__)
+    except BaseException:
+        del sys.modules[modname]
+        raise
+    for value in list(vars(module).values()):
+        if getattr(getattr(value, "py_func", None), "__module__", None) == modname:
+            numba_cache.adopt(value)
     return module, path
+
+
+def _source_file(source: str, filename: str) -> Path:
+    """A trusted file holding exactly ``source``: the cache's, or one written now."""
+    home, target = cachedir.cache_dir(), cachedir.write_dir()
+    for folder in dict.fromkeys((home, target)):
+        if _holds(folder / filename, source):
+            return folder / filename
+    path = target / filename
+    fd, tmp = tempfile.mkstemp(dir=target, suffix=".tmp")      # created 0600
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(source)
+    os.replace(tmp, path)   # atomic: a concurrent process sees the whole file or none
+    return path
+
+
+def _holds(path: Path, source: str) -> bool:
+    """Whether ``path`` is trusted and holds exactly ``source``; a file that is not trusted or
+    holds something else (its name carries the hash of ``source``: damaged) is removed."""
+    try:
+        reason = cachedir.untrusted(path)
+        if reason is None:
+            if path.read_text(encoding="utf-8") == source:
+                return True
+            reason = "does not hold the code its name stands for (damaged)"
+    except FileNotFoundError:
+        return False
+    except (OSError, UnicodeDecodeError) as e:
+        reason = f"cannot be read ({e})"
+    warnings.warn(f"tapegrad's compile cache: {path} {reason}; writing it again",
+                  CacheWarning, stacklevel=4)
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return False

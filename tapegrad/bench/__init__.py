@@ -31,6 +31,7 @@ import numba
 import numpy as np
 
 import tapegrad as tg
+from tapegrad.backends.numba_cache import njit
 from tapegrad.bench.problems import TILE
 from tapegrad.bench.problems import matmul_k as matmul
 from tapegrad.bench.problems import saxpy_k as axpy
@@ -44,19 +45,19 @@ def saxpy(Y, a, X):
     Y[i] = a * X[i] + Y[i]
 
 
-@numba.njit(parallel=True, cache=True)
+@njit(parallel=True)
 def _numba_saxpy(Y, a, X):
     for i in numba.prange(X.size):
         Y[i] = a * X[i] + Y[i]
 
 
-@numba.njit(parallel=True, cache=True)
+@njit(parallel=True)
 def _numba_sin(B, A):
     for i in numba.prange(A.size):
         B[i] = math.sin(A[i])
 
 
-@numba.njit(parallel=True, cache=True)
+@njit(parallel=True)
 def _numba_stencil(T_new, T, alpha):
     n, m = T.shape
     for i in numba.prange(1, n - 1):
@@ -65,7 +66,7 @@ def _numba_stencil(T_new, T, alpha):
                                              + T[i, j + 1] - 4.0 * T[i, j])
 
 
-@numba.njit(parallel=True, cache=True)
+@njit(parallel=True)
 def _numba_matmul(C, A, B):
     n, k = A.shape
     m = B.shape[1]
@@ -78,7 +79,7 @@ def _numba_matmul(C, A, B):
                 C[i, j] += a * B[p, j]
 
 
-@numba.njit(parallel=True, cache=True)
+@njit(parallel=True)
 def _numba_sin_adjoint(B_bar, A, A_bar):
     for i in numba.prange(A.size):
         g = B_bar[i]
@@ -86,7 +87,7 @@ def _numba_sin_adjoint(B_bar, A, A_bar):
         A_bar[i] += g * math.cos(A[i])
 
 
-@numba.njit(parallel=True, cache=True)
+@njit(parallel=True)
 def _numba_axpy_adjoint(Z_bar, a, X, X_bar, Y_bar):
     a_bar = 0.0
     for i in numba.prange(X.size):

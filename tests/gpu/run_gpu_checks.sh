@@ -7,7 +7,10 @@ cd "$(dirname "$0")/../.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 export TAPEGRAD_TEST_GPU=1
-export TAPEGRAD_CACHE_DIR="${TMPDIR:-/tmp}/tapegrad-gpu-cache"
+# a fresh private folder: a fixed path in the shared temporary folder could be another user's
+TAPEGRAD_CACHE_DIR="$(mktemp -d)"
+export TAPEGRAD_CACHE_DIR
+trap 'rm -rf "$TAPEGRAD_CACHE_DIR"' EXIT
 unset NUMBA_ENABLE_CUDASIM
 RESULTS="${OUT:-gpu_results}"
 mkdir -p "$RESULTS"

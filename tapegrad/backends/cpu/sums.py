@@ -8,10 +8,10 @@ at least as accurate as the running sum.
 
 from __future__ import annotations
 
-import numba
+from tapegrad.backends.numba_cache import njit
 
 
-@numba.njit(inline="always", cache=True, nogil=True)
+@njit(inline="always", nogil=True)
 def group_sum(values):
     """The sum of a 1-D float64 array."""
     s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0

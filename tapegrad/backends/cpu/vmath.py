@@ -82,6 +82,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
+from tapegrad.backends.numba_cache import njit
+
 __all__ = ["exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "sinh", "cosh", "atan",
            "pow"]
 
@@ -301,7 +303,7 @@ _Q32_0, _Q32_1, _Q32_2, _Q32_3, _Q32_4 = (_F(_h(s)) for s in (
     "0x1.6d111718750aep-10", "0x1.a08924b7aeaf1p-13"))
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _em_core64(x):
     """For finite ``|x| < 1100``: ``(k, eh, el)`` with ``exp(x) = 2**k * (1 + eh + el)``, ``k``
     an integer-valued float and ``eh + el`` accurate to a few units of 2**-60 relative."""
@@ -327,7 +329,7 @@ def _em_core64(x):
     return kf, eh, el
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _em_core32(x):
     kf = (x * _LOG2E_F + _SHIFT_F) - _SHIFT_F
     hi = x - kf * _LN2_HI_F
@@ -345,31 +347,31 @@ def _em_core32(x):
     return kf, eh, el
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _one_plus64(eh, el):
     """``1 + eh + el`` with one rounding (``|eh| < 1/2``)."""
     s = 1.0 + eh
     return s + (((1.0 - s) + eh) + el)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _one_plus32(eh, el):
     s = _ONE_F + eh
     return s + (((_ONE_F - s) + eh) + el)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _pow2_64(k):
     """``2**k`` for an integer ``-1022 <= k <= 1023``."""
     return _from64((k + 1023) << 52)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _pow2_32(k):
     return _from32((k + 127) << 23)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _scale64(y, kf):
     """``y * 2**k`` for integer-valued ``-1100 < kf < 1100`` and ``0.5 < y < 2``: two exact
     steps and one rounding, also when the result is subnormal or overflows."""
@@ -378,14 +380,14 @@ def _scale64(y, kf):
     return (y * _pow2_64(k1)) * _pow2_64(k - k1)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _scale32(y, kf):
     k = np.int64(kf)
     k1 = k >> 1
     return (y * _pow2_32(k1)) * _pow2_32(k - k1)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _expm1_from64(kf, eh, el):
     """``2**k * (1 + eh + el) - 1`` for ``-60 <= k <= 1024``."""
     t = _pow2_64(np.int64(_sel(kf < 60.0, kf, 60.0)))
@@ -399,7 +401,7 @@ def _expm1_from64(kf, eh, el):
     return _sel(kf <= 53.0, small, big)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _expm1_from32(kf, eh, el):
     t = _pow2_32(np.int64(_sel(kf < _F(30.0), kf, _F(30.0))))
     a = t - _ONE_F
@@ -412,7 +414,7 @@ def _expm1_from32(kf, eh, el):
     return _sel(kf <= _F(24.0), small, big)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _exp64(x):
     xc = _sel(x > -746.0, x, -746.0)
     xc = _sel(xc < 710.0, xc, 710.0)
@@ -421,7 +423,7 @@ def _exp64(x):
     return _sel(x == x, y, x)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _exp32(x):
     xc = _sel(x > _F(-104.0), x, _F(-104.0))
     xc = _sel(xc < _F(89.0), xc, _F(89.0))
@@ -430,7 +432,7 @@ def _exp32(x):
     return _sel(x == x, y, x)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _expm1_64(x):
     xc = _sel(x > -45.0, x, -45.0)
     xc = _sel(xc < 710.0, xc, 710.0)
@@ -439,7 +441,7 @@ def _expm1_64(x):
     return _sel(not abs(x) >= _P2M54, x, y)    # tiny, +-0, subnormal and nan: x
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _expm1_32(x):
     xc = _sel(x > _F(-20.0), x, _F(-20.0))
     xc = _sel(xc < _F(89.0), xc, _F(89.0))
@@ -448,7 +450,7 @@ def _expm1_32(x):
     return _sel(not abs(x) >= _F(_P2M25), x, y)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _cosh64(x):
     a = abs(x)
     ac = _sel(a < 711.0, a, 711.0)
@@ -458,7 +460,7 @@ def _cosh64(x):
     return _sel(x == x, y, x)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _cosh32(x):
     a = abs(x)
     ac = _sel(a < _F(90.0), a, _F(90.0))
@@ -487,7 +489,7 @@ _T32_0, _T32_1, _T32_2, _T32_3, _T32_4, _T32_5 = (_F(_h(s)) for s in (
     "0x1.655dcec1de1afp-6", "-0x1.168145395f2dcp-7", "0x1.461092cbec37cp-9"))
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _sinh64(x):
     a = abs(x)
     ac = _sel(a < 711.0, a, 711.0)
@@ -507,7 +509,7 @@ def _sinh64(x):
     return _sel(x == x, y, x)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _sinh32(x):
     a = abs(x)
     ac = _sel(a < _F(90.0), a, _F(90.0))
@@ -524,7 +526,7 @@ def _sinh32(x):
     return _sel(x == x, y, x)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _tanh64(x):
     a = abs(x)
     ac = _sel(a < 40.0, a, 40.0)
@@ -548,7 +550,7 @@ def _tanh64(x):
     return _sel(x == x, y, x)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _tanh32(x):
     a = abs(x)
     ac = _sel(a < _F(20.0), a, _F(20.0))
@@ -584,7 +586,7 @@ _MIN_NORMAL64 = _h("0x1p-1022")
 _MIN_NORMAL32 = _F(_h("0x1p-126"))
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _log_kernel64(x, kadd, extra):
     """``log(x) + kadd*ln2 + extra`` for normal positive finite ``x`` and small ``extra``."""
     ix = _bits64(x)
@@ -606,7 +608,7 @@ def _log_kernel64(x, kadd, extra):
     return kf * _LN2_HI - ((hfsq - (s * (hfsq + r) + (kf * _LN2_LO + extra))) - f)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _log_kernel32(x, kadd, extra):
     ix = _bits32(x)
     tmp = ix - _SQRTH_BITS32
@@ -623,7 +625,7 @@ def _log_kernel32(x, kadd, extra):
     return kf * _LN2_HI_F - ((hfsq - (s * (hfsq + r) + (kf * _LN2_LO_F + extra))) - f)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _log64(x):
     ok = (x > 0.0) & (x < _INF64)
     xs = _sel(ok, x, 1.0)
@@ -634,7 +636,7 @@ def _log64(x):
     return _sel(ok, y, special)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _log32(x):
     ok = (x > _ZERO_F) & (x < _INF32)
     xs = _sel(ok, x, _ONE_F)
@@ -645,7 +647,7 @@ def _log32(x):
     return _sel(ok, y, special)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _log1p64(x):
     u = 1.0 + x
     ok = (u > 0.0) & (u < _INF64)
@@ -658,7 +660,7 @@ def _log1p64(x):
     return _sel(not abs(x) >= _P2M54, x, y)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _log1p32(x):
     u = _ONE_F + x
     ok = (u > _ZERO_F) & (u < _INF32)
@@ -749,7 +751,7 @@ _PIO2_B = _h("0x1.10b4611a62633p-30")     # pi/2 - _PIO2_A
 _SPLIT = 134217729.0                      # 2**27 + 1
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _fixed_to_frac(w0):
     """``w0`` holds ``x*2/pi mod 4`` in fixed point with 62 fraction bits; returns
     ``(n, fr)``: the nearest integer mod 4 and the signed remainder in units of 2**-62."""
@@ -759,7 +761,7 @@ def _fixed_to_frac(w0):
     return n, fr
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _reduce_big64(a):
     """``a = n*pi/2 + (rh + rl)`` for finite ``a >= 0.5``: exact Payne-Hanek reduction."""
     ix = _ubits64(a)
@@ -821,7 +823,7 @@ def _reduce_big64(a):
     return n, rh, rl
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _reduce_big32(a):
     """``a * 2/pi mod 4`` for a float32 ``a >= 0.5`` (finite), exactly to 2**-62, as a
     uint64 in fixed point with 62 fraction bits."""
@@ -858,7 +860,7 @@ _SP_0, _SP_1, _SP_2, _SP_3, _SP_4, _SP_5 = (_h(s) for s in (
     "-0x1.32d111df548dap-8", "0x1.500ff296039bep-13", "-0x1.cc33c59042819p-19"))
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _sincos_kernel64(r, rl):
     """``(sin(r + rl), cos(r + rl))`` for ``|r| <= pi/4``, ``|rl| <= ulp(r)``."""
     z = r * r
@@ -879,7 +881,7 @@ def _sincos_kernel64(r, rl):
     return sn, cs
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _sin_halfpi(v):
     """``sin(v * pi/2)`` for float64 ``|v| <= 1``."""
     z = v * v
@@ -891,7 +893,7 @@ def _sin_halfpi(v):
     return v * p
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _reduce64(a):
     """``(n, rh, rl)`` with ``a = n*pi/2 + rh + rl`` for finite ``a >= 0``."""
     n, rh, rl = _reduce_big64(a)
@@ -899,14 +901,14 @@ def _reduce64(a):
     return (_sel(small, _U(0), n), _sel(small, a, rh), _sel(small, 0.0, rl))
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _quadrant64(n, sn, cs):
     """``sin(n*pi/2 + r)`` from ``sin(r)``, ``cos(r)``."""
     y = _sel(n & _ONE_U != _U(0), cs, sn)
     return _xorsign64(y, (n & _TWO_U) << _U62)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _sin64(x):
     a = abs(x)
     n, rh, rl = _reduce64(_sel(a < _INF64, a, 0.0))
@@ -916,7 +918,7 @@ def _sin64(x):
     return _sel(a < _INF64, y, x - x)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _cos64(x):
     a = abs(x)
     n, rh, rl = _reduce64(_sel(a < _INF64, a, 0.0))
@@ -931,7 +933,7 @@ _MASK63 = _U((1 << 63) - 1)
 _U62_I = _I(1 << 62)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _sincos32(x, shift):
     """``sin(x + shift*pi/2)`` for float32 ``x`` and ``shift`` 0 or 1, computed in float64.
 
@@ -958,13 +960,13 @@ def _sincos32(x, shift):
     return np.float32(y)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _sin32(x):
     y = _sincos32(x, _ZERO_U)
     return _sel(abs(x) < _INF32, y, x - x)
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _cos32(x):
     y = _sincos32(x, _ONE_U)
     return _sel(abs(x) < _INF32, y, x - x)
@@ -993,7 +995,7 @@ _ATAN_3H_HI_F, _ATAN_3H_LO_F = _F(_h("0x1.f730bep-1")), _F(_h("-0x1.afc12cp-26")
 _ATAN_INF_HI_F, _ATAN_INF_LO_F = _F(_h("0x1.921fb6p+0")), _F(_h("-0x1.777a5cp-25"))
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _atan64(x):
     a = abs(x)
     r1 = a < 0.4375
@@ -1025,7 +1027,7 @@ def _atan64(x):
     return _xorsign64(y, _sign_of64(x))     # nan propagates through t
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _atan32(x):
     a = abs(x)
     r1 = a < _F(0.4375)
@@ -1056,7 +1058,7 @@ def _atan32(x):
 _TWO52 = 4503599627370496.0      # 2**52: adding and subtracting it rounds to an integer
 
 
-@numba.njit(forceinline=True, cache=True)
+@njit(forceinline=True)
 def _pow32(x, y):
     """float32 ``x ** y`` as ``exp(y log|x|)`` in float64: the error, about ``|y log x|``
     float64 ulps with ``|y log x| < 104`` wherever the float32 result is finite and not zero,
