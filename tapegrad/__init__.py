@@ -83,11 +83,12 @@ from tapegrad.tape.activity import (  # noqa: E402
                                make_zero,
                                make_zero_,
 )
-from tapegrad.tape.hostops import copy, dot, mean, norm, sum  # noqa: E402, A004
+from tapegrad.tape.hostops import copy, dot, mean, norm, reshape, scale, sum  # noqa: E402, A004
 from tapegrad.tape.registry import register_adjoint  # noqa: E402
 from tapegrad.tape.tape import Tape  # noqa: E402
 
 __all__ += ["autodiff", "gradient", "jacobian", "vjp", "jvp", "hvp", "Tape", "sum", "dot", "mean", "norm", "copy",
+            "reshape", "scale",
             "register_adjoint", "AdjointStackOverflow", "Const", "Active", "Duplicated",
             "DuplicatedNoNeed", "BatchDuplicated", "Forward", "ForwardWithPrimal", "Reverse",
             "ReverseWithPrimal", "make_zero", "make_zero_"]

@@ -19,15 +19,16 @@ from __future__ import annotations
 import zlib
 from typing import Any
 
-import numba
 import numpy as np
+
+from tapegrad.backends.numba_cache import njit
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)    # the constants of splitmix64
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(nogil=True)
 def _hash_words(words: np.ndarray) -> np.uint64:
     total = np.uint64(0)
     for i in range(words.size):       # (a sum of independent terms: LLVM vectorises it)

@@ -167,6 +167,9 @@ def _f(tangent: Any, fn: Callable[[Any], Any]) -> float:
 
 @dataclass
 class CopyRecord(T.Record):
+    """``dst = src`` (copied, possibly reshaped): the adjoint adds ``dst``'s shadow, in
+    ``src``'s shape, into ``src``'s."""
+
     def redirect(self, pos: int, copy: Any) -> None:
         pass
 
@@ -174,11 +177,34 @@ class CopyRecord(T.Record):
         src, dst = self.reads[0], self.writes[0]
         if src in tape.active_ids:
             shadow = tape.shadow(src, unwritten_ok=True)
+            bar = tape.shadow(dst).reshape(shadow.shape)
             if src in tape.fresh:        # (no zeros to add to: a pass over it fewer)
-                shadow[...] = tape.shadow(dst)
+                shadow[...] = bar
                 tape.written(src)
             else:
-                shadow += tape.shadow(dst)
+                shadow += bar
+
+
+@dataclass
+class ScaleRecord(T.Record):
+    """``dst = a * src``: ``src_bar += a * dst_bar`` and, for a tracked ``a``,
+    ``a_bar += <src, dst_bar>``."""
+
+    factor: float = 1.0
+    node: int | None = None
+    views: list[Any] = field(default_factory=list)
+
+    def redirect(self, pos: int, copy: Any) -> None:
+        self.views[pos] = copy
+
+    def backward(self, tape: T.Tape) -> None:
+        src, dst = self.reads[0], self.writes[0]
+        bar = tape.shadow(dst)
+        if src in tape.active_ids:
+            tape.shadow(src)[...] += self.factor * bar
+        if self.node is not None and self.node in tape.active_nodes:
+            tape.add_scalar_bar(self.node, float(_xp(bar).vdot(self.views[0].ravel(),
+                                                               bar.ravel())))
 
 
 def copy(x: Any) -> Any:
@@ -195,7 +221,57 @@ def copy(x: Any) -> Any:
         ctx.seed(y, [t.copy() for t in ctx.tangent_of(x)])
     for tape in T.recording_tapes():
         tape.record_host(CopyRecord(reads=[tape.track(x)], writes=[tape.track(y)], name="copy"),
-                         [])
+                         [], read=(x,))
+    return y
+
+
+def reshape(x: Any, shape: Any) -> Any:
+    """A copy of ``x`` in another shape, that tapes record (``x.reshape(...)`` and
+    ``x.ravel()`` are views, and tapes follow whole arrays: a view of a recorded array would be
+    a second array for the same memory).
+
+    >>> import numpy as np, tapegrad as tg
+    >>> tg.reshape(np.arange(4.0), (2, 2)).tolist()
+    [[0.0, 1.0], [2.0, 3.0]]
+    """
+    _check_array("reshape", x)
+    y = x.reshape(shape).copy()
+    ctx = F.current()
+    if ctx is not None and ctx.tangent_of(x) is not None:
+        ctx.seed(y, [t.reshape(y.shape).copy() for t in ctx.tangent_of(x)])
+    for tape in T.recording_tapes():
+        tape.record_host(CopyRecord(reads=[tape.track(x)], writes=[tape.track(y)],
+                                    name="reshape"), [], read=(x,))
+    return y
+
+
+def scale(x: Any, a: Any) -> Any:
+    """``a * x`` as a new array that tapes record (``x * a`` with NumPy is invisible to
+    them); ``a`` is a number or a scalar from ``tg.sum``/``tg.dot``/... (differentiated too).
+
+    >>> import numpy as np, tapegrad as tg
+    >>> tg.scale(np.arange(3.0), 2.0).tolist()
+    [0.0, 2.0, 4.0]
+    """
+    _check_array("scale", x)
+    value = plain(a) if isinstance(a, (TrackedScalar, F.DualScalar)) else a
+    if not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TapegradError(f"tg.scale(x, a) takes a number a, got {type(a).__name__}")
+    value = float(value)
+    y = x * x.dtype.type(value)
+    ctx = F.current()
+    if ctx is not None:
+        tx = ctx.tangent_of(x)
+        da = a.tangents if isinstance(a, F.DualScalar) else None
+        if tx is not None or da is not None:
+            ctx.seed(y, [(value * tx[j] if tx is not None else 0 * x)
+                         + (da[j] * x if da is not None else 0) for j in range(ctx.width)])
+    for tape in T.recording_tapes():
+        node = a.node_on(tape) if isinstance(a, TrackedScalar) else None
+        record = ScaleRecord(reads=[tape.track(x)], writes=[tape.track(y)], name="scale",
+                             scalars_in=[] if node is None else [node], factor=value,
+                             node=node, views=[x] if node is not None else [])
+        tape.record_host(record, [(x, 0)] if node is not None else [], read=(x,))
     return y
 
 
@@ -227,8 +303,9 @@ def _record_scalar_op(name: str, operands: tuple, value: float, partials: tuple)
     if not tapes:
         return value
     for o in operands:
-        if not isinstance(o, (TrackedScalar, int, float, np.integer, np.floating)) and not (
-                isinstance(o, np.ndarray) and o.ndim == 0):     # (a 0-d array is a number)
+        if isinstance(o, (np.floating, np.ndarray)) and getattr(o, "ndim", 0) == 0:
+            raise numpy_number(name, o)
+        if not isinstance(o, (TrackedScalar, int, float, np.integer)):
             raise TapegradError(f"cannot combine a tracked scalar with a {type(o).__name__} "
                                 f"in {name!r}; only numbers and tracked scalars mix")
     scalar = T.new_scalar(value, tapes)
@@ -347,6 +424,16 @@ def array_and_scalar(what: str) -> TapegradError:
         "arguments), or keep to scalars (tg.sum(B) * s)")
 
 
+def numpy_number(name: str, value: Any) -> TapegradError:
+    """The refusal of a NumPy float met by a tape scalar's arithmetic while it records."""
+    return TapegradError(
+        f"{name!r} of a tape scalar and a NumPy number ({value!r}) while the tape records: a "
+        "number NumPy computed from arrays the recorded code used (np.sum(B), B.max(), B[0]) "
+        "carries no derivative, so the gradient through it would be lost. Compute it with "
+        "tg.sum / tg.dot / tg.mean / tg.norm (or in a kernel); if it is a constant, pass "
+        "float(value)")
+
+
 def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
     """NumPy ufuncs on tracked scalars: the differentiable ones are recorded, others refused
     (so a derivative is never lost silently)."""
@@ -354,6 +441,10 @@ def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
         raise TapegradError(f"numpy.{ufunc.__name__}.{method} on a tracked scalar is not "
                             "differentiable; use tg functions and + - * / **")
     name = "true_divide" if ufunc.__name__ == "divide" else ufunc.__name__
+    if any(isinstance(v, TrackedScalar) and v.recorded() for v in inputs):
+        for v in inputs:
+            if isinstance(v, (np.floating, np.ndarray)) and getattr(v, "ndim", 0) == 0:
+                raise numpy_number(name, v)
     # a NumPy scalar operand as a plain number: its own operators would come back here
     # (np.float64(1) - s recursed without end)
     # (and a 0-d array: np.array(2.0) + s recursed too)

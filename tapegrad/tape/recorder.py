@@ -59,7 +59,8 @@ def recorder(plan: RecordPlan) -> RecordPlan:
              f"# Tracked scalars: {tracked}. NAME, PARAMS, NEEDS, REPLAYS, FLOAT_AT and "
              "TRACKED are the plan's.",
              "def record(tape, cfg, args, plain, launcher, nd, ndrange):",
-             "    track, readers = tape.ids.track, tape.readers"]
+             "    track, readers = tape.ids.track, tape.readers",
+             "    stamps, sample = tape.stamps, tape.sample"]
     emit = lines.append
     for pos, *_ in arrays:
         emit(f"    a{pos} = args[{pos}]")
@@ -76,6 +77,12 @@ def recorder(plan: RecordPlan) -> RecordPlan:
         emit("        if launcher is not None:")
         emit(f"            _launch_merged(cfg, args, {_ids_tuple(plan)}, ndrange)")
         emit("        return")
+    checked = [(pos, reads, writes) for pos, reads, writes, _ in arrays if pos in plan.float_at]
+    for pos, reads, _ in checked:
+        if reads:     # what a launch wrote is as it left it (not changed by host code since)
+            emit(f"    s{pos} = stamps.get(i{pos})")
+            emit(f"    if s{pos} is not None and s{pos} != sample(a{pos}):")
+            emit(f"        tape.changed_by_host(a{pos}, s{pos}, NAME)")
     emit("    seen = list(plain)")
     releasable = any(not needed for *_, needed in arrays)
     if releasable:
@@ -95,6 +102,9 @@ def recorder(plan: RecordPlan) -> RecordPlan:
             emit(f"            released.append({pos})")
     emit("    if launcher is not None and 0 not in nd:   # (None: an enclosing tape's copy)")
     emit("        launcher(plain, nd)")
+    for pos, _, writes in checked:
+        if writes:
+            emit(f"        stamps[i{pos}] = sample(a{pos})")
     for k in plan.tracked:
         emit(f"    n{k} = args[{k}].node_on(tape)")
     nodes = [f"n{k}" if k in plan.tracked else "None" for k in range(plan.n_args)]

@@ -10,6 +10,7 @@ overwrite consumes the shadow of what it overwrote (Enzyme's semantics).
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from contextvars import ContextVar
@@ -112,10 +113,18 @@ class Tape:
     True
     """
 
-    def __init__(self, watch_changes: bool = True):
+    def __init__(self, watch_changes: bool = True, verify: bool | None = None):
         """``watch_changes=False`` skips fingerprinting the recorded arrays at the end of the
-        recording (for internal tapes whose gradient follows at once)."""
+        recording (for internal tapes whose gradient follows at once).  ``verify=True`` (or
+        ``TAPEGRAD_VERIFY=1`` in the environment) checks every element of each array a
+        recorded launch wrote when the next recorded operation reads it, instead of two
+        samples: host code that changed it in between is caught wherever it wrote."""
         self.watch_changes = watch_changes
+        self.verify = verify_by_default() if verify is None else verify
+        # identity -> what a recorded launch left in that array (``sample``): compared when
+        # a recorded operation reads it, so host code changing it in between is refused
+        self.stamps: dict[Any, Any] = {}
+        self.sample = fingerprint if self.verify else sample
         self.records: list[Record] = []
         self.ids = Identities()
         # identity -> (record, position, array): records that need the array's current
@@ -226,6 +235,28 @@ class Tape:
         self.node_count += 1
         return node
 
+    def watch(self, x: Any) -> Any:
+        """Make the number ``x`` a source of this tape: returns a tape scalar to use in its
+        place (pass it to kernels, compute with it) and to differentiate with respect to.
+        Arrays need no watching: the tape follows every array the recorded code uses.
+
+        >>> import numpy as np, tapegrad as tg
+        >>> with tg.Tape() as tape:
+        ...     c = tape.watch(0.5)
+        ...     loss = c * tg.dot(np.ones(3), np.ones(3))
+        >>> tape.gradient(loss, [c])
+        [3.0]
+        """
+        if not self.recording:
+            raise TapegradError("tape.watch(x) works inside the `with tg.Tape() as tape:` block, "
+                                "before x is used")
+        if is_array(x):
+            return x
+        if isinstance(x, bool) or not isinstance(x, (float, int, np.floating, np.integer)):
+            raise TapegradError(f"tape.watch(x) takes a number (or an array), got "
+                                f"{type(x).__name__}")
+        return self.new_node(float(x))
+
     def next_node(self) -> int:
         self.node_count += 1
         return self.node_count - 1
@@ -288,10 +319,30 @@ class Tape:
         except TapegradError:     # not differentiable here: the sweep will say so, if asked
             return everything
 
-    def record_host(self, record: Record, live_inputs: list[tuple[Any, int]]) -> None:
+    def record_host(self, record: Record, live_inputs: list[tuple[Any, int]],
+                    read: tuple = ()) -> None:
+        """Append a host operation's ``record``; ``live_inputs``: (array, position) pairs it
+        keeps reading until its adjoint runs, ``read``: other arrays it read now."""
+        for x in (*(x for x, _ in live_inputs), *read):
+            stamp = self.stamps.get(self.ids.ident_of(x)) if self.stamps else None
+            if stamp is not None and stamp != self.sample(x):
+                self.changed_by_host(x, stamp, record.name)
         self.records.append(record)
         for x, pos in live_inputs:
             self.read_live(x, record, pos)
+
+    def changed_by_host(self, x: Any, stamp: Any, reader: str) -> None:
+        """A recorded operation is about to read ``x``, which a recorded launch wrote, and
+        its contents differ from what that launch left (``stamp``): host code changed it."""
+        if _same_bits(stamp, self.sample(x)):
+            return                # (NaN samples compare unequal to themselves)
+        raise TapegradError(
+            f"an array of shape {tuple(x.shape)} that a recorded kernel launch wrote was "
+            f"changed by code the tape does not record before {reader} read it (NumPy "
+            "arithmetic in place, such as B *= 3.0 or B[0] = 1, is invisible to tapes), so the "
+            "gradient would not include that change. Do it in a kernel, or with tapegrad's "
+            "recorded host operations (B2 = tg.scale(B, 3.0), tg.copy, tg.reshape); to change "
+            "a result only for display, change a copy (B.copy())")
 
     # -- the reverse sweep ----------------------------------------------------------------
     def gradient(self, target: Any, sources: Any) -> Any:
@@ -306,8 +357,10 @@ class Tape:
             if isinstance(s, TrackedScalar):
                 continue
             if not is_array(s):
-                raise TapegradError(f"tape.gradient sources are arrays or scalars from "
-                                    f"tg.Active / tg.sum(...), got {type(s).__name__}")
+                raise TapegradError(
+                    f"tape.gradient sources are arrays, or tape scalars: numbers made sources "
+                    f"with s = tape.watch(0.3) inside the block, or results of tg.sum/tg.dot/"
+                    f"...; got {type(s).__name__}")
             if np.dtype(s.dtype).kind != "f":
                 raise TapegradError(
                     f"tape.gradient is with respect to float arrays, but a source has dtype "
@@ -362,6 +415,9 @@ class Tape:
         # not it reaches the result)
         useful_ids, useful_nodes = self.useful_from(([target] if seed_target else [])
                                                     + list(seeded))
+        if seed_target and sources and useful_ids.isdisjoint(self.active_ids) \
+                and useful_nodes.isdisjoint(self.active_nodes):
+            raise self.disconnected(useful_ids, sources)
         active_ids, active_nodes = self.active_ids, self.active_nodes
         current, free = self.shadows, self.free
         self.last_replay = None
@@ -390,6 +446,25 @@ class Tape:
         self.stand_ins = {}
         spares.keep(self.free)           # (only the tape's own shadows are in it)
         self.free = {}
+
+    def disconnected(self, useful_ids: set[Any], sources: list[Any]) -> TapegradError:
+        """The error for a target that no recorded operation connects to any source: every
+        gradient would be zero, which is nearly always a value computed by host code the
+        tape cannot see (NumPy arithmetic or copies of recorded arrays)."""
+        written = {ident for record in self.records for ident in record.writes}
+        made = [ident for record in self.records if record.scalar_out is not None
+                for ident in record.reads if ident in useful_ids and ident not in written]
+        hint = ""
+        if made:
+            hint = (f" The target was computed from an array of shape {made[0].meta[1]} that "
+                    "no recorded operation wrote: if NumPy made it from recorded arrays (B * "
+                    "2.0, B.copy(), np.exp(B), B.reshape(...)), the tape cannot see that. Use "
+                    "tg.scale(B, 2.0), tg.copy(B), tg.reshape(B, shape), or compute it in a "
+                    "kernel.")
+        return TapegradError(
+            f"the target does not depend on any of the {len(sources)} value(s) you "
+            "differentiate with respect to through operations the tape recorded, so every "
+            f"gradient would be zero.{hint} See 'What the tape sees' in docs/tape.md")
 
     def check_target(self, target: Any) -> None:
         """``tape.gradient``'s target is a scalar this tape recorded; say what else it is."""
@@ -534,6 +609,25 @@ class Tape:
                     "recording and before gradient(), so the recorded derivatives no longer "
                     "match its contents; compute the gradient before changing it, or pass a "
                     "copy into the recorded code")
+
+
+def verify_by_default() -> bool:
+    return os.environ.get("TAPEGRAD_VERIFY", "") not in ("", "0")
+
+
+def sample(x: Any) -> tuple | None:
+    """Two elements of a NumPy array (its first and last), a cheap stand-in for its contents
+    that host code scaling or refilling the array changes; None for arrays elsewhere (reading
+    device memory is a synchronisation): those are checked with ``verify``."""
+    if type(x) is np.ndarray and x.size:
+        return x.item(0), x.item(-1)
+    return None
+
+
+def _same_bits(a: Any, b: Any) -> bool:
+    """Whether two samples are equal bit for bit (NaNs included)."""
+    return type(a) is type(b) and (a == b or np.array_equal(np.array(a), np.array(b),
+                                                            equal_nan=True))
 
 
 def launch_merged(cfg: Any, args: tuple, ids: tuple, ndrange: Any) -> None:
