@@ -359,19 +359,30 @@ def _check_host_annotation(f: Any, k: int, a: Annotation) -> None:
                             f"{type(a.val).__name__}; arrays are tg.Duplicated(x, dx)")
 
 
-def gradient(f: Callable[..., Any], *arrays: Any) -> tuple:
-    """The gradient of the scalar ``f(*arrays)`` with respect to each array.
+def gradient(f: Callable[..., Any], *args: Any) -> tuple:
+    """The gradient of the scalar ``f(*args)`` with respect to each argument: a new array for
+    an array, a float for a float (``f`` gets a tape scalar in its place: pass it to kernels,
+    compute with it).
 
     >>> import numpy as np, tapegrad as tg
     >>> (g,) = tg.gradient(lambda x: tg.dot(x, x), np.array([1.0, 2.0]))
     >>> g.tolist()
     [2.0, 4.0]
+    >>> tg.gradient(lambda x, c: c * tg.sum(x), np.array([1.0, 2.0]), 0.5)[1]
+    3.0
     """
+    for k, a in enumerate(args):
+        if not is_array(a) and (isinstance(a, bool) or not isinstance(a, (float, np.floating))):
+            raise TapegradError(
+                f"tg.gradient differentiates with respect to every argument, and argument {k} "
+                f"is a {type(a).__name__}, which has no derivative; pass it by closure instead "
+                "(tg.gradient(lambda x: f(x, n), x))")
     tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:
-        result = f(*arrays)
+        sources = [tape.watch(a) for a in args]
+        result = f(*sources)
     _check_scalar_result(tape, result)
-    return tuple(tape.gradient(result, list(arrays)))
+    return tuple(tape.gradient(result, sources))
 
 
 def vjp(f: Callable[..., Any], x: Any, w: Any) -> tuple[Any, Any]:
@@ -399,6 +410,11 @@ def _seeded_sweep(tape: Tape, y: Any, w: Any, x: Any, x_bar: Any) -> None:
     if not is_array(y) or not tape.tracks(y):
         raise TapegradError("tg.vjp / tg.jacobian need f(x) to return an array its kernels "
                             "wrote, or a scalar from tg.sum/tg.dot/...")
+    w_shape = tuple(getattr(w, "shape", ()))
+    if w_shape not in (tuple(y.shape), ()):
+        raise TapegradError(
+            f"tg.vjp: the cotangent w has shape {w_shape}, but f(x) returned an array of shape "
+            f"{tuple(y.shape)}; pass w of f(x)'s shape (or a number for every element)")
     if tape.key(x) == tape.key(y):     # f changed x in place and returned it: one shadow
         x_bar[...] = w
         tape.backward(y, {}, {tape.key(x): x_bar}, [x], seed_target=False, seeded=[y])

@@ -18,6 +18,7 @@ def check_grad(f: Callable[..., Any], *arrays: Any, eps: float = 1e-6, rtol: flo
                atol: float = 1e-7, max_elements: int = 64, seed: int = 0) -> bool:
     """True when the reverse-mode gradients of the scalar ``f(*arrays)`` agree with central
     finite differences in float64; otherwise an ``AssertionError`` naming the worst element.
+    Arguments are arrays or floats (a float's gradient is a float).
 
     Float32 arrays are checked on float64 copies (kernels are precision-generic). At most
     ``max_elements`` elements per array are probed (a fixed random sample beyond that).
@@ -26,21 +27,25 @@ def check_grad(f: Callable[..., Any], *arrays: Any, eps: float = 1e-6, rtol: flo
     >>> tg.testing.check_grad(lambda x: tg.dot(x, x) * 0.5, np.array([1.0, -2.0, 3.0]))
     True
     """
-    xs = [np.array(a, dtype=np.float64) if np.asarray(a).dtype.kind == "f" else np.array(a)
+    xs = [float(a) if isinstance(a, (float, np.floating)) else
+          np.array(a, dtype=np.float64) if np.asarray(a).dtype.kind == "f" else np.array(a)
           for a in arrays]
-    grads = gradient(f, *[x.copy() for x in xs])
+    grads = gradient(f, *[_copy(x) for x in xs])
     rng = np.random.default_rng(seed)
     worst = None
     for k, (x, g) in enumerate(zip(xs, grads)):
-        indices = list(np.ndindex(x.shape))
+        indices = list(np.ndindex(np.shape(x)))
         if len(indices) > max_elements:
             picks = rng.choice(len(indices), size=max_elements, replace=False)
             indices = [indices[p] for p in sorted(picks)]
         for idx in indices:
-            plus = [y.copy() for y in xs]
-            minus = [y.copy() for y in xs]
-            plus[k][idx] += eps
-            minus[k][idx] -= eps
+            plus = [_copy(y) for y in xs]
+            minus = [_copy(y) for y in xs]
+            if isinstance(x, float):          # (a number's one "element")
+                plus[k], minus[k] = x + eps, x - eps
+            else:
+                plus[k][idx] += eps
+                minus[k][idx] -= eps
             fd = (float(f(*plus)) - float(f(*minus))) / (2 * eps)
             rev = float(np.asarray(g)[idx])
             err = abs(rev - fd)
@@ -53,6 +58,10 @@ def check_grad(f: Callable[..., Any], *arrays: Any, eps: float = 1e-6, rtol: flo
                              f"{rev!r}, central finite differences {fd!r} (|difference| "
                              f"{abs(rev - fd):.3g} > atol {atol} + rtol {rtol} * |fd|)")
     return True
+
+
+def _copy(x: Any) -> Any:
+    return x if isinstance(x, float) else x.copy()
 
 
 # -- Hypothesis strategies ---------------------------------------------------------------------

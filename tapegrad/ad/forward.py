@@ -128,7 +128,10 @@ class _Forward(Transform):
             return []
         if call_name in ("atomic_min", "atomic_max"):
             raise self.fail(s, f"the tangent of tg.{call_name} is not supported: it depends on "
-                               "which work-item wins")
+                               "which work-item wins. Differentiate in reverse mode instead "
+                               "(tg.gradient, tg.vjp, tg.autodiff(tg.Reverse, ...)), or find the "
+                               f"extreme without atomics (each work-item loops over a range with "
+                               f"{call_name[7:]}(...)) and forward mode follows it")
         return [ast.Expr(value=tg_call(call_name, [name(self.dot(array, j)), clone(call.args[1]),
                                                    self.tangent(call.args[2], j)]))
                 for j in range(self.width)]

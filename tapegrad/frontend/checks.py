@@ -176,6 +176,13 @@ class _Checker(ast.NodeVisitor):
             self.visit(node.value)
 
     def visit_Call(self, node: ast.Call) -> None:
+        if isinstance(node.func, ast.Call) or any(k.arg == "ndrange" for k in node.keywords):
+            inner = node.func.func if isinstance(node.func, ast.Call) else node.func
+            what = ast.unparse(inner)
+            self.fail(node, f"a kernel cannot launch a kernel ({what}(backend)(..., ndrange=...)): "
+                            "launches happen on the host. Launch both from the host function, "
+                            f"one after the other, or make {what} a @tg.func device function and "
+                            f"call it here with this work-item's index ({what}(B, A, i))")
         if node.keywords and not _keywords_allowed(node):
             self.fail(node, "keyword arguments are not supported in kernel calls (except "
                             "tg.index(space=..., kind=...)); pass them by position")

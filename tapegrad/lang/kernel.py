@@ -90,10 +90,10 @@ class Kernel:
         self._configured: dict[Any, ConfiguredKernel] = {}
         functools.update_wrapper(self, pyfunc)
 
-    def __call__(self, backend: Any, workgroupsize: int | tuple[int, ...] | None = None
-                 ) -> ConfiguredKernel:
+    def __call__(self, backend: Any, workgroupsize: int | tuple[int, ...] | None = None,
+                 *args: Any, ndrange: Any = None) -> ConfiguredKernel:
         """Bind a backend and a workgroup size: ``kern(backend, 64)(*args, ndrange=n)``."""
-        if not hasattr(backend, "compile"):
+        if args or ndrange is not None or not hasattr(backend, "compile"):
             raise LaunchError(
                 f"{self.name}(...) takes a backend first, e.g. {self.name}(tg.CPU()) or "
                 f"{self.name}(tg.get_backend(A)), then the arguments: "
