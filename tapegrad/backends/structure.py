@@ -455,11 +455,11 @@ def upward_exposed(stmts: list[ast.stmt]) -> set[str]:
         for s in body:
             if isinstance(s, ast.Assign):
                 reads(s.value, assigned)
-                target = s.targets[0]
-                if isinstance(target, ast.Subscript):
-                    reads(target, assigned)
-                else:
-                    assigned |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+                for target in s.targets:      # (generated code chains them: _lo = _hi = 0)
+                    if isinstance(target, ast.Subscript):
+                        reads(target, assigned)
+                    else:
+                        assigned |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
             elif isinstance(s, ast.AugAssign):
                 reads(s.value, assigned)
                 reads(s.target, assigned)

@@ -90,3 +90,20 @@ def _compare(args, loss, shadows, derivs, wrt, active, eps, form):
             f"Active argument {k}{form}: reverse {derivs[k]} vs finite differences {fd}"
         worst = max(worst, err)
     return worst
+
+
+def tangent_adjoint_products(cfg, A, B, trips, seed):
+    """``(<J v, w>, <v, J^T w>)`` for a kernel ``k(C, A, B, trips)`` whose output ``C`` starts
+    at zero, with random directions ``v`` (forward mode) and seeds ``w`` (reverse mode): the
+    dot-product test checks the tangent and the adjoint against each other."""
+    n = np.size(A)
+    g = np.random.default_rng(seed)
+    vA, vB, w = g.standard_normal(n), g.standard_normal(n), g.standard_normal(n)
+    Jv = np.zeros(n)
+    tg.autodiff(tg.Forward, cfg, tg.Const, tg.Duplicated(np.zeros(n), Jv),
+                tg.Duplicated(A.copy(), vA.copy()), tg.Duplicated(B.copy(), vB.copy()), trips,
+                ndrange=n)
+    gA, gB = np.zeros(n), np.zeros(n)
+    tg.autodiff(tg.Reverse, cfg, tg.Const, tg.Duplicated(np.zeros(n), w.copy()),
+                tg.Duplicated(A.copy(), gA), tg.Duplicated(B.copy(), gB), trips, ndrange=n)
+    return float(Jv @ w), float(vA @ gA + vB @ gB)

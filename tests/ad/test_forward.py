@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import tapegrad as tg
 from tapegrad.lang.intrinsics import BINARY_MATH, UNARY_MATH
+from tests.ad.gradcheck import tangent_adjoint_products
 from tests.ad.test_random_kernels import kernels, load_kernel
 from tests.ad.test_reverse import TILE, all_binary, all_unary, loops, matmul, mul, square
 
@@ -106,16 +107,7 @@ def test_random_kernels_dot_product_test(tmp_path, kernel, seed):
     k = load_kernel(source, tmp_path)
     g = np.random.default_rng(seed)
     A, B = g.uniform(-1, 1, 5), g.uniform(-1, 1, 5)
-    vA, vB, w = g.standard_normal(5), g.standard_normal(5), g.standard_normal(5)
-    Jv = np.zeros(5)
-    tg.autodiff(tg.Forward, k(CPU, 4), tg.Const, tg.Duplicated(np.zeros(5), Jv),
-                tg.Duplicated(A.copy(), vA.copy()), tg.Duplicated(B.copy(), vB.copy()), trips,
-                ndrange=5)
-    gA, gB = np.zeros(5), np.zeros(5)
-    tg.autodiff(tg.Reverse, k(CPU, 4), tg.Const, tg.Duplicated(np.zeros(5), w.copy()),
-                tg.Duplicated(A.copy(), gA), tg.Duplicated(B.copy(), gB), trips, ndrange=5)
-    lhs = float(Jv @ w)
-    rhs = float(vA @ gA + vB @ gB)
+    lhs, rhs = tangent_adjoint_products(k(CPU, 4), A, B, trips, seed + 1)
     assert lhs == pytest.approx(rhs, rel=1e-9, abs=1e-11), source
 
 
@@ -203,17 +195,25 @@ def test_atomics_and_local_memory_reductions_forward():
 
 def test_numpy_functions_and_numpy_scalars_on_host_scalars_in_both_modes():
     """np.exp(tg.mean(x)) keeps its tangent in forward mode (it was dropped); a NumPy scalar
-    on the left of an operator works (it recursed without end)."""
+    on the left of an operator works in forward mode (it recursed without end); a recording
+    tape refuses NumPy numbers (one computed from a recorded array would lose its
+    derivative: docs/tape.md) and takes the same constants as Python floats."""
     x, v = r(4) + 0.5, rng.standard_normal(4)
     w = r(4)
 
-    def f(x):
+    def f(x, number=np.float64):
         m = tg.mean(x)
         return (np.exp(m) + np.sin(m) * np.sqrt(m) + np.abs(-m) + np.log(m)
-                + np.float64(1.5) - tg.sum(x) + np.sum(w) * tg.dot(x, x)
-                + np.float64(2.0) / tg.dot(x, x) + np.float64(0.5) ** m)
+                + number(1.5) - tg.sum(x) + number(np.sum(w)) * tg.dot(x, x)
+                + number(2.0) / tg.dot(x, x) + number(0.5) ** m)
 
-    _both_modes_match_differences(f, x, v, rel=1e-7)
+    y, y_dot = tg.jvp(f, x, v)
+    h = 1e-6
+    assert y_dot == pytest.approx((float(f(x + h * v)) - float(f(x - h * v))) / (2 * h),
+                                  rel=1e-7)
+    with pytest.raises(tg.TapegradError, match="NumPy number"):
+        tg.gradient(f, x)
+    _both_modes_match_differences(lambda x: f(x, float), x, v, rel=1e-7)
 
 
 def _both_modes_match_differences(f, x, v, rel):
@@ -451,7 +451,7 @@ def test_hypot_of_host_scalars_with_a_constant_and_in_batches():
     forward Jacobian (8 directions per run) against the reverse one and the closed form."""
     def f(x):
         s, d = tg.sum(x), tg.dot(x, x)
-        return tg.hypot(s, d) + tg.hypot(2.0, s) + np.float64(3.0) * tg.hypot(d, 0.5)
+        return tg.hypot(s, d) + tg.hypot(2.0, s) + 3.0 * tg.hypot(d, 0.5)
 
     x = r(10)
     s, d = x.sum(), x @ x
@@ -582,9 +582,20 @@ def test_numpy_scalar_comparisons_with_host_scalars(expr):
     assert tg.jvp(lambda x: float(expr(tg.sum(x))), x, np.ones(2))[0] == 1.0
 
 
-@pytest.mark.parametrize("f", [lambda s: np.float64(2.0) % s, lambda s: np.square(s),
-                               lambda s: np.array(2.0) + s * np.array(3.0),
-                               lambda s: np.array(2.0) ** s])
-def test_numpy_operators_of_host_scalars_with_numpy_scalars_and_0d_arrays(f):
+@pytest.mark.parametrize("f, numpy_operand", [
+    (lambda s: np.float64(2.0) % s, True), (lambda s: np.square(s), False),
+    (lambda s: np.array(2.0) + s * np.array(3.0), True), (lambda s: np.array(2.0) ** s, True)])
+def test_numpy_operators_of_host_scalars_with_numpy_scalars_and_0d_arrays(f, numpy_operand):
+    """Forward mode takes them (against central differences); a recording tape refuses NumPy
+    numbers in arithmetic (docs/tape.md: one computed from a recorded array would lose its
+    derivative)."""
     x, v = np.array([0.3, 0.4]), np.array([1.0, -0.5])
-    _both_modes_match_differences(lambda x: f(tg.sum(x)), x, v, rel=1e-6)
+    y, y_dot = tg.jvp(lambda x: f(tg.sum(x)), x, v)
+    h = 1e-6
+    fd = (float(f(np.sum(x + h * v))) - float(f(np.sum(x - h * v)))) / (2 * h)
+    assert y_dot == pytest.approx(fd, rel=1e-6)
+    if numpy_operand:
+        with pytest.raises(tg.TapegradError, match="NumPy number"):
+            tg.gradient(lambda x: f(tg.sum(x)), x)
+    else:
+        _both_modes_match_differences(lambda x: f(tg.sum(x)), x, v, rel=1e-6)

@@ -178,6 +178,14 @@ class _Launcher:
                 f"kernel {self.lowered.symbol} indexed outside an array (bounds checks are on: "
                 "TAPEGRAD_BOUNDSCHECK=1); check its indices against the array shapes and the "
                 "ndrange") from None
+        except RecursionError:
+            raise KernelCompileError(
+                f"Numba's parallel-loop analysis recursed without end on the generated kernel "
+                f"{self.path}. This is a tapegrad bug: please report it with your kernel and "
+                "that file. Meanwhile TAPEGRAD_BOUNDSCHECK=1 compiles kernels without parallel "
+                "loops (serial, with index checks), which avoids it",
+                self.lowered.filename, min(self.lowered.user_line.values(), default=None)
+            ) from None
         except Exception as exc:  # translate Numba's failures to the user's line
             from numba.core.errors import NumbaError
             if not isinstance(exc, NumbaError):

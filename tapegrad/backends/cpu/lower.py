@@ -30,6 +30,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tapegrad.backends.cpu.definite import unassigned_locals
 from tapegrad.backends.cpu.phases import merged_phases
 from tapegrad.backends.cpu.scaledsums import ScaledSum, scaled_sums
 from tapegrad.backends.cpu.transposed import SUFFIX, derived_params
@@ -295,6 +296,7 @@ class _KernelWriter(ModuleWriter):
         self.privatize_start()
         out.emit(f"_total = {' * '.join(f'_groups{d}' for d in range(r))}", 1)
         out.emit(f"for _c in {'range' if debug else 'numba.prange'}(_nchunks):", 1)
+        self.emit_unassigned(unassigned_locals(self.tk), "", 2)
 
         body = self.without_needless_barriers(ir.body)
         self.group_sums = [n for n in ast.walk(ast.Module(body=body, type_ignores=[]))
@@ -341,6 +343,16 @@ class _KernelWriter(ModuleWriter):
             out.emit(f"atomic_add({ast.unparse(low.expr(arr))}, {ast.unparse(low.index(idx))}, "
                      f"group_sum(_group_sum{k}))", 3)
         self.privatize_merge()
+
+    def emit_unassigned(self, zeros: dict[str, str], suffix: str, depth: int) -> None:
+        """``name<suffix> = zero`` for the locals the task may read before assigning them
+        (definite.py): else Numba's parallel-loop pass takes them for values from outside
+        the loop and recurses without end looking for a reduction in them."""
+        if zeros:
+            self.out.emit("# locals that some path reads before assigning them, as Numba "
+                          "sees it (definite.py)", depth)
+        for name, zero in zeros.items():
+            self.out.emit(f"{name}{suffix} = {zero}", depth)
 
     def without_needless_barriers(self, body: list[ast.stmt]) -> list[ast.stmt]:
         """The body without barriers that order nothing when one thread runs the group
@@ -631,6 +643,12 @@ class _KernelWriter(ModuleWriter):
                      "(split_item_loop)", depth)
             if plan.prelude:
                 emit_statements(plan.prelude, low, out, depth)
+            # (the body's locals get this pass's names below: they need values of their own)
+            stored = {n.id for st in plan.otherwise for n in ast.walk(st)
+                      if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+            unassigned = unassigned_locals(self.tk, plan.otherwise)
+            self.emit_unassigned({n: z for n, z in unassigned.items() if n in stored},
+                                 "__col", depth)
             out.emit("_gfirst = _c * _total // _nchunks", depth)
             out.emit("_gend = (_c + 1) * _total // _nchunks", depth)
             out.emit("for _g1 in range(_groups1):", depth)
