@@ -286,7 +286,7 @@ def _autodiff_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> 
         else:
             derivs.append(None)
     if mode.with_primal:
-        primal = float(result) if isinstance(result, TrackedScalar) else result
+        primal = plain(result) if isinstance(result, TrackedScalar) else result
         return tuple(derivs), primal
     return (tuple(derivs),)
 
@@ -398,7 +398,7 @@ def vjp(f: Callable[..., Any], x: Any, w: Any) -> tuple[Any, Any]:
         y = f(x)
     x_bar = _zeros_like(x)
     _seeded_sweep(tape, y, w, x, x_bar)
-    return (float(y) if isinstance(y, TrackedScalar) else y), x_bar
+    return (plain(y) if isinstance(y, TrackedScalar) else y), x_bar
 
 
 def _seeded_sweep(tape: Tape, y: Any, w: Any, x: Any, x_bar: Any) -> None:

@@ -441,8 +441,9 @@ def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
         raise TapegradError(f"numpy.{ufunc.__name__}.{method} on a tracked scalar is not "
                             "differentiable; use tg functions and + - * / **")
     name = "true_divide" if ufunc.__name__ == "divide" else ufunc.__name__
-    if any(isinstance(v, TrackedScalar) and v.recorded() for v in inputs):
-        for v in inputs:
+    if name not in _COMPARISONS and any(isinstance(v, TrackedScalar) and v.recorded()
+                                        for v in inputs):
+        for v in inputs:     # (a comparison's result has no derivative to lose)
             if isinstance(v, (np.floating, np.ndarray)) and getattr(v, "ndim", 0) == 0:
                 raise numpy_number(name, v)
     # a NumPy scalar operand as a plain number: its own operators would come back here
