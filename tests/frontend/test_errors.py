@@ -816,6 +816,44 @@ def test_negative_index_is_out_of_bounds_with_boundscheck(monkeypatch):
         shift_left(CPU, 4)(B, A, ndrange=4)
     assert isinstance(info.value, IndexError)
     assert B[0] == 0.0          # A[-1] (== 4.0) was never read into B[0]
+    assert f"{__file__}:{_line_of('B[i] = A[i - 1]')}:" in str(info.value)
+    assert "A[i - 1] with index -1, but A has shape (4,)" in str(info.value)
+
+
+def _line_of(code: str) -> int:
+    """The line of this file that holds ``code`` (its first)."""
+    with open(__file__) as f:
+        return next(n for n, text in enumerate(f, 1) if text.strip() == code)
+
+
+def test_boundscheck_names_the_line_the_array_and_the_index_in_loops_and_2d(monkeypatch):
+    """The replay finds the subscript out of range in a loop and in 2-D: the user's line,
+    the array, the index values and the shape; the user's arrays are left as the checked
+    launch left them."""
+    monkeypatch.setenv("TAPEGRAD_BOUNDSCHECK", "1")
+
+    @tg.kernel
+    def row_sums(B, A, n):
+        i = tg.index()
+        s = 0.0
+        for k in range(n):
+            s += A[i * n + k]
+        B[i] = s
+
+    @tg.kernel
+    def left(B, A):
+        i, j = tg.index(tg.Global, tg.NTuple)
+        B[i, j] = A[i, j - 1] + A[i, j]
+
+    A = np.ones(10)
+    with pytest.raises(tg.KernelIndexError, match=r"A\[i \* n \+ k\] with index 10, but A has "
+                       r"shape \(10,\)") as info:
+        row_sums(CPU, 4)(np.zeros(4), A, 3, ndrange=4)
+    assert f"{__file__}:{_line_of('s += A[i * n + k]')}:" in str(info.value)
+    assert (A == 1.0).all()
+    with pytest.raises(tg.KernelIndexError, match=r"A\[i, j - 1\] with index 0, -1, but A has "
+                       r"shape \(3, 4\)"):
+        left(CPU, (1, 4))(np.zeros((3, 4)), np.ones((3, 4)), ndrange=(3, 4))
 
 
 def test_math_module_is_not_mistaken_for_a_value():
