@@ -27,7 +27,7 @@ from typing import Any
 from numba.core.errors import NumbaError
 
 from tapegrad.backends.cache import load_source
-from tapegrad.backends.cpu.backend import _thread_count
+from tapegrad.backends.cpu.backend import launch_threads
 
 MIN_RUN = 2      # shorter runs go record by record (the compiled call costs a launch)
 enabled = True   # False: every record goes by itself (``python -m tapegrad bench`` compares)
@@ -122,7 +122,7 @@ def extend(tape: Any, records: list, k: int, head: tuple) -> int:
     # record k - 1 reads the shadow record k stored (x) and stores into the one record k
     # read and freed (y); then the other way round
     try:
-        plan.runner(n, x, y, *rest, *nd, *groups, _thread_count())
+        plan.runner(n, x, y, *rest, *nd, *groups, launch_threads())
     except NumbaError:       # not compiled for these types: record by record, from now on
         replay.chain = False
         return 0

@@ -12,9 +12,12 @@ import numpy as np
 
 from tapegrad.backends.base import Backend
 from tapegrad.backends.cache import load_source
+from tapegrad.backends.cpu.index_report import REPLAY_ITEMS, report
 from tapegrad.backends.cpu.lower import Lowered, lower_kernel
 from tapegrad.backends.cpu.rows import with_cpu_groupsize
+from tapegrad.backends.cpu.threads import thread_count
 from tapegrad.backends.cpu.transposed import SUFFIX, transposed_operands
+from tapegrad.backends.notice import compiling
 from tapegrad.backends.numba_lower import compile_error
 from tapegrad.errors import KernelCompileError, KernelIndexError
 from tapegrad.frontend.types import TypedKernel
@@ -133,6 +136,12 @@ def _thread_count() -> int:
     return n if n > 0 else numba.get_num_threads()
 
 
+def launch_threads() -> int:
+    """The threads the next launch runs on: Numba's count, fewer while other processes keep
+    the cores busy (:mod:`tapegrad.backends.cpu.threads`)."""
+    return thread_count.for_launch(_thread_count())
+
+
 class _Launcher:
     """Calls a compiled kernel; the first call compiles it (and reports failures at the
     user's line)."""
@@ -157,7 +166,7 @@ class _Launcher:
             groups = tuple(-(-n // w) for n, w in zip(ndrange, self.groupsize))
             if len(self.groups_of) < 64:
                 self.groups_of[ndrange] = groups
-        chunks = _thread_count()           # one parallel task per thread
+        chunks = launch_threads()          # one parallel task per thread
         pools = self.pools(args, ndrange, chunks) if self.lowered.pools else ()
         try:
             if self.compiled and not self.checked:
@@ -172,12 +181,13 @@ class _Launcher:
                    chunks: int, pools: Any) -> None:
         """A launch that may compile, or that checks bounds: Numba's errors become ours."""
         try:
-            self.dispatcher(*args, *ndrange, *groups, chunks, *pools)
+            if self.compiled:
+                self.dispatcher(*args, *ndrange, *groups, chunks, *pools)
+            else:
+                with compiling(self.lowered.symbol):
+                    self.dispatcher(*args, *ndrange, *groups, chunks, *pools)
         except IndexError:
-            raise KernelIndexError(
-                f"kernel {self.lowered.symbol} indexed outside an array (bounds checks are on: "
-                "TAPEGRAD_BOUNDSCHECK=1); check its indices against the array shapes and the "
-                "ndrange") from None
+            raise self.index_error(args, ndrange, (*ndrange, *groups, chunks, *pools)) from None
         except RecursionError:
             raise KernelCompileError(
                 f"Numba's parallel-loop analysis recursed without end on the generated kernel "
@@ -218,6 +228,21 @@ class _Launcher:
                             break
             out.append(pool)
         return out
+
+    def index_error(self, args: tuple, ndrange: tuple[int, ...], rest: tuple) -> KernelIndexError:
+        """The out-of-bounds access of a bounds-checked launch, at the user's line with the
+        array and the index when a replay finds them (:mod:`.index_report`)."""
+        items = 1
+        for n in ndrange:
+            items *= n
+        found = report(self.dispatcher.py_func, args, rest, items, self.lowered, self.path)
+        what, line = found if found is not None else (None, None)
+        where = f"{self.lowered.filename}:{line}: " if line else ""
+        detail = f": {what}" if what else (
+            "; check its indices against the array shapes and the ndrange (launches of up to "
+            f"{REPLAY_ITEMS} work-items are replayed to name the line, array and index)")
+        return KernelIndexError(f"{where}kernel {self.lowered.symbol} indexed outside an array "
+                                f"(bounds checks are on: TAPEGRAD_BOUNDSCHECK=1){detail}")
 
     def translate(self, exc: Exception) -> KernelCompileError:
         return compile_error(exc, self.lowered, self.path, "Numba")
