@@ -421,6 +421,40 @@ def _compile_times() -> dict:
     return result
 
 
+_BUSY_LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end:\n    pass\n"
+
+
+def _busy_machine(quick: bool) -> dict:
+    """The heat gradient with one busy process per core running alongside, against idle: the
+    fair share of the cores is about 2x (threads that waited at barriers for descheduled ones
+    made it 5-25x where Numba ran more threads than the cores granted:
+    tapegrad/backends/cpu/threads.py)."""
+    import subprocess
+    import sys
+
+    from tapegrad.bench.problems import make_tapegrad, problems
+    heat = next(p for p in problems(quick) if p["kind"] == "heat")
+    _, gradient = make_tapegrad(heat)
+    repeats = 5 if quick else 15
+    gradient()
+    idle = _median_ms(gradient, repeats)
+    cores = os.cpu_count() or 1
+    busy = [subprocess.Popen([sys.executable, "-c", _BUSY_LOOP.format(seconds=120)])
+            for _ in range(cores)]
+    try:
+        time.sleep(0.5)                     # (the busy processes started and running)
+        loaded = _median_ms(gradient, repeats)
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+    result = {"kernel": heat["name"], "idle_ms": idle, "busy_ms": loaded,
+              "busy_over_idle": loaded / idle, "busy_processes": cores}
+    print(f"\nbusy machine ({cores} busy processes, one per core): {heat['name']} gradient "
+          f"{idle:.2f} ms idle, {loaded:.2f} ms busy: {loaded / idle:.2f}x (fair share ~2x)")
+    return result
+
+
 def main(quick: bool = False, json_path: str | None = None, backend: str = "cpu") -> int:
     if backend == "cuda":
         return cuda_main(quick, json_path)
@@ -479,10 +513,11 @@ def main(quick: bool = False, json_path: str | None = None, backend: str = "cpu"
     peers = _peer_table(quick, repeats)
     overheads = _launch_overheads(quick)
     compile_times = _compile_times()
+    busy = _busy_machine(quick)
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"bandwidth_gbs": gbs, "quick": quick, "results": results,
                        "gradients": gradients, "peers": peers, "overhead_us": overheads,
-                       "compile": compile_times}, f, indent=2)
+                       "compile": compile_times, "busy_machine": busy}, f, indent=2)
         print(f"wrote {json_path}")
     return 0

@@ -1,6 +1,6 @@
-"""The CPU backend's thread count on a busy machine (tapegrad/backends/cpu/threads.py): taken
-down by the other runnable tasks, back up when they are gone, never above Numba's count or
-the user's own setting.  Timings are the bench's business (python -m tapegrad bench)."""
+"""The CPU backend's thread count (tapegrad/backends/cpu/threads.py): Numba's count or the
+user's setting, never above the cores an affinity mask or a cgroup quota grants; the notice
+of a long compile.  Timings are the bench's business (python -m tapegrad bench)."""
 
 from __future__ import annotations
 
@@ -14,54 +14,37 @@ from tapegrad.backends.notice import compiling
 
 
 @pytest.fixture
-def counter(monkeypatch):
+def counter():
     tc = threads.ThreadCount()
     tc.enabled, tc.cores = True, 4
-    others = {"n": 0}
-    monkeypatch.setattr(threads, "other_runnable", lambda: others["n"])
-    monkeypatch.setattr(threads, "REFRESH_S", 0.0)
     before = numba.get_num_threads()
-    yield tc, others
+    yield tc
     numba.set_num_threads(before)
 
 
-def test_the_count_follows_the_other_runnable_tasks(counter):
-    tc, others = counter
-    most = numba.get_num_threads()
-    assert tc.get(4) == 4
-    others["n"] = 2
-    assert tc.get(4) == 2
-    others["n"] = 9
-    assert tc.get(4) == 1
-    others["n"] = 0
-    assert tc.get(most) == most
+def test_never_more_threads_than_usable_cores(counter):
+    counter.cores = 2                      # (Numba may have started one thread per core)
+    assert counter.get(8) == 2
+    assert counter.get(1) == 1
+    counter.enabled = False                # TAPEGRAD_CAP_THREADS=0
+    assert counter.get(8) == 8
+    assert 1 <= threads.usable_cores() <= (threads.os.cpu_count() or 1)
 
 
-def test_for_launch_sets_numbas_count_and_restores_it(counter):
-    tc, others = counter
+def test_for_launch_caps_numbas_count_and_follows_the_users_setting(counter):
     ceiling = numba.get_num_threads()
     if ceiling < 2:
-        pytest.skip("one thread: nothing to take down (Numba runs one thread here)")
-    others["n"] = 9
-    assert tc.for_launch(numba.get_num_threads()) == 1
+        pytest.skip("one thread: nothing to cap (Numba runs one thread here)")
+    counter.cores = 1
+    assert counter.for_launch(numba.get_num_threads()) == 1
     assert numba.get_num_threads() == 1
-    others["n"] = 0
-    assert tc.for_launch(numba.get_num_threads()) == ceiling
-    assert numba.get_num_threads() == ceiling
-
-
-def test_the_users_own_setting_is_the_ceiling(counter):
-    tc, others = counter
-    numba.set_num_threads(1)
-    assert tc.for_launch(1) == 1         # idle, but the user asked for one thread
-
-
-def test_other_runnable_reads_this_machine():
-    assert threads.other_runnable() >= 0
+    counter.cores = 4
+    assert counter.for_launch(numba.get_num_threads()) == min(ceiling, 4)
+    numba.set_num_threads(1)               # the user asks for one thread: that is the ceiling
+    assert counter.for_launch(1) == 1
 
 
 def test_kernels_stay_right_on_one_thread(counter):
-    tc, others = counter
 
     @tg.kernel
     def twice(B, A):
@@ -83,3 +66,20 @@ def test_a_long_compile_says_so_and_a_short_one_does_not(capsys):
     err = capsys.readouterr().err
     assert "compiling slow_kernel_adjoint (first use; cached afterwards)" in err
     assert "quick_kernel" not in err
+
+
+def test_a_cgroup_quota_caps_the_cores(tmp_path, monkeypatch):
+    monkeypatch.setattr(threads, "_own_cgroup", lambda: "")
+    (tmp_path / "cpu.max").write_text("150000 100000\n")        # cgroup v2: 1.5 cores
+    assert threads.cgroup_quota(str(tmp_path)) == 2
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert threads.cgroup_quota(str(tmp_path)) is None
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("300000\n")    # cgroup v1: 3 cores
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert threads.cgroup_quota(str(v1)) == 3
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    assert threads.cgroup_quota(str(v1)) is None
+
+

@@ -137,8 +137,8 @@ def _thread_count() -> int:
 
 
 def launch_threads() -> int:
-    """The threads the next launch runs on: Numba's count, fewer while other processes keep
-    the cores busy (:mod:`tapegrad.backends.cpu.threads`)."""
+    """The threads the next launch runs on: Numba's count, at most the cores this process is
+    granted (:mod:`tapegrad.backends.cpu.threads`)."""
     return thread_count.for_launch(_thread_count())
 
 

@@ -1,89 +1,97 @@
-"""How many threads a CPU launch uses: all of Numba's on an idle machine, fewer when other
-processes keep the cores busy.
+"""How many threads a CPU launch uses: Numba's count, never more than the cores this process
+may run on.
 
-A parallel launch ends at a barrier where every thread waits for the slowest.  When other
-processes are runnable on the same cores, the operating system deschedules one of our
-threads for a whole time slice now and then, and every launch whose barrier falls in that
-slice waits for it: a simulation of many short launches ran 5-25x slower than idle instead of
-the fair 2x.  So before a launch the count is taken down by the number of other runnable
-tasks on the machine (Linux's ``/proc/loadavg`` counts every runnable task; our own are
-subtracted, spinning OpenMP workers included), re-read at most every ``REFRESH_S`` seconds.
-With one busy process per core the launches run on one thread, which the scheduler shares
-fairly, and no launch waits at a barrier.  Elsewhere (no ``/proc``) the count stays Numba's.
+Numba starts one thread per core of the machine, but a container's CPU quota (cgroups'
+``cpu.max``) or an affinity mask (``taskset``, a batch scheduler's allocation) may grant
+fewer.  A parallel launch ends at a barrier where every thread waits for the slowest; with
+more threads than granted cores, some thread is always descheduled, every launch waits for a
+time slice, and under a quota the spinning threads use up the period's allowance and the
+whole process stops until the next one.  With 8 threads on 2 cores the demo's gradient took
+16 ms instead of 4, and 34 ms with one busy process per core alongside.  So each launch runs
+on at most the granted cores.
 
-``TAPEGRAD_ADAPTIVE_THREADS=0`` keeps Numba's count always (for timing threads yourself).
+Other busy processes need nothing more: with one per core alongside, a gradient takes about
+twice its idle time, the fair share (``python -m tapegrad bench`` measures it).  Taking
+threads down by the machine's load was tried and dropped: a single thread's share of the
+cores is smaller (a 256^2 heat gradient took 3x instead of 2x), and inside a container the
+load average counts the whole host.
+
+``TAPEGRAD_CAP_THREADS=0`` keeps Numba's count (for timing threads yourself).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import time
 
 import numba
 
-REFRESH_S = 0.02
-
 
 class ThreadCount:
-    """The thread count for the next launch (``ThreadCount.get``), per process."""
+    """The thread count for the next launch (``ThreadCount.for_launch``), per process."""
 
     def __init__(self) -> None:
-        self.enabled = os.environ.get("TAPEGRAD_ADAPTIVE_THREADS", "1") != "0" and \
-            os.path.exists("/proc/loadavg") and os.path.isdir("/proc/self/task")
-        self.cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
-            else os.cpu_count() or 1
-        self.next_read = 0.0
-        self.count = 0
+        self.enabled = os.environ.get("TAPEGRAD_CAP_THREADS", "1") != "0"
+        self.cores = usable_cores()
         self.mine = threading.local()    # per thread: the count set here, and the one before
 
     def get(self, most: int) -> int:
         """The threads to use, at most ``most``."""
-        if not self.enabled or most == 1:
-            return most
-        now = time.monotonic()
-        if now >= self.next_read:
-            self.next_read = now + REFRESH_S
-            self.count = max(1, self.cores - other_runnable())
-        return min(most, self.count)
+        return min(most, self.cores) if self.enabled else most
 
     def for_launch(self, current: int) -> int:
         """The threads the next launch of this thread runs on, given Numba's ``current``
-        count for it (set with ``numba.set_num_threads``): Numba's count is taken down, and
-        back up to what it was, as other processes come and go."""
+        count for it (set with ``numba.set_num_threads``, per Python thread): Numba's count,
+        or the user's own setting, capped at the usable cores."""
         mine = self.mine
         if current != getattr(mine, "set", None):
             mine.ceiling = current         # (Numba's, or the user's own setting)
         n = self.get(mine.ceiling)
         if n != current:
-            numba.set_num_threads(n)
+            numba.set_num_threads(n)       # (threads past the tasks would spin at the barrier)
             mine.set = n
         return n
 
 
-def other_runnable() -> int:
-    """Runnable tasks on the machine that are not threads of this process."""
+def usable_cores() -> int:
+    """The cores this process may run on: its affinity mask, capped by a cgroup CPU quota."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else os.cpu_count() or 1
+    quota = cgroup_quota()
+    return max(1, min(cores, quota)) if quota else cores
+
+
+def cgroup_quota(root: str = "/sys/fs/cgroup") -> int | None:
+    """Whole cores granted by a cgroup CPU quota (v2 ``cpu.max``, v1 ``cpu.cfs_quota_us``),
+    rounded up; None without a quota."""
     try:
-        with open("/proc/loadavg", "rb") as f:
-            running = int(f.read().split()[3].split(b"/")[0])
-    except (OSError, ValueError, IndexError):
-        return 0
-    return max(0, running - _own_running())
-
-
-def _own_running() -> int:
-    """This process's threads that are running or runnable now (state R)."""
-    n = 0
-    for tid in os.listdir("/proc/self/task"):
+        with open(os.path.join(root, _own_cgroup().lstrip("/"), "cpu.max")) as f:
+            quota, period = f.read().split()[:2]
+    except (OSError, ValueError):
         try:
-            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:         # (a thread that ended meanwhile)
-            continue
-        end = stat.rfind(b")")  # the command name may hold spaces and parentheses
-        if stat[end + 2:end + 3] == b"R":
-            n += 1
-    return n
+            with open(os.path.join(root, "cpu", "cpu.cfs_quota_us")) as f:
+                quota = f.read().strip()
+            with open(os.path.join(root, "cpu", "cpu.cfs_period_us")) as f:
+                period = f.read().strip()
+        except OSError:
+            return None
+    try:
+        q, p = int(quota), int(period)
+    except ValueError:          # "max": no quota
+        return None
+    return -(-q // p) if q > 0 and p > 0 else None
+
+
+def _own_cgroup() -> str:
+    """This process's cgroup v2 path ("" when unknown: the root, as inside a container)."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    return line[3:].strip()
+    except OSError:
+        pass
+    return ""
 
 
 thread_count = ThreadCount()
