@@ -35,3 +35,4 @@ class compiling:
 
     def __exit__(self, *exc: Any) -> None:
         self.timer.cancel()
+        self.timer.join()    # (ended here, not later: a finished launch leaves no thread)

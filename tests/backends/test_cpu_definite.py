@@ -30,15 +30,26 @@ def nest(s, x, n):
     s[i] = acc
 
 
+def task_body(source: str) -> tuple[list[ast.stmt], set[str]]:
+    """What a parallel task of a generated CPU kernel runs (the ``__task`` function, or the
+    ``prange`` loop's body with TAPEGRAD_OUTLINE=0) and the names it starts with."""
+    tree = ast.parse(source)
+    outlined = [n for n in tree.body if isinstance(n, ast.FunctionDef)
+                and n.name.endswith("__task")]
+    if outlined:
+        return outlined[-1].body, {a.arg for a in outlined[-1].args.args}
+    loop = next(n for n in ast.walk(tree.body[-1]) if isinstance(n, ast.For)
+                and ast.unparse(n.iter).startswith("numba.prange"))
+    return loop.body, {loop.target.id}
+
+
 def live_into_tasks(source: str) -> set[str]:
     """The locals of a generated CPU kernel that some path from the start of a parallel
     task reads before assigning them (what definite.py must leave none of)."""
-    kernel = ast.parse(source).body[-1]
-    task = next(n for n in ast.walk(kernel) if isinstance(n, ast.For)
-                and ast.unparse(n.iter).startswith("numba.prange"))
-    assigned = {n.id for n in ast.walk(task) if isinstance(n, ast.Name)
-                and isinstance(n.ctx, ast.Store)}
-    return (upward_exposed(task.body) & assigned) - {task.target.id}
+    body, given = task_body(source)
+    assigned = {n.id for n in ast.walk(ast.Module(body=body, type_ignores=[]))
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    return (upward_exposed(body) & assigned) - given
 
 
 def nest_slope(n: int) -> float:
@@ -58,10 +69,10 @@ def test_branch_nested_in_a_branch_in_a_loop_differentiates():
                     tg.Duplicated(np.random.rand(8), dx), n, ndrange=8)
         np.testing.assert_allclose(dx, seed * nest_slope(n), rtol=1e-15)
     source = nest.source(mode="reverse", backend=CPU)
-    prange = source.index("numba.prange")
-    first = source.index("\n", prange) + 1
+    body, _ = task_body(source)
     # the popped flags get a value as the task starts, before anything reads them
-    assert "(definite.py)" in source[first:source.index("for _g in", first)]
+    assert "(definite.py)" in source[:source.index("for _g in")]
+    assert not isinstance(body[0], ast.For)
     assert live_into_tasks(source) == set()
 
 
@@ -99,11 +110,23 @@ def test_edge_columns_pass_gives_its_own_copies_a_value(monkeypatch):
 
 
 def test_a_recursion_in_numba_is_a_tapegrad_error(monkeypatch):
-    """Without the task's first assignments, Numba's parallel-loop pass recurses without
-    end on this adjoint; what the user sees is a tapegrad error saying what to do."""
+    """Without the task's first assignments and with the task's body inside the parallel
+    loop, Numba's parallel-loop pass recurses without end on this adjoint; what the user
+    sees is a tapegrad error saying what to do."""
     monkeypatch.setattr(lower, "unassigned_locals", lambda tk, body=None: {})
+    monkeypatch.setenv("TAPEGRAD_OUTLINE", "0")
     with pytest.raises(KernelCompileError, match="TAPEGRAD_BOUNDSCHECK=1") as info:
         tg.autodiff(tg.Reverse, nest(CPU, 2), tg.Const, tg.Duplicated(np.zeros(8), np.ones(8)),
                     tg.Duplicated(np.random.rand(8), np.zeros(8)), 32, ndrange=8)
     assert "parallel-loop analysis recursed" in str(info.value)
     assert "test_cpu_definite.py" in str(info.value)
+
+
+def test_an_outlined_task_needs_no_first_assignments(monkeypatch):
+    """With the body in a serial function of its own (outline.py), the parallel-loop pass
+    never sees the body, so the adjoint compiles even without definite.py's assignments."""
+    monkeypatch.setattr(lower, "unassigned_locals", lambda tk, body=None: {})
+    seed, dx = np.linspace(-1.0, 2.0, 8), np.zeros(8)
+    tg.autodiff(tg.Reverse, nest(CPU, 8), tg.Const, tg.Duplicated(np.zeros(8), seed.copy()),
+                tg.Duplicated(np.random.rand(8), dx), 20, ndrange=8)
+    np.testing.assert_allclose(dx, seed * nest_slope(20), rtol=1e-15)

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tapegrad.backends.cpu.definite import unassigned_locals
+from tapegrad.backends.cpu.outline import outline_task
 from tapegrad.backends.cpu.phases import merged_phases
 from tapegrad.backends.cpu.scaledsums import ScaledSum, scaled_sums
 from tapegrad.backends.cpu.transposed import SUFFIX, derived_params
@@ -296,6 +297,7 @@ class _KernelWriter(ModuleWriter):
         self.privatize_start()
         out.emit(f"_total = {' * '.join(f'_groups{d}' for d in range(r))}", 1)
         out.emit(f"for _c in {'range' if debug else 'numba.prange'}(_nchunks):", 1)
+        loop = len(out.lines) - 1
         self.emit_unassigned(unassigned_locals(self.tk), "", 2)
 
         body = self.without_needless_barriers(ir.body)
@@ -342,6 +344,8 @@ class _KernelWriter(ModuleWriter):
             arr, idx = call.value.args[0], call.value.args[1]
             out.emit(f"atomic_add({ast.unparse(low.expr(arr))}, {ast.unparse(low.index(idx))}, "
                      f"group_sum(_group_sum{k}))", 3)
+        if not debug and os.environ.get("TAPEGRAD_OUTLINE", "1") == "1":
+            outline_task(out, loop, len(out.lines))
         self.privatize_merge()
 
     def emit_unassigned(self, zeros: dict[str, str], suffix: str, depth: int) -> None:

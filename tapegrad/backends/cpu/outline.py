@@ -1,0 +1,76 @@
+"""Move the body of a kernel's parallel loop into a function of its own, compiled serially.
+
+The CPU kernel is one ``numba.prange`` loop over parallel tasks.  Numba's parallel-loop
+passes (reduction search, copy propagation, hoisting, the function they build from the body
+for the threads) deep-copy, re-analyse and re-type the loop's whole body: their cost grows
+faster than the body, and about half of a large adjoint's compile time went to them.
+Written as
+
+    @numba.njit(cache=True, nogil=True)
+    def saxpy__task(_c, Y, a, X, _n0, _nchunks, _total):
+        for _g in range(_c * _total // _nchunks, (_c + 1) * _total // _nchunks):
+            ...
+
+    @numba.njit(parallel=True, cache=True, nogil=True)
+    def saxpy(Y, a, X, _n0, _groups0, _nchunks):
+        _total = _groups0
+        for _c in numba.prange(_nchunks):
+            saxpy__task(np.int64(_c), Y, a, X, _n0, _nchunks, _total)
+
+the parallel passes see one call, and the body goes through Numba's serial pipeline once.
+A task runs many workgroups, so the call costs nothing measurable at run time.
+
+What the body reads from outside (the kernel's parameters and what the kernel assigned
+before the loop) becomes the task's parameters; a name the body assigns is the task's own
+local, as it was the parallel loop's private variable.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+from tapegrad.backends.numba_lower import Printer
+
+INDENT = "    "
+
+
+def outline_task(out: Printer, loop: int, end: int) -> None:
+    """Rewrite ``out`` so that the body of the ``prange`` loop at line index ``loop`` (its
+    block ends before line index ``end``) is a serial ``<kernel>__task`` function placed
+    before the kernel, called from the loop.  Which user line each generated line came from
+    moves with it."""
+    lines = out.lines
+    pairs = [(text, out.user_line.get(k + 1)) for k, text in enumerate(lines)]
+    header = max(k for k in range(loop) if lines[k].startswith("def "))
+    decorator = header - 1
+    name = lines[header][len("def "):lines[header].index("(")]
+    params = [p.strip() for p in
+              lines[header][lines[header].index("(") + 1:lines[header].rindex(")")].split(",")]
+    prologue = textwrap.dedent("\n".join(lines[header + 1:loop]))
+    assigned = _stored(ast.parse(prologue)) if prologue.strip() else set()
+    body = [(text[len(INDENT):], user) for text, user in pairs[loop + 1:end]]
+    read = _names(ast.parse(textwrap.dedent("\n".join(text for text, _ in body))))
+    free = [p for p in params if p in read] + sorted((assigned & read) - set(params))
+    task = [(lines[decorator].replace("parallel=True, ", ""), None),
+            (f"def {name}__task({', '.join(['_c', *free])}):", None), *body, ("", None),
+            ("", None)]
+    # (the task number as int64: Numba types the loop's index int64 where it types the
+    # kernel and uint64 in the parallel function it builds, and would compile the task twice)
+    inside = " " * (len(lines[loop]) - len(lines[loop].lstrip())) + INDENT
+    call = [(inside + "# one parallel task: its run of workgroups, compiled apart (outline.py)",
+             None),
+            (inside + f"{name}__task({', '.join(['np.int64(_c)', *free])})", None)]
+    pairs = pairs[:decorator] + task + pairs[decorator:loop + 1] + call + pairs[end:]
+    out.lines = [text for text, _ in pairs]
+    out.user_line = {k + 1: user for k, (_, user) in enumerate(pairs) if user is not None}
+
+
+def _stored(tree: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+            and isinstance(n.ctx, ast.Store)}
+
+
+def _names(tree: ast.AST) -> set[str]:
+    """Every name the code uses (one it assigns may also be read before it is)."""
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}

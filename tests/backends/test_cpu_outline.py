@@ -1,0 +1,93 @@
+"""The parallel loop's body as a function of its own (tapegrad/backends/cpu/outline.py): the
+kernel's ``prange`` loop only calls ``<kernel>__task``, which Numba compiles once, serially;
+results, compile errors at the user's line and bounds-checked runs are as before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+CPU = tg.CPU()
+
+
+@tg.kernel
+def shifted_sum(S, X, a):
+    i = tg.index()
+    n = X.size
+    s = 0.0
+    for k in range(3):
+        if i + k < n:
+            s = s + a * X[i + k]
+    S[i] = s
+
+
+@tg.kernel
+def histogram(H, X):
+    i = tg.index()
+    tg.atomic_add(H, int(X[i]), 1.0)      # per-thread copies, merged after the tasks
+
+
+def test_the_parallel_loop_calls_the_task_and_results_match_numpy():
+    X = np.random.default_rng(0).random(100)
+    S = np.zeros(100)
+    shifted_sum(CPU, 16)(S, X, 2.0, ndrange=100)
+    expect = 2.0 * np.array([X[i:i + 3].sum() for i in range(100)])
+    np.testing.assert_allclose(S, expect)
+    source = shifted_sum.source(backend=CPU)
+    assert "def shifted_sum__task(_c, " in source
+    loop = source.split("numba.prange(_nchunks):")[1].splitlines()
+    body = [line.strip() for line in loop[1:] if line.startswith(" " * 8)]
+    assert body[-1].startswith("shifted_sum__task(np.int64(_c), ")   # the loop's only call
+    assert "# shifted_sum" not in source.split("def shifted_sum(")[1]  # no user code left in it
+
+
+def test_the_task_compiles_once():
+    """Numba types the loop index int64 in the kernel and uint64 in the parallel function it
+    builds; the call's int64 cast makes both the same signature.  (The generated module is
+    run here without the disk cache, which would have nothing to compile.)"""
+    shifted_sum(CPU, 16)(np.zeros(40), np.ones(40), 1.0, ndrange=40)
+    source = shifted_sum.source(backend=CPU).replace("cache=True", "cache=False")
+    namespace: dict = {}
+    exec(compile(source, "<generated shifted_sum>", "exec"), namespace)
+    kernel = namespace["shifted_sum"]
+    values = {"S": np.zeros(40), "X": np.ones(40), "a": 1.0, "_n0": 40, "_groups0": 3,
+              "_nchunks": 2}
+    kernel(*[values[p] for p in kernel.py_func.__code__.co_varnames[
+        :kernel.py_func.__code__.co_argcount]])
+    np.testing.assert_array_equal(values["S"], [3.0] * 38 + [2.0, 1.0])
+    assert len(namespace["shifted_sum__task"].signatures) == 1
+
+
+def test_per_thread_copies_and_their_merge_stay_right():
+    X = np.random.default_rng(1).integers(0, 8, 5000).astype(np.float64)
+    H = np.zeros(8)
+    histogram(CPU, 64)(H, X, ndrange=X.size)
+    np.testing.assert_array_equal(H, np.bincount(X.astype(int), minlength=8))
+    assert "def histogram__task(" in histogram.source(backend=CPU)
+
+
+def test_the_adjoint_is_outlined_and_right():
+    X = np.random.default_rng(2).random(50)
+    dX, dS = np.zeros(50), np.random.default_rng(3).random(50)
+    tg.autodiff(tg.Reverse, shifted_sum(CPU, 16), tg.Const, tg.Duplicated(np.zeros(50), dS.copy()),
+                tg.Duplicated(X, dX), 2.0, ndrange=50)
+    expect = np.zeros(50)
+    for i in range(50):                       # S[i] = 2 * (X[i] + X[i+1] + X[i+2])
+        expect[i:i + 3] += 2.0 * dS[i]
+    np.testing.assert_allclose(dX, expect[:50])
+
+
+def test_bounds_checked_kernels_are_not_outlined(monkeypatch):
+    """(they run serially and are replayed in Python to name the failing line)"""
+    monkeypatch.setenv("TAPEGRAD_BOUNDSCHECK", "1")
+
+    @tg.kernel
+    def past_the_end(B, A):
+        i = tg.index()
+        B[i] = A[i + 1]
+
+    with pytest.raises(tg.KernelIndexError, match=r"A\[i \+ 1\] with index 8"):
+        past_the_end(CPU, 4)(np.zeros(8), np.ones(8), ndrange=8)
+    assert "__task" not in past_the_end.source(backend=CPU)
