@@ -98,7 +98,7 @@ def test_batched_seeds_one_and_three():
     assert "A_dot0" in src and "A_dot1" in src and "s_dot1" in src
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(kernels(), st.integers(0, 2 ** 32 - 1))
 def test_random_kernels_dot_product_test(tmp_path, kernel, seed):

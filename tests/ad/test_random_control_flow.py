@@ -107,7 +107,7 @@ def nested_kernels(draw) -> str:
     return "def k(C, A, B, n):\n" + "\n".join("    " + ln for ln in lines) + "\n"
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(nested_kernels(), st.integers(0, 3), arrays(shape=(5,)), arrays(shape=(5,)),
        st.integers(0, 2 ** 32 - 1))

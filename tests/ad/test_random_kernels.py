@@ -71,7 +71,7 @@ def load_kernel(source: str, tmp_dir) -> tg.Kernel:
     return module.k
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=7, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(kernels(), st.integers(0, 2 ** 32 - 1))
 def test_random_kernel_adjoints_match_finite_differences(tmp_path, kernel, seed):

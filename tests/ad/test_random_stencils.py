@@ -34,7 +34,7 @@ def stencils_1d(draw) -> tuple[str, int]:
     return "def k(Y, X, a):\n" + "\n".join("    " + ln for ln in lines) + "\n", len(offsets)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(stencils_1d(), st.integers(1, 23), st.sampled_from([1, 2, 4, 8]), st.integers(0, 2 ** 32 - 1))
 def test_random_1d_stencil_adjoints_match_finite_differences(tmp_path, kernel, n, group, seed):
@@ -64,7 +64,7 @@ def stencils_2d(draw) -> str:
     return "def k(Y, X):\n" + "\n".join("    " + ln for ln in lines) + "\n"
 
 
-@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                  HealthCheck.too_slow])
 @given(stencils_2d(), st.tuples(st.integers(1, 9), st.integers(1, 9)),
        st.sampled_from([(1, 4), (2, 2), (4, 4)]), st.integers(0, 2 ** 32 - 1))

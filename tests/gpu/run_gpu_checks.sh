@@ -20,8 +20,8 @@ python -c "import numba, numba_cuda, cupy; print('numba', numba.__version__, 'nu
 
 status=0
 # 1. the GPU tests, then the CUDA-parametrized language, barrier and atomic tests on the GPU
-timeout 240 python -m pytest -q -p no:cacheprovider tests/gpu/test_gpu.py 2>&1 | tee "$RESULTS/pytest_gpu.log" || status=1
-timeout 240 python -m pytest -q -p no:cacheprovider -k cuda tests/backends/test_language.py tests/backends/test_barriers.py tests/backends/test_atomics.py 2>&1 | tee "$RESULTS/pytest_cuda.log" || status=1
+timeout 240 python -m pytest -q -n 0 -p no:cacheprovider tests/gpu/test_gpu.py 2>&1 | tee "$RESULTS/pytest_gpu.log" || status=1
+timeout 240 python -m pytest -q -n 0 -p no:cacheprovider -k cuda tests/backends/test_language.py tests/backends/test_barriers.py tests/backends/test_atomics.py 2>&1 | tee "$RESULTS/pytest_cuda.log" || status=1
 # 2. the GPU benchmarks (n = 2^26 elementwise; copy bandwidth measured on the spot)
 timeout 180 python -m tapegrad bench --backend cuda --json "$RESULTS/bench_cuda.json" 2>&1 | tee "$RESULTS/bench_cuda.log" || status=1
 echo "run_gpu_checks: status $status" | tee -a "$RESULTS/summary.txt"
