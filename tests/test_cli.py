@@ -38,6 +38,9 @@ def test_bench_quick_prints_the_table_and_writes_json(tmp_path):
     assert set(data["overhead_us"]) == {"kernel_call", "launch", "recorded_launch",
                                         "replayed_adjoint", "replayed_one_by_one", "autodiff"}
     assert all(v > 0 for v in data["overhead_us"].values())
+    assert "busy machine (" in proc.stdout and "fair share ~2x" in proc.stdout
+    busy = data["busy_machine"]         # (a ratio, not a limit: CI machines are shared)
+    assert busy["idle_ms"] > 0 and busy["busy_ms"] > 0 and busy["busy_processes"] >= 1
 
 
 def test_help_lists_the_commands():
