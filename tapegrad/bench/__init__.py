@@ -426,9 +426,8 @@ _BUSY_LOOP = "import time\nend = time.monotonic() + {seconds}\nwhile time.monoto
 
 def _busy_machine(quick: bool) -> dict:
     """The heat gradient with one busy process per core running alongside, against idle: the
-    fair share of the cores is about 2x (threads that waited at barriers for descheduled ones
-    made it 5-25x where Numba ran more threads than the cores granted:
-    tapegrad/backends/cpu/threads.py)."""
+    fair share of the cores is about 2x (more threads than granted cores would wait at
+    barriers for descheduled ones: tapegrad/backends/cpu/threads.py)."""
     import subprocess
     import sys
 

@@ -31,16 +31,29 @@ def test_never_more_threads_than_usable_cores(counter):
     assert 1 <= threads.usable_cores() <= (threads.os.cpu_count() or 1)
 
 
-def test_for_launch_caps_numbas_count_and_follows_the_users_setting(counter):
-    ceiling = numba.get_num_threads()
-    if ceiling < 2:
-        pytest.skip("one thread: nothing to cap (Numba runs one thread here)")
+class FakeNumba:
+    """Numba's per-thread count, as ``for_launch`` sees it (any count, on any machine)."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def get_num_threads(self) -> int:
+        return self.n
+
+    def set_num_threads(self, n: int) -> None:
+        self.n = n
+
+
+def test_for_launch_caps_numbas_count_and_follows_the_users_setting(counter, monkeypatch):
+    fake = FakeNumba(8)                    # Numba's count: one thread per core of the machine
+    monkeypatch.setattr(threads, "numba", fake)
+    ceiling = fake.get_num_threads()
     counter.cores = 1
-    assert counter.for_launch(numba.get_num_threads()) == 1
-    assert numba.get_num_threads() == 1
+    assert counter.for_launch(fake.get_num_threads()) == 1
+    assert fake.get_num_threads() == 1
     counter.cores = 4
-    assert counter.for_launch(numba.get_num_threads()) == min(ceiling, 4)
-    numba.set_num_threads(1)               # the user asks for one thread: that is the ceiling
+    assert counter.for_launch(fake.get_num_threads()) == min(ceiling, 4)
+    fake.set_num_threads(1)                # the user asks for one thread: that is the ceiling
     assert counter.for_launch(1) == 1
 
 

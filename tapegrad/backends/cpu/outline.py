@@ -2,9 +2,9 @@
 
 The CPU kernel is one ``numba.prange`` loop over parallel tasks.  Numba's parallel-loop
 passes (reduction search, copy propagation, hoisting, the function they build from the body
-for the threads) deep-copy, re-analyse and re-type the loop's whole body: their cost grows
-faster than the body, and about half of a large adjoint's compile time went to them.
-Written as
+for the threads) deep-copy, re-analyse and re-type the loop's whole body; their cost grows
+faster than the body and dominates a large adjoint's compile time (docs/performance.md,
+"Compile time").  Written as
 
     @numba.njit(cache=True, nogil=True)
     def saxpy__task(_c, Y, a, X, _n0, _nchunks, _total):

@@ -6,15 +6,13 @@ Numba starts one thread per core of the machine, but a container's CPU quota (cg
 fewer.  A parallel launch ends at a barrier where every thread waits for the slowest; with
 more threads than granted cores, some thread is always descheduled, every launch waits for a
 time slice, and under a quota the spinning threads use up the period's allowance and the
-whole process stops until the next one.  With 8 threads on 2 cores the demo's gradient took
-16 ms instead of 4, and 34 ms with one busy process per core alongside.  So each launch runs
-on at most the granted cores.
+whole process stops until the next one.  So each launch runs on at most the granted cores.
 
 Other busy processes need nothing more: with one per core alongside, a gradient takes about
 twice its idle time, the fair share (``python -m tapegrad bench`` measures it).  Taking
-threads down by the machine's load was tried and dropped: a single thread's share of the
-cores is smaller (a 256^2 heat gradient took 3x instead of 2x), and inside a container the
-load average counts the whole host.
+threads down by the machine's load would leave one thread a smaller share of the cores than
+two get, and inside a container the load average counts the whole host.  Measurements:
+docs/performance.md, "Busy machines and granted cores".
 
 ``TAPEGRAD_CAP_THREADS=0`` keeps Numba's count (for timing threads yourself).
 """
