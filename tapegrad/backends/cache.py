@@ -31,15 +31,43 @@ from types import ModuleType
 from tapegrad.backends import cachedir, numba_cache
 from tapegrad.errors import CacheWarning
 
+PREFIX = "tapegrad_gen_"     # every generated module's name starts so
+
 
 def load_source(source: str, name: str) -> tuple[ModuleType, Path]:
     """The module that ``source`` defines (once per process), run from its file in the cache."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
-    modname = f"tapegrad_gen_{name}_{digest}"
+    modname = f"{PREFIX}{name}_{_digest(source)}"
     module = sys.modules.get(modname)
     if module is not None:
         return module, Path(module.__file__)
     path = _source_file(source, f"{modname}.py")
+    return _run(source, path), path
+
+
+def load_file(path: Path) -> ModuleType:
+    """The generated module in ``path`` (once per process), written earlier by
+    :func:`load_source` (here or in another process); ImportError if the file is not trusted
+    or does not hold the code its name's hash stands for."""
+    module = sys.modules.get(path.stem)
+    if module is not None:
+        return module
+    reason = cachedir.untrusted(path)
+    source = path.read_text(encoding="utf-8") if reason is None else ""
+    if reason is None and not path.stem.endswith(f"_{_digest(source)}"):
+        reason = "does not hold the code its name stands for (damaged)"
+    if reason:
+        raise ImportError(f"tapegrad's compile cache: {path} {reason}")
+    return _run(source, path)
+
+
+def _digest(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:20]
+
+
+def _run(source: str, path: Path) -> ModuleType:
+    """A fresh module named after ``path`` running ``source``; its dispatchers get tapegrad's
+    checked Numba cache."""
+    modname = path.stem
     module = ModuleType(modname)
     module.__file__ = str(path)
     numba_cache.claim_numba_locators()   # CUDA's list too, once numba-cuda is imported
@@ -52,7 +80,7 @@ def load_source(source: str, name: str) -> tuple[ModuleType, Path]:
     for value in list(vars(module).values()):
         if getattr(getattr(value, "py_func", None), "__module__", None) == modname:
             numba_cache.adopt(value)
-    return module, path
+    return module
 
 
 def _source_file(source: str, filename: str) -> Path:

@@ -110,6 +110,16 @@ class _Checked:
                           "it runs, and is compiled again by the next process",
                           CacheWarning, stacklevel=2)
 
+    def holds(self, sig: Any, target_context: Any) -> bool:
+        """Whether this function's trusted index lists an entry for ``sig`` (nothing loaded)."""
+        try:
+            if any(cachedir.untrusted(path) for path in self._files()):
+                return False
+            key = self._index_key(sig, target_context.codegen())
+            return key in self._cache_file._load_index()
+        except Exception:           # unreadable: the load that follows says what is wrong
+            return False
+
     def _files(self) -> list[str]:
         """This function's index and data files."""
         base = os.path.join(self.cache_path, self._impl.filename_base)

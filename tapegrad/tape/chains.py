@@ -27,6 +27,7 @@ from typing import Any
 from numba.core.errors import NumbaError
 
 from tapegrad.backends.cache import load_source
+from tapegrad.backends.compiler_process import compile_elsewhere
 from tapegrad.backends.cpu.backend import launch_threads
 
 MIN_RUN = 2      # shorter runs go record by record (the compiled call costs a launch)
@@ -121,8 +122,11 @@ def extend(tape: Any, records: list, k: int, head: tuple) -> int:
     groups = tuple(-(-m // w) for m, w in zip(nd, plan.launcher.groupsize))
     # record k - 1 reads the shadow record k stored (x) and stores into the one record k
     # read and freed (y); then the other way round
+    call = (n, x, y, *rest, *nd, *groups, launch_threads())
     try:
-        plan.runner(n, x, y, *rest, *nd, *groups, launch_threads())
+        if not plan.runner.overloads:      # its first run: compiled apart, loaded here
+            compile_elsewhere(plan.runner, call)
+        plan.runner(*call)
     except NumbaError:       # not compiled for these types: record by record, from now on
         replay.chain = False
         return 0

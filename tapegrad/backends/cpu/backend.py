@@ -12,6 +12,7 @@ import numpy as np
 
 from tapegrad.backends.base import Backend
 from tapegrad.backends.cache import load_source
+from tapegrad.backends.compiler_process import compile_elsewhere
 from tapegrad.backends.cpu.index_report import REPLAY_ITEMS, report
 from tapegrad.backends.cpu.lower import Lowered, lower_kernel
 from tapegrad.backends.cpu.rows import with_cpu_groupsize
@@ -184,8 +185,10 @@ class _Launcher:
             if self.compiled:
                 self.dispatcher(*args, *ndrange, *groups, chunks, *pools)
             else:
+                full = (*args, *ndrange, *groups, chunks, *pools)
                 with compiling(self.lowered.symbol):
-                    self.dispatcher(*args, *ndrange, *groups, chunks, *pools)
+                    compile_elsewhere(self.dispatcher, full)   # or here, by the call
+                    self.dispatcher(*full)
         except IndexError:
             raise self.index_error(args, ndrange, (*ndrange, *groups, chunks, *pools)) from None
         except RecursionError:
