@@ -74,35 +74,37 @@ class _Compiler:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.proc: subprocess.Popen | None = None
-        self.broken = False          # it could not start: do not try again in this process
+        self.owner = 0               # the pid that started it (a forked child starts its own)
+        self.answered = False        # whether it has answered once
+        self.broken = False          # one could not start, or died before answering: not again
 
     def run(self, request: tuple) -> bool:
         with self.lock:
             if self.broken:
                 return False
-            if self.proc is not None and self.proc.poll() is not None:
-                self.proc = None                # it ended since (killed): a new one
+            if self.proc is not None and (self.owner != os.getpid()
+                                          or self.proc.poll() is not None):
+                self.proc = None                # a fork's parent's, or it ended since (killed)
             try:
-                proc = self.proc = self.proc or self.start()
-                pickle.dump(request, proc.stdin)
-                proc.stdin.flush()
-                ok, rss_mb = pickle.load(proc.stdout)
+                if self.proc is None:
+                    self.start()
+                pickle.dump(request, self.proc.stdin)
+                self.proc.stdin.flush()
+                ok, rss_mb = pickle.load(self.proc.stdout)
             except Exception:               # it died (or never started): compile here
+                self.broken = not self.answered
                 self.stop()
                 return False
+            self.answered = True
             if rss_mb > RETIRE_MB:
                 self.stop()
             return bool(ok)
 
-    def start(self) -> subprocess.Popen:
-        try:
-            proc = subprocess.Popen([sys.executable, "-c", f"import {__name__} as m; m.main()"],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-        except OSError:
-            self.broken = True
-            raise
-        atexit.register(self.stop)
-        return proc
+    def start(self) -> None:
+        self.answered = False
+        self.owner = os.getpid()
+        self.proc = subprocess.Popen([sys.executable, "-c", f"import {__name__} as m; m.main()"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
 
     def stop(self) -> None:
         """End the compiler process: it exits at the end of its input (not waited for: its
@@ -117,6 +119,7 @@ class _Compiler:
 
 
 _compiler = _Compiler()
+atexit.register(_compiler.stop)
 
 
 # --- the compiler process -------------------------------------------------------------------

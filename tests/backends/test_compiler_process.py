@@ -157,3 +157,20 @@ def test_generated_modules_import_each_other_in_the_compiler_process(tmp_path, m
         assert module.VALUE == expected and Path(module.__file__) == path
     finally:
         sys.modules.pop(path.stem, None)
+
+
+def test_a_compiler_process_that_cannot_run_is_tried_once(fresh, monkeypatch):
+    """No usable Python to start (an embedded interpreter, say): one try, then every kernel
+    compiles here."""
+    compiler = compiler_process._Compiler()
+    monkeypatch.setattr(compiler_process, "_compiler", compiler)
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    starts = []
+    start = compiler.start
+    monkeypatch.setattr(compiler, "start", lambda: (starts.append(1), start())[1])
+    for _ in range(2):
+        module, tag = fresh()
+        _check(module, tag)
+        hits, misses = _stats(f"cube{tag}")
+        assert hits == 0 and misses >= 2
+    assert compiler.broken and len(starts) == 1
