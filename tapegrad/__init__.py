@@ -36,6 +36,7 @@ from tapegrad.errors import (
                                OutsideKernelError,
                                TapegradError,
 )
+from tapegrad.kernels import ConfiguredKernel, Func, Kernel, func, kernel
 from tapegrad.lang.intrinsics import (
                                MATH,
                                Global,
@@ -55,7 +56,6 @@ from tapegrad.lang.intrinsics import (
                                synchronize,
                                where,
 )
-from tapegrad.lang.kernel import ConfiguredKernel, Func, Kernel, func, kernel
 
 globals().update(MATH)   # tg.sin, tg.exp, ... (math names, usable in kernels and on the host)
 

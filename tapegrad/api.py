@@ -8,9 +8,13 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad import launch as L
 from tapegrad.errors import AdjointStackOverflow, LaunchError, TapegradError  # noqa: F401
-from tapegrad.lang.kernel import ConfiguredKernel, Kernel
+from tapegrad.frontend import kernel_ir
+from tapegrad.kernels import ConfiguredKernel, Kernel
+from tapegrad.runtime.adjoint import adjoint_of, overwritten_inputs, run_adjoint
+from tapegrad.runtime.arguments import access, check_args, ndrange_of
+from tapegrad.runtime.launch import one_parameter_per_array
+from tapegrad.runtime.tangent import run_tangent
 from tapegrad.tape.activity import (
     Active,
     Annotation,
@@ -149,7 +153,7 @@ def _forward_kernel(mode: Mode, cfg: ConfiguredKernel, annotated: list[Annotatio
                     ndrange: Any) -> tuple:
     """Forward mode on a kernel: one launch computes its outputs and their tangents."""
     kernel, backend = cfg.kernel, cfg.backend
-    params = L.kernel_ir(kernel).params
+    params = kernel_ir(kernel).params
     if len(annotated) != len(params):
         raise LaunchError(f"{kernel.name} takes {len(params)} argument(s) ({', '.join(params)}), "
                           f"got {len(annotated)}")
@@ -161,9 +165,9 @@ def _forward_kernel(mode: Mode, cfg: ConfiguredKernel, annotated: list[Annotatio
         if dirs is not None:
             tangents[p] = dirs
     values = tuple(plain(a.val) for a in annotated)
-    nd = L._ndrange(kernel, ndrange)
-    L.check_args(kernel, backend, values)
-    L.run_tangent(cfg, values, tangents, tuple(activity), nd)
+    nd = ndrange_of(kernel, ndrange)
+    check_args(kernel, backend, values)
+    run_tangent(cfg, values, tangents, tuple(activity), nd)
     return (None,) if mode.with_primal else ()
 
 
@@ -511,13 +515,13 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
             return merged
     if not mode.reverse:
         return _forward_kernel(mode, cfg, annotated, ndrange)
-    params = L.kernel_ir(kernel).params
+    params = kernel_ir(kernel).params
     if len(annotated) != len(params):
         raise LaunchError(f"{kernel.name} takes {len(params)} argument(s) ({', '.join(params)}), "
                           f"got {len(annotated)}")
     activity = tuple(_check_annotation(kernel, backend, p, a) for p, a in zip(params, annotated))
-    nd = L._ndrange(kernel, ndrange)
-    L.check_args(kernel, backend, values)
+    nd = ndrange_of(kernel, ndrange)
+    check_args(kernel, backend, values)
     seeds: frozenset[str] = frozenset()
     if not accumulate:
         seeds = _seeds(kernel, params, annotated)
@@ -529,22 +533,22 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
     if _primal_needed(kernel, params, annotated):
         # arrays the kernel reads and overwrites: the adjoint needs their contents from before
         old = {p: values[params.index(p)].copy()
-               for p in L.overwritten_inputs(cfg, values, activity, nd)}
+               for p in overwritten_inputs(cfg, values, activity, nd)}
         cfg(*given, ndrange=nd)                                     # the primal launch
         seen = tuple(old.get(p, v) for p, v in zip(params, values))
     else:
         seen = values
     if accumulate:
-        scalars = L.run_adjoint(cfg, seen, shadows, activity, nd)   # the adjoint launch
+        scalars = run_adjoint(cfg, seen, shadows, activity, nd)   # the adjoint launch
     else:
         # the seeds' consumed elements need no zeros; if the adjoint still writes a seed
         # (stores twice, or reads the array), it gets a copy: the caller's stays as it was
-        found = L.adjoint_of(cfg, seen, activity, nd, seeds)
+        found = adjoint_of(cfg, seen, activity, nd, seeds)
         adjoint = found[0]
         for s, p in adjoint.shadow_of.items():
             if p in seeds and s in adjoint.shadows_written:
                 shadows[p] = shadows[p].copy()
-        scalars = L.run_adjoint(cfg, seen, shadows, activity, nd, discard=seeds,
+        scalars = run_adjoint(cfg, seen, shadows, activity, nd, discard=seeds,
                                 fresh=frozenset(shadows) - seeds, found=found)
     derivs = []
     for p, a in zip(params, annotated):
@@ -581,11 +585,11 @@ def _one_object_per_array(annotated: Any) -> list[Annotation]:
 def _merged_autodiff(mode: Mode, cfg: ConfiguredKernel, ret: Any, annotated: list[Annotation],
                      ndrange: Any, accumulate: bool) -> tuple | None:
     """``tg.autodiff`` of a launch that passes one array for several parameters: the kernel
-    with those parameters merged (``launch.one_parameter_per_array``), given the same
+    with those parameters merged (``runtime.launch.one_parameter_per_array``), given the same
     annotation and shadow everywhere; the derivatives come back per original argument.
     None when no array is passed twice (a scalar object can be)."""
     values = tuple(plain(a.val) for a in annotated)
-    merged_cfg, kept_args, kept = L.one_parameter_per_array(cfg, tuple(annotated), values)
+    merged_cfg, kept_args, kept = one_parameter_per_array(cfg, tuple(annotated), values)
     if merged_cfg is cfg:
         return None
     first: dict[int, Annotation] = {}
@@ -623,7 +627,7 @@ def _same_annotation(a: Annotation, b: Annotation) -> bool:
 def _seeds(kernel: Any, params: list[str], annotated: list[Annotation]) -> frozenset[str]:
     """For ``accumulate=False``: the Duplicated arrays the kernel writes, whose shadows are
     seeds (the others' shadows are results); an array it reads and writes would be both."""
-    read, written = L.access(kernel)
+    read, written = access(kernel)
     for p, a in zip(params, annotated):
         if isinstance(a, Duplicated) and p in read and p in written:
             raise TapegradError(
@@ -636,7 +640,7 @@ def _seeds(kernel: Any, params: list[str], annotated: list[Annotation]) -> froze
 
 def _one_object_per_memory(kernel: Any, shadows: dict[str, Any]) -> dict[str, Any]:
     """Shadows given as different views of the same memory become one object (the launch
-    separates shadows that are one array, see ``launch.run_adjoint``); views that share
+    separates shadows that are one array, see ``runtime.adjoint.run_adjoint``); views that share
     some of their elements are refused."""
     arrays = list(shadows.values())
     if all(type(d) is np.ndarray and d.base is None for d in arrays):
@@ -675,7 +679,7 @@ def _primal_needed(kernel: Any, params: list[str], annotated: list[Annotation]) 
     primal results, and the adjoint launch recomputes whatever it needs from the inputs, so
     the primal launch is skipped (as ``jax.grad`` computes no value) and those arrays keep
     their old contents."""
-    _, written = L.access(kernel)
+    _, written = access(kernel)
     return any(not isinstance(annotated[params.index(p)], DuplicatedNoNeed) for p in written)
 
 

@@ -28,7 +28,7 @@ The pass applies to a loop ``for _r in range(C)`` of a rank-2 workgroup whose bo
 workgroup size along ``d``) and ``value`` reads only local memory, ``k``, the local indices,
 constants and scalars the loop does not change; every other use of those shadows must be at
 the work-item's own element.  The launch's workgroups must all be full (the gather sums over
-every work-item of a group; launch.py compiles the atomic form for other ndranges).
+every work-item of a group; runtime/adjoint.py compiles the atomic form for other ndranges).
 Anything else is left as it is.
 """
 

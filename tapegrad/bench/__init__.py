@@ -340,15 +340,15 @@ def _launch_overheads(quick: bool) -> dict:
     is all overhead: the compiled kernel called directly, a plain launch, a launch recorded
     on a tape, an adjoint replayed by the tape's sweep, and ``tg.autodiff`` of one launch
     (the costs a simulation of many small steps pays per step)."""
-    from tapegrad import launch as L
     from tapegrad.bench.problems import saxpy_k
+    from tapegrad.runtime.launch import prepare
     from tapegrad.tape import chains
     n, steps = 64, 100
     cfg = saxpy_k(tg.CPU())
     x, w = np.linspace(0.0, 1.0, n, dtype=np.float32), np.ones(n, np.float32)
     y = np.full(n, 0.5, np.float32)
     z, dx = np.empty_like(x), np.empty_like(x)
-    launcher, nd, _ = L.prepare(cfg, (z, 0.5, x, y), n)
+    launcher, nd, _ = prepare(cfg, (z, 0.5, x, y), n)
 
     def chain(x: np.ndarray) -> Any:
         for _ in range(steps):

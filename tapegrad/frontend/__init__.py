@@ -12,6 +12,7 @@ from tapegrad.frontend.ir import KernelIR
 from tapegrad.frontend.params import local_copies_of_assigned_params
 from tapegrad.frontend.parse import parse_function
 from tapegrad.frontend.resolve import resolve
+from tapegrad.lang.kernel import KernelFunction
 
 __all__ = ["kernel_ir", "KernelIR"]
 
@@ -20,7 +21,7 @@ def kernel_ir(obj: Any) -> KernelIR:
     """The canonical IR of a ``tg.Kernel`` or ``tg.Func`` (built once, then cached)."""
     ir = obj.cache.get("ir")
     if ir is None:
-        is_kernel = type(obj).__name__ == "Kernel"
+        is_kernel = isinstance(obj, KernelFunction)
         check_syntax(obj.pyfunc, is_kernel=is_kernel)
         ir = resolve(parse_function(obj.pyfunc), is_kernel=is_kernel)
         if is_kernel:

@@ -14,7 +14,7 @@ from tapegrad.errors import KernelSyntaxError, located
 from tapegrad.frontend.ir import KernelIR, tg_call
 from tapegrad.frontend.parse import Parsed
 from tapegrad.lang import intrinsics as L
-from tapegrad.lang.kernel import Func, Kernel
+from tapegrad.lang.kernel import DeviceFunction, KernelFunction
 
 # Casts: the callable a user writes -> canonical cast intrinsic.
 _CASTS = {float: "float64", int: "int64", bool: "bool",
@@ -91,7 +91,7 @@ class _Resolver(ast.NodeTransformer):
     def __init__(self, parsed: Parsed, local_names: set[str]):
         self.parsed = parsed
         self.local_names = local_names
-        self.funcs: dict[str, Func] = {}
+        self.funcs: dict[str, DeviceFunction] = {}
         self.statement_call: ast.expr | None = None   # the call an expression statement makes
         # a local named like the generated code's (`_k`, `_a1`: loop variables and adjoint
         # temporaries start with an underscore; `x_bar`, `x_dot`: the adjoint and tangent of
@@ -210,13 +210,13 @@ class _Resolver(ast.NodeTransformer):
                                       "use float(x), int(x), bool(x), np.float32(x), "
                                       "np.float64(x), np.int32(x) or np.int64(x)")
             return tg_call(cast, args, node)
-        if isinstance(obj, Func):
+        if isinstance(obj, DeviceFunction):
             fname = node.func.id if isinstance(node.func, ast.Name) else obj.name
             fname = fname.replace(".", "_")
             self.funcs[fname] = obj
             call = ast.Call(func=ast.Name(id=fname, ctx=ast.Load()), args=args, keywords=[])
             return ast.copy_location(call, node)
-        if isinstance(obj, Kernel):
+        if isinstance(obj, KernelFunction):
             raise self.fail(node, f"{obj.name} is a @tg.kernel; kernels cannot launch kernels. "
                                   "To call it per work-item, make it a @tg.func device function")
         raise self.fail(node, f"{ast.unparse(node.func)} cannot be called in a kernel: it is "

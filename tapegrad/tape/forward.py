@@ -11,8 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad import launch as L
 from tapegrad.errors import TapegradError
+from tapegrad.frontend import kernel_ir
+from tapegrad.runtime.arguments import access, check_args, ndrange_of
+from tapegrad.runtime.launch import interceptor, launch_now
+from tapegrad.runtime.tangent import run_tangent
 from tapegrad.tape.identity import extent
 from tapegrad.tape.scalars import operand
 from tapegrad.tape.tape import _zeros_like, array_key, is_array
@@ -46,11 +49,11 @@ class suspended:
     works on plain values and the tangents it is given, and may use forward mode itself."""
 
     def __enter__(self) -> None:
-        self.tokens = (_active.set(()), L.interceptor.set(None))
+        self.tokens = (_active.set(()), interceptor.set(None))
 
     def __exit__(self, *exc: Any) -> None:
         _active.reset(self.tokens[0])
-        L.interceptor.reset(self.tokens[1])
+        interceptor.reset(self.tokens[1])
 
 
 def plain_value(x: Any) -> float:
@@ -191,14 +194,14 @@ class ForwardContext:
 
     def __enter__(self) -> ForwardContext:
         refuse_nested()      # (the outer run's recorder would read as a tape's below)
-        if L.interceptor.get() is not None:
+        if interceptor.get() is not None:
             raise TapegradError("forward mode cannot run inside a recording tg.Tape")
-        self.tokens = (_active.set((self,)), L.interceptor.set(self.launch))
+        self.tokens = (_active.set((self,)), interceptor.set(self.launch))
         return self
 
     def __exit__(self, *exc: Any) -> None:
         _active.reset(self.tokens[0])
-        L.interceptor.reset(self.tokens[1])
+        interceptor.reset(self.tokens[1])
 
     def seed(self, x: Any, tangents: list[Any]) -> None:
         key = array_key(x)
@@ -234,11 +237,11 @@ class ForwardContext:
 
     def launch(self, cfg: Any, args: tuple, ndrange: Any) -> None:
         kernel = cfg.kernel
-        nd = L._ndrange(kernel, ndrange)
+        nd = ndrange_of(kernel, ndrange)
         plain = tuple(plain_value(a) if isinstance(a, DualScalar) else a for a in args)
-        L.check_args(kernel, cfg.backend, plain)
-        reads, writes = L.access(kernel)
-        params = L.kernel_ir(kernel).params
+        check_args(kernel, cfg.backend, plain)
+        reads, writes = access(kernel)
+        params = kernel_ir(kernel).params
         varied = any((is_array(a) and p in reads and self.tangent_of(a) is not None)
                      or isinstance(a, DualScalar) for p, a in zip(params, args))
         activity, tangents = [], {}
@@ -253,6 +256,6 @@ class ForwardContext:
             else:
                 activity.append("const")
         if "dup" not in activity and "active" not in activity:
-            L.launch_now(cfg, plain, ndrange)      # nothing carries a tangent here
+            launch_now(cfg, plain, ndrange)      # nothing carries a tangent here
             return
-        L.run_tangent(cfg, plain, tangents, tuple(activity), nd)
+        run_tangent(cfg, plain, tangents, tuple(activity), nd)

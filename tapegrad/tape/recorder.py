@@ -72,7 +72,7 @@ def recorder(plan: RecordPlan) -> RecordPlan:
         test = " or ".join(pairs) if len(pairs) <= 6 else f"_repeats([{', '.join(names)}])"
         emit(f"    if {test}:")
         emit("        # two views of one memory: launch with one object for both, which")
-        emit("        # merges their parameters (launch.one_parameter_per_array); that launch")
+        emit("        # merges their parameters (runtime.launch.one_parameter_per_array); that launch")
         emit("        # is recorded on every tape (an enclosing tape's copy records nothing here)")
         emit("        if launcher is not None:")
         emit(f"            _launch_merged(cfg, args, {_ids_tuple(plan)}, ndrange)")

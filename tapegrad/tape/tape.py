@@ -19,8 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad import launch as L
 from tapegrad.errors import TapegradError
+from tapegrad.frontend import kernel_ir
+from tapegrad.runtime.adjoint import run_adjoint, values_read
+from tapegrad.runtime.arguments import access, groupsize_of
+from tapegrad.runtime.launch import interceptor, launch, prepare
+from tapegrad.runtime.replay import replay_for, run_replay
 from tapegrad.tape import chains
 from tapegrad.tape.fingerprint import fingerprint
 from tapegrad.tape.identity import Identities, array_key
@@ -50,11 +54,11 @@ class paused:
     rule stands for everything inside it (its launches recorded too counted twice)."""
 
     def __enter__(self) -> None:
-        self.tokens = (_recording.set(()), L.interceptor.set(None))
+        self.tokens = (_recording.set(()), interceptor.set(None))
 
     def __exit__(self, *exc: Any) -> None:
         _recording.reset(self.tokens[0])
-        L.interceptor.reset(self.tokens[1])
+        interceptor.reset(self.tokens[1])
 
 
 def new_scalar(value: float, tapes: tuple[Tape, ...]) -> TrackedScalar:
@@ -163,13 +167,13 @@ class Tape:
                 "no tangents; differentiate the function in one mode")
         self.recording = True
         tapes = _recording.get() + (self,)
-        self.tokens = (_recording.set(tapes), L.interceptor.set(
+        self.tokens = (_recording.set(tapes), interceptor.set(
             self.record_launch if len(tapes) == 1 else _record_on_each(tapes)))
         return self
 
     def __exit__(self, *exc: Any) -> None:
         _recording.reset(self.tokens[0])
-        L.interceptor.reset(self.tokens[1])
+        interceptor.reset(self.tokens[1])
         self.recording = False
         # remember what every live input looked like, to catch changes before gradient();
         # arrays only the tape still holds (a simulation's intermediate states) cannot change
@@ -273,7 +277,7 @@ class Tape:
             plain = tuple(float.__float__(a) if type(a) is TrackedScalar else a for a in args)
             tracked = tuple(k for k, a in enumerate(args) if type(a) is TrackedScalar
                             and a.node_on(self) is not None)
-        launcher, nd, key = L.prepare(cfg, plain, ndrange)   # bad launches fail before copies
+        launcher, nd, key = prepare(cfg, plain, ndrange)   # bad launches fail before copies
         # (under the launcher, which is one per key and hashes by identity: the key is a
         # nested tuple that would be hashed a second time)
         plan = kernel.cache.get(("record plan", launcher, tracked))
@@ -288,12 +292,12 @@ class Tape:
         types (``recorder.RecordPlan``), with the function that records such launches;
         ``tracked``: the positions of this tape's scalars (part of the plan's cache key)."""
         kernel = cfg.kernel
-        reads, writes = L.access(kernel)
-        params = L.kernel_ir(kernel).params
+        reads, writes = access(kernel)
+        params = kernel_ir(kernel).params
         needs = self.values_needed(cfg, args, plain, nd)
         arrays = tuple((pos, p in reads, p in writes, p in needs)
                        for pos, (p, k) in enumerate(zip(params, key[2]))
-                       if type(k) is tuple)          # an array's argument key (launch._arg_key)
+                       if type(k) is tuple)          # an array's argument key (runtime.arguments.arg_key)
         float_at = tuple(pos for pos, *_ in arrays if np.dtype(plain[pos].dtype).kind == "f")
         return recorder(RecordPlan(needs, arrays, params, kernel.name, {}, float_at, tracked,
                                    len(args)))
@@ -310,12 +314,12 @@ class Tape:
             "dup" if isinstance(v, np.ndarray) and v.dtype.kind == "f" or (
                 hasattr(v, "__cuda_array_interface__") and np.dtype(v.dtype).kind == "f")
             else "const" for a, v in zip(args, plain))
-        everything = frozenset(L.kernel_ir(kernel).params)
+        everything = frozenset(kernel_ir(kernel).params)
         if "dup" not in activity and "active" not in activity:
             return everything
         try:
-            return L.values_read(kernel, cfg.backend, plain, activity, nd,
-                                 L._groupsize(cfg, len(nd)))
+            return values_read(kernel, cfg.backend, plain, activity, nd,
+                                 groupsize_of(cfg, len(nd)))
         except TapegradError:     # not differentiable here: the sweep will say so, if asked
             return everything
 
@@ -633,11 +637,11 @@ def _same_bits(a: Any, b: Any) -> bool:
 def launch_merged(cfg: Any, args: tuple, ids: tuple, ndrange: Any) -> None:
     """A launch passing two views of one memory (``ids``: the arguments' identities, None
     for scalars): launched with one object for both, which merges their parameters
-    (``launch.one_parameter_per_array``)."""
+    (``runtime.launch.one_parameter_per_array``)."""
     first: dict[Any, Any] = {}
     same = tuple(a if ids[pos] is None else first.setdefault(ids[pos], a)
                  for pos, a in enumerate(args))
-    L.launch(cfg, same, ndrange)
+    launch(cfg, same, ndrange)
 
 
 def _repeats(items: list[Any]) -> bool:
@@ -813,14 +817,14 @@ class LaunchRecord(Record):
         if replay is _UNKNOWN:
             if len(self.replays) >= _REPLAYS_KEPT:      # (launches over many ndranges)
                 self.replays.clear()
-            replay = self.replays[key] = L.replay_for(self.cfg, tuple(values), *self.split(
+            replay = self.replays[key] = replay_for(self.cfg, tuple(values), *self.split(
                 pattern), kept=self.needs)
         if replay is not None and (not tape.aliased_given or len(shadows) < 2
                                    or not _repeats(list(shadows.values()))):
-            L.run_replay(self.cfg, replay, values, shadows, self.nd)
+            run_replay(self.cfg, replay, values, shadows, self.nd)
             tape.last_replay = (self, replay, values, shadows, pattern)
             return
-        scalars = L.run_adjoint(self.cfg, tuple(values), shadows, *self.split(pattern)[:-1],
+        scalars = run_adjoint(self.cfg, tuple(values), shadows, *self.split(pattern)[:-1],
                                 kept=self.needs)
         if scalars:
             for p, node in zip(self.params, self.nodes):

@@ -3,9 +3,9 @@
 Numba compiles a parallel loop taking distinct array arguments to be distinct memory, so a
 store through one parameter was not seen by a load through another (a primal read its old
 value, an adjoint lost updates).  A launch that passes one array object for several
-parameters now runs the kernel with them merged into one (``launch.one_parameter_per_array``),
-and one shadow given for several read-only arrays is split and summed after
-(``launch.run_adjoint``).  Every gradient is checked against central finite differences in
+parameters now runs the kernel with them merged into one
+(``runtime.launch.one_parameter_per_array``), and one shadow given for several read-only
+arrays is split and summed after (``runtime.adjoint.run_adjoint``).  Every gradient is checked against central finite differences in
 float64, every primal against a sequential reading of the kernel.
 """
 

@@ -8,10 +8,11 @@ import ast
 import numpy as np
 
 import tapegrad as tg
-from tapegrad import launch as L
 from tapegrad.ad.normalize import normalize
 from tapegrad.backends.cpu.lower import lower_kernel
+from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import specialize
+from tapegrad.runtime.arguments import check_args
 
 
 @tg.func
@@ -36,12 +37,12 @@ def _nodes(ir) -> list[int]:
 
 
 def test_normalize_leaves_the_kernels_ir_node_for_node():
-    ir = L.kernel_ir(stencil_with_calls)
+    ir = kernel_ir(stencil_with_calls)
     before, text = _nodes(ir), ast.unparse(ast.Module(body=ir.body, type_ignores=[]))
     x = np.zeros((4, 5))
-    argtypes = L.check_args(stencil_with_calls, tg.CPU(), (x, x, 0.5))
-    typed = specialize(ir, argtypes, 2, (2, 4), L.kernel_ir)
-    normalize(ir, L.kernel_ir)
+    argtypes = check_args(stencil_with_calls, tg.CPU(), (x, x, 0.5))
+    typed = specialize(ir, argtypes, 2, (2, 4), kernel_ir)
+    normalize(ir, kernel_ir)
     assert _nodes(ir) == before
     assert ast.unparse(ast.Module(body=ir.body, type_ignores=[])) == text
     lower_kernel(typed)          # a kernel typed before still lowers (its types by node)

@@ -11,8 +11,11 @@ os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
 import numpy as np  # noqa: E402
 
 import tapegrad as tg  # noqa: E402
-from tapegrad import launch as L  # noqa: E402
 from tapegrad.backends.cuda.ptx import PTXTarget  # noqa: E402
+from tapegrad.runtime.adjoint import compile_adjoint
+from tapegrad.runtime.arguments import check_args
+from tapegrad.runtime.launch import compile_kernel
+from tapegrad.runtime.tangent import compile_tangent
 from tests.ad import test_forward as F  # noqa: E402
 from tests.ad import test_reverse as R  # noqa: E402
 
@@ -46,17 +49,17 @@ def main(shard: int = 0, shards: int = 1) -> int:
     failures = 0
     for kernel, args, nd, wgs, diff in CASES[shard::shards]:
         nd_t = (nd,) if isinstance(nd, int) else nd
-        argtypes = L.check_args(kernel, tg.CPU(), args)
+        argtypes = check_args(kernel, tg.CPU(), args)
         activity = tuple(("dup" if hasattr(a, "shape") else "active") if k in diff else "const"
                          for k, a in enumerate(args))
         for mode in ("primal", "forward", "reverse"):
             try:
                 if mode == "primal":
-                    ptx = L.compile_kernel(kernel, mode, target, argtypes, len(nd_t), wgs)
+                    ptx = compile_kernel(kernel, mode, target, argtypes, len(nd_t), wgs)
                 elif mode == "forward":
-                    ptx = L.compile_tangent(kernel, target, argtypes, activity, len(nd_t), wgs, 2)[1]
+                    ptx = compile_tangent(kernel, target, argtypes, activity, len(nd_t), wgs, 2)[1]
                 else:
-                    adjoint, ptx = L.compile_adjoint(kernel, target, argtypes, activity,
+                    adjoint, ptx = compile_adjoint(kernel, target, argtypes, activity,
                                                      len(nd_t), wgs, None)
                     if not isinstance(ptx, str):   # a stencil adjoint: gather kernels + rest
                         ptx = "\n".join([g.adding for g in ptx.gathers]

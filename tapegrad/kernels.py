@@ -1,0 +1,131 @@
+"""The user's handles: ``@tg.kernel`` (configured with a backend and a workgroup size, then
+launched) and ``@tg.func`` (a device function, with hand-written derivative rules if wanted).
+Both are checked against the kernel language when decorated, at the user's line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tapegrad.errors import LaunchError
+from tapegrad.frontend.checks import check_syntax
+from tapegrad.lang.kernel import DeviceFunction, KernelFunction
+from tapegrad.runtime.launch import launch
+from tapegrad.runtime.show import source_of
+
+
+class Func(DeviceFunction):
+    """A device function: callable from kernels and other device functions, differentiable.
+
+    >>> import tapegrad as tg
+    >>> @tg.func
+    ... def square(x):
+    ...     return x * x
+    >>> square(3.0)  # on the host it is the plain Python function
+    9.0
+    """
+
+    def reverse(self, rule: Callable[..., Any]) -> Func:
+        """Decorator: a hand-written reverse rule, used instead of differentiating the body.
+
+        ``rule(*args, r_bar)`` is written in the kernel language and returns the adjoint of
+        each argument (a tuple when there are several) given the adjoint ``r_bar`` of the result.
+
+        >>> import math, tapegrad as tg
+        >>> @tg.func
+        ... def softplus(x):
+        ...     return math.log1p(math.exp(x))
+        >>> @softplus.reverse
+        ... def softplus_reverse(x, r_bar):
+        ...     return r_bar / (1.0 + math.exp(-x))
+        """
+        check_syntax(rule, is_kernel=False)
+        self.reverse_rule = Func(rule)
+        return self.reverse_rule
+
+    def forward(self, rule: Callable[..., Any]) -> Func:
+        """Decorator: a hand-written forward rule ``rule(*args, *arg_dots) -> r_dot``."""
+        check_syntax(rule, is_kernel=False)
+        self.forward_rule = Func(rule)
+        return self.forward_rule
+
+    def __repr__(self) -> str:
+        return f"<tg.func {self.name}>"
+
+
+class Kernel(KernelFunction):
+    """A kernel written in the tapegrad kernel language; configure it, then launch it.
+
+    >>> import numpy as np, tapegrad as tg
+    >>> @tg.kernel
+    ... def double(B, A):
+    ...     i = tg.index()
+    ...     B[i] = 2.0 * A[i]
+    >>> A = np.arange(4.0); B = np.zeros(4)
+    >>> double(tg.CPU(), 64)(B, A, ndrange=4)
+    >>> B.tolist()
+    [0.0, 2.0, 4.0, 6.0]
+    """
+
+    def __init__(self, pyfunc: Callable[..., Any]):
+        super().__init__(pyfunc)
+        self._configured: dict[Any, ConfiguredKernel] = {}
+
+    def __call__(self, backend: Any, workgroupsize: int | tuple[int, ...] | None = None,
+                 *args: Any, ndrange: Any = None) -> ConfiguredKernel:
+        """Bind a backend and a workgroup size: ``kern(backend, 64)(*args, ndrange=n)``."""
+        if args or ndrange is not None or not hasattr(backend, "compile"):
+            raise LaunchError(
+                f"{self.name}(...) takes a backend first, e.g. {self.name}(tg.CPU()) or "
+                f"{self.name}(tg.get_backend(A)), then the arguments: "
+                f"{self.name}(backend)(A, B, ndrange=n); got {type(backend).__name__}.")
+        if isinstance(workgroupsize, list):
+            workgroupsize = tuple(workgroupsize)
+        try:
+            key = (id(backend), workgroupsize)
+            cfg = self._configured.get(key)
+        except TypeError:
+            raise LaunchError(f"{self.name}: workgroupsize must be an int or a tuple of ints, "
+                              f"got {type(workgroupsize).__name__}") from None
+        if cfg is None or cfg.backend is not backend:
+            cfg = ConfiguredKernel(self, backend, workgroupsize)
+            self._configured[key] = cfg
+        return cfg
+
+    def source(self, mode: str = "primal", backend: Any = None) -> str:
+        """The kernel as tapegrad will run it, as readable Python.
+
+        ``mode`` is ``"primal"``; with ``backend`` given, the code lowered for that backend by
+        the most recent launch (launch once first).
+        """
+        return source_of(self, mode, backend)
+
+    def __repr__(self) -> str:
+        return f"<tg.kernel {self.name}>"
+
+
+class ConfiguredKernel:
+    """A kernel bound to a backend and a workgroup size; call it with the arguments."""
+
+    def __init__(self, kernel: Kernel, backend: Any, workgroupsize: Any):
+        self.kernel = kernel
+        self.backend = backend
+        self.workgroupsize = workgroupsize
+
+    def __call__(self, *args: Any, ndrange: int | tuple[int, ...] | None = None) -> None:
+        launch(self, args, ndrange)
+
+    def __repr__(self) -> str:
+        return f"<tg.kernel {self.kernel.name} on {self.backend!r}, workgroupsize={self.workgroupsize}>"
+
+
+def kernel(fn: Callable[..., Any]) -> Kernel:
+    """Decorator: turn a Python function written in the kernel language into a kernel."""
+    check_syntax(fn)                  # fail early, at the decorated line
+    return Kernel(fn)
+
+
+def func(fn: Callable[..., Any]) -> Func:
+    """Decorator: a device function callable from kernels."""
+    check_syntax(fn, is_kernel=False)
+    return Func(fn)

@@ -1,0 +1,130 @@
+"""Launching kernels: find or build a launch's compiled code and run it.
+
+``compile_kernel`` is the primal pipeline in one place: frontend, types, backend.  ``launch``
+is the hot path: one dictionary look-up when the kernel was already compiled for these
+argument types, launch shape and workgroup size.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from contextvars import ContextVar
+from typing import Any
+
+import numpy as np
+
+from tapegrad.frontend import kernel_ir
+from tapegrad.frontend.types import Type, specialize
+from tapegrad.runtime.arguments import (
+    arg_key,
+    check_args,
+    check_writable,
+    groupsize_of,
+    ndrange_of,
+)
+from tapegrad.runtime.show import show
+
+
+def compile_kernel(kernel: Any, mode: str, backend: Any, argtypes: tuple[Type, ...],
+                   rank: int, groupsize: tuple[int, ...]) -> Any:
+    """The pipeline: source -> kernel IR -> typed kernel -> compiled launcher."""
+    ir = kernel_ir(kernel)                                          # parse, check, resolve
+    typed = specialize(ir, argtypes, rank, groupsize, kernel_ir)    # infer types
+    return backend.compile(typed)                                   # lower, cache, compile
+
+
+# While a tape records or forward mode runs, it sees every launch first: a function of
+# ``(cfg, args, ndrange)`` set by tapegrad.tape, per thread (and per asyncio task), so that
+# two threads each recording their own tape never see each other's launches.
+interceptor: ContextVar[Any] = ContextVar("tapegrad_interceptor", default=None)
+
+
+_intercepting = interceptor.get
+
+
+def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
+    """Run a configured kernel ``cfg`` on ``args`` over ``ndrange`` (recorded on a tape if one
+    is recording)."""
+    if len({id(a) for a in args}) < len(args):      # one object passed twice (rare)
+        cfg, args, _ = one_parameter_per_array(cfg, args, args)
+    seen_by = _intercepting()
+    if seen_by is not None:
+        seen_by(cfg, args, ndrange)
+        return
+    launch_now(cfg, args, ndrange)
+
+
+def one_parameter_per_array(cfg: Any, args: tuple, arrays: tuple
+                            ) -> tuple[Any, tuple, list[int]]:
+    """A launch that passes one array object for several parameters (``arrays[k]`` is the
+    array, if any, behind ``args[k]``) runs the kernel with those parameters merged into the
+    first: ``kern(Z, a, X, Y)`` launched on ``(z, 0.5, z, y)`` runs ``Z[i] = a * Z[i] + Y[i]``.
+    That is what one array means, and the only way to get it compiled: Numba takes distinct
+    array arguments of a parallel loop to be distinct memory, so a store through one
+    parameter would not be seen by a load through another (and an adjoint would lose
+    updates).  Differentiating the merged kernel is differentiating an in-place kernel.
+    Returns the configured kernel to launch, its arguments, and their positions in ``args``."""
+    kernel = cfg.kernel
+    params = kernel_ir(kernel).params
+    if len(args) != len(params):
+        return cfg, args, list(range(len(args)))   # the launch reports the wrong count
+    first: dict[int, int] = {}
+    merged: dict[str, str] = {}
+    kept = []
+    for pos, a in enumerate(arrays):
+        if isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__"):
+            at = first.setdefault(id(a), pos)
+            if at != pos:
+                merged[params[pos]] = params[at]
+                continue
+        kept.append(pos)
+    if not merged:
+        return cfg, args, kept
+    key = ("merged", tuple(sorted(merged.items())))
+    variant = kernel.cache.get(key)
+    if variant is None:
+        variant = kernel.cache[key] = _merged_kernel(kernel, merged)
+    return variant(cfg.backend, cfg.workgroupsize), tuple(args[pos] for pos in kept), kept
+
+
+def _merged_kernel(kernel: Any, merged: dict[str, str]) -> Any:
+    """``kernel`` with each parameter in ``merged`` replaced by the one it maps to."""
+    import copy
+
+    class Rename(ast.NodeTransformer):
+        def visit_Name(self, node: ast.Name) -> ast.Name:
+            return ast.copy_location(ast.Name(id=merged[node.id], ctx=node.ctx), node) \
+                if node.id in merged else node
+
+    ir = kernel_ir(kernel)
+    body = [Rename().visit(st) for st in copy.deepcopy(ir.body)]
+    variant = type(kernel)(kernel.pyfunc)
+    variant.cache["ir"] = dataclasses.replace(
+        ir, params=[p for p in ir.params if p not in merged], body=body)
+    variant.merged_from = kernel
+    return variant
+
+
+def launch_now(cfg: Any, args: tuple, ndrange: Any) -> None:
+    """Run a configured kernel now, unrecorded."""
+    launcher, nd, _ = prepare(cfg, args, ndrange)
+    if 0 not in nd:
+        launcher(args, nd)
+
+
+def prepare(cfg: Any, args: tuple, ndrange: Any) -> tuple[Any, tuple[int, ...], tuple]:
+    """The compiled primal launcher for these arguments (checked and compiled on first use),
+    the launch's ndrange as a tuple, and the key both are cached under."""
+    kernel, backend = cfg.kernel, cfg.backend
+    nd = ndrange_of(kernel, ndrange)
+    wgs = groupsize_of(cfg, len(nd))
+    key = ("primal", backend, arg_key(args), len(nd), wgs)
+    launcher = kernel.cache.get(key)
+    if launcher is None:
+        argtypes = check_args(kernel, backend, args)
+        launcher = compile_kernel(kernel, "primal", backend, argtypes, len(nd), wgs)
+        check_writable(kernel, args)
+        kernel.cache[key] = launcher
+    show(kernel, "primal", backend, launcher)
+    return launcher, nd, key

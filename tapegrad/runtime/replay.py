@@ -1,0 +1,73 @@
+"""A tape's sweep replays the same adjoint once per recorded step: worked out once per pattern
+of activities and shadow states (``replay_for``), then only launched (``run_replay``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tapegrad.frontend import kernel_ir
+from tapegrad.runtime.adjoint import adjoint_of
+from tapegrad.runtime.adjoint_parts import GathersThenRest, check_kept, fresh_plan, launch_adjoint
+from tapegrad.runtime.show import Shown, show
+
+
+@dataclasses.dataclass(slots=True)
+class Replay:
+    """One adjoint launch worked out in advance: a tape's sweep runs the same kernel with the
+    same argument types and the same pattern of activities and shadow states once per
+    recorded step, so it asks ``replay_for`` once per pattern and then only gathers the
+    arrays and calls ``run_replay`` (what ``run_adjoint`` works out per call, done once)."""
+
+    adjoint: Any
+    launcher: Any
+    fresh_at: frozenset[int]          # argument positions of gather kernels that store
+    zeroed: tuple[str, ...]           # shadows to zero before the launch
+    order: tuple[str, ...]            # the shadow parameters, in the adjoint's argument order
+    shown: Any                        # what kern.source() shows for it (Shown)
+    steps: tuple[tuple[Any, int | None], ...]   # the launcher's launches (GathersThenRest.steps)
+    chain: Any = None    # how a sweep runs it along a chain of states (tape/chains.py), or False
+
+
+def replay_for(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int, ...],
+               discard: frozenset[str], fresh: frozenset[str], covered: frozenset[str],
+               kept: frozenset[str]) -> Replay | None:
+    """The ``Replay`` of ``cfg``'s adjoint for this pattern (arguments as in ``run_adjoint``;
+    ``covered``: the ``fresh`` shadows of the launch's shape), or None when the adjoint needs
+    ``run_adjoint``'s general path (a stack, scratch copies, Active scalars).  Any record of
+    the same kernel and argument types may use it: the values a record keeps (copies the tape
+    made, stand-ins for freed arrays) can differ from the launch's arrays in being writeable
+    and in layout, which pick compiled code but not what the adjoint is."""
+    adjoint, launcher, _ = adjoint_of(cfg, values, activity, nd, discard)
+    if adjoint.uses_status or adjoint.scratch or adjoint.active_scalars:
+        return None
+    check_kept(cfg.kernel, adjoint, kept)
+    fresh_at: frozenset[int] = frozenset()
+    zeroed: tuple[str, ...] = ()
+    if fresh:
+        launcher, fresh_at, _, zeroed = fresh_plan(
+            adjoint, launcher, len(kernel_ir(cfg.kernel).params), fresh, covered)
+    steps = launcher.steps(fresh_at) if isinstance(launcher, GathersThenRest) \
+        else ((launcher, None),)
+    return Replay(adjoint, launcher, fresh_at, zeroed, tuple(adjoint.shadow_of.values()),
+                  Shown(steps), steps)
+
+
+def run_replay(cfg: Any, replay: Replay, values: list, shadows: dict[str, Any],
+               nd: tuple[int, ...]) -> None:
+    """Launch a ``Replay`` on one record's arrays (no two shadows the same array)."""
+    for p in replay.zeroed:
+        shadows[p][...] = 0
+    args = (*values, *[shadows[p] for p in replay.order])
+    kernel = cfg.kernel
+    if kernel.shown.get("reverse") is not replay.shown or kernel.merged_from is not None:
+        show(kernel, "reverse", cfg.backend, replay.shown,
+              lambda: [g.ir for g in replay.adjoint.gathers] + [replay.adjoint.ir])
+    if 0 in nd:
+        launch_adjoint(replay.launcher, args, nd, replay.fresh_at)
+        return
+    for run, shaped_by in replay.steps:
+        if shaped_by is None:
+            run(args, nd)
+        else:                     # a gather kernel: over its shadow, the ndrange appended
+            run(args + nd, args[shaped_by].shape)

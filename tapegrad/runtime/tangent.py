@@ -1,0 +1,49 @@
+"""Forward mode at run time: compile a kernel's tangent for a launch (cached) and launch it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tapegrad.ad import normalize, tangent_kernel
+from tapegrad.frontend import kernel_ir
+from tapegrad.frontend.types import Type, specialize
+from tapegrad.runtime.arguments import arg_key, check_args, groupsize_of
+from tapegrad.runtime.show import show
+
+
+def compile_tangent(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
+                    activity: tuple[str, ...], rank: int, groupsize: tuple[int, ...],
+                    width: int) -> tuple[Any, Any]:
+    """The forward-mode pipeline: kernel IR -> normalized, typed -> tangent IR -> compiled."""
+    ir = kernel_ir(kernel)
+    flat = normalize(ir, kernel_ir, keep=lambda f: f.forward_rule is not None)
+    typed = specialize(flat, argtypes, rank, groupsize, kernel_ir)
+    tangent = tangent_kernel(typed, activity, width)                # generate the tangent
+    extra = [argtypes[ir.params.index(p)] for p, _ in tangent.tangent_params]
+    typed_tangent = specialize(tangent.ir, argtypes + tuple(extra), rank, groupsize, kernel_ir)
+    return tangent, backend.compile(typed_tangent)
+
+
+def run_tangent(cfg: Any, values: tuple, tangents: dict[str, tuple], activity: tuple[str, ...],
+                nd: tuple[int, ...]) -> None:
+    """One launch computing the kernel's outputs and their tangents in ``width`` directions.
+
+    ``tangents[p]`` holds one tangent per direction for every ``dup``/``active`` parameter:
+    arrays (read for inputs, written for outputs) or floats (for scalars).
+    """
+    kernel, backend = cfg.kernel, cfg.backend
+    params = kernel_ir(kernel).params
+    width = max((len(t) for t in tangents.values()), default=1)
+    wgs = groupsize_of(cfg, len(nd))
+    plain = tuple(values) + tuple(t for p in params for t in tangents.get(p, ()))
+    key = ("forward", backend, arg_key(plain), activity, len(nd), wgs, width)
+    entry = kernel.cache.get(key)
+    if entry is None:
+        argtypes = check_args(kernel, backend, values)
+        entry = compile_tangent(kernel, backend, argtypes, activity, len(nd), wgs, width)
+        kernel.cache[key] = entry
+    tangent, launcher = entry
+    show(kernel, "forward", backend, launcher, lambda: tangent.ir)
+    args = list(values) + [tangents[p][j] for p, j in tangent.tangent_params]
+    if 0 not in nd:
+        launcher(tuple(args), nd)
