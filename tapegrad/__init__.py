@@ -12,8 +12,7 @@ differentiate whole programs built from them.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
+from tapegrad._version import __version__
 from tapegrad.backends import (
                                CPU,
                                CUDA,

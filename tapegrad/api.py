@@ -28,16 +28,12 @@ from tapegrad.tape.activity import (
     Reverse,
     annotate,
 )
-from tapegrad.tape.forward import DualScalar, ForwardContext, plain_value, refuse_nested
+from tapegrad.tape.arrays import empty_like, is_array, zeros_like
+from tapegrad.tape.forward import ForwardContext
 from tapegrad.tape.identity import array_key, extent
-from tapegrad.tape.scalars import TrackedScalar, plain
-from tapegrad.tape.tape import (
-    Tape,
-    _empty_like,
-    _zeros_like,
-    is_array,
-    not_a_scalar,
-)
+from tapegrad.tape.modes import refuse_nested
+from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain, plain_value
+from tapegrad.tape.tape import Tape, not_a_scalar
 
 
 def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = None,
@@ -241,7 +237,7 @@ def _result_tangents(ctx: ForwardContext, result: Any, width: int) -> list[Any]:
         return list(result.tangents)
     if is_array(result):
         t = ctx.tangent_of(result)
-        return list(t) if t is not None else [_zeros_like(result) for _ in range(width)]
+        return list(t) if t is not None else [zeros_like(result) for _ in range(width)]
     if isinstance(result, (float, int, np.floating, np.integer)):
         return [0.0] * width
     raise TapegradError(f"forward mode needs f to return a scalar or an array, got "
@@ -400,7 +396,7 @@ def vjp(f: Callable[..., Any], x: Any, w: Any) -> tuple[Any, Any]:
     tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:
         y = f(x)
-    x_bar = _zeros_like(x)
+    x_bar = zeros_like(x)
     _seeded_sweep(tape, y, w, x, x_bar)
     return (plain(y) if isinstance(y, TrackedScalar) else y), x_bar
 
@@ -423,7 +419,7 @@ def _seeded_sweep(tape: Tape, y: Any, w: Any, x: Any, x_bar: Any) -> None:
         x_bar[...] = w
         tape.backward(y, {}, {tape.key(x): x_bar}, [x], seed_target=False, seeded=[y])
         return
-    seed = _empty_like(y)
+    seed = empty_like(y)
     seed[...] = w
     # x_bar is ours and new: the sweep may store into it rather than add to its zeros
     tape.backward(y, {}, {tape.key(x): x_bar, tape.key(y): seed}, [x], seed_target=False,
@@ -460,11 +456,11 @@ def jacobian(f: Callable[..., Any], x: Any, mode: Mode = Reverse) -> Any:
     size = 1 if isinstance(y, (TrackedScalar, float)) else y.size
     rows = []
     for k in range(size):
-        x_bar = _zeros_like(x)
+        x_bar = zeros_like(x)
         if size == 1 and not is_array(y):
             _seeded_sweep(tape, y, 1.0, x, x_bar)
         else:
-            w = _zeros_like(y).ravel()
+            w = zeros_like(y).ravel()
             w[k] = 1
             _seeded_sweep(tape, y, w.reshape(y.shape), x, x_bar)
         rows.append(_host_array(x_bar).ravel())
@@ -479,7 +475,7 @@ def _jacobian_forward(f: Callable[..., Any], x: Any, width: int = 8) -> Any:
         count = min(width, x.size - start)
         seeds = []
         for k in range(count):
-            e = _zeros_like(x).ravel()
+            e = zeros_like(x).ravel()
             e[start + k] = 1
             seeds.append(e.reshape(x.shape))
         at = x if start == 0 else original.copy()  # (x itself once, as in reverse mode)

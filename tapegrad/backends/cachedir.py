@@ -30,6 +30,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from tapegrad._version import __version__
 from tapegrad.errors import CacheError
 
 _private: Path | None = None
@@ -70,7 +71,6 @@ def cache_dir() -> Path:
     Raises :class:`~tapegrad.errors.CacheError` for a folder that cannot be trusted; where the
     folder is missing and cannot be created (a read-only home), this process's private folder.
     """
-    from tapegrad import __version__
     top = root()
     path = top / f"v{__version__}"
     try:

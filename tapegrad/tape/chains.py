@@ -29,6 +29,7 @@ from numba.core.errors import NumbaError
 from tapegrad.backends.cache import load_source
 from tapegrad.backends.compiler_process import compile_elsewhere
 from tapegrad.backends.cpu.backend import launch_threads
+from tapegrad.tape.records import _DUP, _FRESH
 
 MIN_RUN = 2      # shorter runs go record by record (the compiled call costs a launch)
 enabled = True   # False: every record goes by itself (``python -m tapegrad bench`` compares)
@@ -156,7 +157,6 @@ def _plan(record: Any, replay: Any, pattern: tuple) -> ChainPlan | None:
     array: a replay has no scratch copies), other arrays without shadows, no tracked
     scalar, the input's shadow new (stored into) and the output's not."""
     from tapegrad.backends.cpu.backend import _ByLaunchSize, _Launcher
-    from tapegrad.tape.tape import _DUP, _FRESH
     if len(replay.steps) != 1 or replay.zeroed or record.tracked_at:
         return None
     if len(record.writes) != 1:

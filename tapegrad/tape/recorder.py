@@ -18,7 +18,9 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from tapegrad.tape.arrays import allocate, repeats
 from tapegrad.tape.identity import Ident
+from tapegrad.tape.records import LaunchRecord, launch_merged
 
 
 @dataclass
@@ -120,11 +122,10 @@ def recorder(plan: RecordPlan) -> RecordPlan:
             emit(f"    readers.setdefault(i{pos}, []).append((record, {pos}, a{pos}))")
             # that overwrites it copies them first (an overwritten one was copied above)
     plan.source = "\n".join(lines) + "\n"
-    from tapegrad.tape import tape as tape_module  # (which imports this module)
-    scope = dict(LaunchRecord=tape_module.LaunchRecord, NAME=plan.name, PARAMS=plan.params,
+    scope = dict(LaunchRecord=LaunchRecord, NAME=plan.name, PARAMS=plan.params,
                  NEEDS=plan.needs, REPLAYS=plan.replays, FLOAT_AT=plan.float_at,
-                 TRACKED=plan.tracked, _repeats=tape_module._repeats,
-                 _launch_merged=tape_module.launch_merged, _release=release)
+                 TRACKED=plan.tracked, _repeats=repeats,
+                 _launch_merged=launch_merged, _release=release)
     filename = f"<tapegrad recorder of {plan.name}>"
     # (tracebacks through it show its lines)
     linecache.cache[filename] = (len(plan.source), None, plan.source.splitlines(True), filename)
@@ -178,8 +179,7 @@ class Released:
         if x is None:
             x = stand_ins.get(self.meta)
             if x is None:
-                from tapegrad.tape.tape import _allocate  # (which imports this module)
-                x = stand_ins[self.meta] = _allocate(self.meta, zeroed=False)
+                x = stand_ins[self.meta] = allocate(self.meta, zeroed=False)
         return x
 
 

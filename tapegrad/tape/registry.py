@@ -9,13 +9,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tapegrad.errors import TapegradError
-from tapegrad.tape import forward as F
-from tapegrad.tape import tape as T
-from tapegrad.tape.scalars import TrackedScalar
+from tapegrad.tape.arrays import is_array
+from tapegrad.tape.forward import ForwardContext
+from tapegrad.tape.modes import current_forward, new_scalar, paused, recording_tapes, suspended
+from tapegrad.tape.records import Record
+from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain_value
 
 
 @dataclass
-class OpRecord(T.Record):
+class OpRecord(Record):
     rule: Callable[..., Any] | None = None
     views: list[Any] = field(default_factory=list)        # the arguments as the op saw them
     arg_ids: list[int | None] = field(default_factory=list)
@@ -26,7 +28,7 @@ class OpRecord(T.Record):
     def redirect(self, pos: int, copy: Any) -> None:
         self.views[pos] = copy
 
-    def backward(self, tape: T.Tape) -> None:
+    def backward(self, tape: Any) -> None:
         if self.out_id is not None:
             y_bar = tape.shadow(self.out_id)
         else:
@@ -68,44 +70,44 @@ def register_adjoint(fn: Callable[..., Any], reverse: Callable[..., Any],
 
     @functools.wraps(fn)
     def op(*args: Any) -> Any:
-        ctx = F.current()
+        ctx = current_forward()
         if ctx is not None:
             return _forward(ctx, fn, forward, name, args)
-        tapes = T.recording_tapes()
+        tapes = recording_tapes()
         plain = [float.__float__(a) if isinstance(a, TrackedScalar) else a for a in args]
         if not tapes:
             return fn(*plain)
-        with T.paused():
+        with paused():
             y = fn(*plain)
-        if not T.is_array(y):
-            y = T.new_scalar(float.__float__(y), tapes)
+        if not is_array(y):
+            y = new_scalar(float.__float__(y), tapes)
         for tape in tapes:
-            record = OpRecord(reads=[tape.track(a) for a in args if T.is_array(a)], writes=[],
+            record = OpRecord(reads=[tape.track(a) for a in args if is_array(a)], writes=[],
                               name=name, op_name=name, rule=reverse, views=list(plain),
-                              arg_ids=[tape.track(a) if T.is_array(a) else None for a in args],
+                              arg_ids=[tape.track(a) if is_array(a) else None for a in args],
                               arg_nodes=[a.node_on(tape) if isinstance(a, TrackedScalar)
                                          else None for a in args])
             record.scalars_in = [n for n in record.arg_nodes if n is not None]
-            if T.is_array(y):
+            if is_array(y):
                 record.out_id = tape.track(y)
                 record.writes = [record.out_id]
             else:
                 record.scalar_out = y.node_on(tape)
-            tape.record_host(record, [(a, k) for k, a in enumerate(args) if T.is_array(a)])
+            tape.record_host(record, [(a, k) for k, a in enumerate(args) if is_array(a)])
         return y
 
     op.forward_rule = forward
     return op
 
 
-def _forward(ctx: F.ForwardContext, fn: Callable[..., Any], forward: Callable[..., Any] | None,
+def _forward(ctx: ForwardContext, fn: Callable[..., Any], forward: Callable[..., Any] | None,
              name: str, args: tuple) -> Any:
     """Forward mode: ``forward(*args, *arg_tangents)`` gives the result's tangent."""
-    plain = [F.plain_value(a) if isinstance(a, F.DualScalar) else a for a in args]
-    with F.suspended():        # (the rule gives the tangent of everything fn does)
+    plain = [plain_value(a) if isinstance(a, DualScalar) else a for a in args]
+    with suspended():        # (the rule gives the tangent of everything fn does)
         y = fn(*plain)
-    per_arg = [a.tangents if isinstance(a, F.DualScalar) else
-               (ctx.tangent_of(a) if T.is_array(a) else None) for a in args]
+    per_arg = [a.tangents if isinstance(a, DualScalar) else
+               (ctx.tangent_of(a) if is_array(a) else None) for a in args]
     if all(t is None for t in per_arg):
         return y
     if forward is None:
@@ -115,9 +117,9 @@ def _forward(ctx: F.ForwardContext, fn: Callable[..., Any], forward: Callable[..
     tangents = []
     for j in range(ctx.width):
         dots = [None if t is None else t[j] for t in per_arg]
-        with F.suspended():    # (the rule may run forward mode on kernels itself)
+        with suspended():    # (the rule may run forward mode on kernels itself)
             tangents.append(forward(*plain, *dots))
-    if T.is_array(y):
+    if is_array(y):
         ctx.seed(y, tangents)
         return y
-    return F.DualScalar(F.plain_value(y), tangents)
+    return DualScalar(plain_value(y), tangents)

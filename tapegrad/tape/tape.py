@@ -11,62 +11,23 @@ overwrite consumes the shadow of what it overwrote (Enzyme's semantics).
 from __future__ import annotations
 
 import os
-import sys
-import threading
-from contextvars import ContextVar
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from tapegrad.errors import TapegradError
 from tapegrad.frontend import kernel_ir
-from tapegrad.runtime.adjoint import run_adjoint, values_read
+from tapegrad.runtime.adjoint import values_read
 from tapegrad.runtime.arguments import access, groupsize_of
-from tapegrad.runtime.launch import interceptor, launch, prepare
-from tapegrad.runtime.replay import replay_for, run_replay
+from tapegrad.runtime.launch import interceptor, prepare
 from tapegrad.tape import chains
+from tapegrad.tape.arrays import allocate, empty_like, is_array, only_tape_holds, repeats, spares
 from tapegrad.tape.fingerprint import fingerprint
 from tapegrad.tape.identity import Identities, array_key
+from tapegrad.tape.modes import current_forward, tapes_var
 from tapegrad.tape.recorder import RecordPlan, recorder
+from tapegrad.tape.records import LaunchRecord, Record
 from tapegrad.tape.scalars import TrackedScalar
-
-# The tapes recording in this thread (or asyncio task), outermost first: recording state is
-# per context, so two threads each inside its own tape record only their own launches.
-_recording: ContextVar[tuple[Tape, ...]] = ContextVar("tapegrad_tapes", default=())
-
-
-def current() -> Tape | None:
-    """The innermost tape that is recording in this thread, if any."""
-    tapes = _recording.get()
-    return tapes[-1] if tapes else None
-
-
-def recording_tapes() -> tuple[Tape, ...]:
-    """Every tape recording in this thread, outermost first: a nested tape's operations are
-    recorded on each (as TensorFlow's nested ``GradientTape``s do), so an enclosing tape's
-    gradient includes what an inner one saw."""
-    return _recording.get()
-
-
-class paused:
-    """``with paused():`` runs its body unrecorded: a registered adjoint's own function, whose
-    rule stands for everything inside it (its launches recorded too counted twice)."""
-
-    def __enter__(self) -> None:
-        self.tokens = (_recording.set(()), interceptor.set(None))
-
-    def __exit__(self, *exc: Any) -> None:
-        _recording.reset(self.tokens[0])
-        interceptor.reset(self.tokens[1])
-
-
-def new_scalar(value: float, tapes: tuple[Tape, ...]) -> TrackedScalar:
-    """A tracked scalar with a node on each of ``tapes`` (outermost first)."""
-    scalar = tapes[-1].new_node(value)
-    if len(tapes) > 1:
-        scalar.outer = tuple((t, t.next_node()) for t in tapes[:-1])
-    return scalar
 
 
 def _record_on_each(tapes: tuple[Tape, ...]) -> Any:
@@ -79,25 +40,6 @@ def _record_on_each(tapes: tuple[Tape, ...]) -> Any:
             tape.record_launch(cfg, args, ndrange, run=False)
         inner.record_launch(cfg, args, ndrange)
     return record
-
-
-def is_array(x: Any) -> bool:
-    return hasattr(x, "shape") and hasattr(x, "dtype") and getattr(x, "ndim", 0) >= 0 \
-        and not isinstance(x, (np.generic, float, int))
-
-
-@dataclass
-class Record:
-    """One recorded operation: what it read, what it wrote, and how to run its adjoint."""
-
-    reads: list[tuple]                    # identities of arrays read
-    writes: list[tuple]                   # identities of arrays written
-    scalars_in: list[int] = field(default_factory=list)    # tracked-scalar nodes read
-    scalar_out: int | None = None                          # tracked-scalar node produced
-    name: str = ""
-
-    def backward(self, tape: Tape) -> None:
-        raise NotImplementedError
 
 
 class Tape:
@@ -158,21 +100,20 @@ class Tape:
     def __enter__(self) -> Tape:
         if self.recording:
             raise TapegradError("this tape is already recording")
-        from tapegrad.tape import forward
-        if forward.current() is not None:
+        if current_forward() is not None:
             # its launches would not carry tangents, and leaving it turned forward mode off
             raise TapegradError(
                 "a tg.Tape cannot record inside forward mode (tg.jvp, tg.autodiff(tg.Forward, "
                 "...), tg.jacobian(..., mode=tg.Forward)): the launches it records would carry "
                 "no tangents; differentiate the function in one mode")
         self.recording = True
-        tapes = _recording.get() + (self,)
-        self.tokens = (_recording.set(tapes), interceptor.set(
+        tapes = tapes_var.get() + (self,)
+        self.tokens = (tapes_var.set(tapes), interceptor.set(
             self.record_launch if len(tapes) == 1 else _record_on_each(tapes)))
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        _recording.reset(self.tokens[0])
+        tapes_var.reset(self.tokens[0])
         interceptor.reset(self.tokens[1])
         self.recording = False
         # remember what every live input looked like, to catch changes before gradient();
@@ -182,7 +123,7 @@ class Tape:
             held = self.references_held({id(x) for x in watched.values()})
             for ident in list(watched):
                 x = watched.pop(ident)      # the caller's variable is the only extra reference
-                if not _only_tape_holds(x, held[id(x)]):
+                if not only_tape_holds(x, held[id(x)]):
                     self.fingerprints[ident] = fingerprint(x)
 
     def references_held(self, candidates: set[int]) -> dict[int, int]:
@@ -370,7 +311,7 @@ class Tape:
                     f"tape.gradient is with respect to float arrays, but a source has dtype "
                     f"{np.dtype(s.dtype)} (integers and booleans have no derivative); convert "
                     f"it before recording (x = x.astype(np.float64)) and differentiate that")
-            grads[self.key(s)] = _empty_like(s)
+            grads[self.key(s)] = empty_like(s)
         if not self.recording:
             self.check_target(target)
         self.backward(target, seeds, grads, sources, unwritten=set(grads))
@@ -406,7 +347,7 @@ class Tape:
         self.shadows = dict(shadows)
         self.given = set(shadows) - set(scratch)   # the caller's shadows it will read
         # tape-made shadows are distinct arrays: only the caller's can be one array twice
-        self.aliased_given = _repeats(list(shadows.values()))
+        self.aliased_given = repeats(list(shadows.values()))
         self.fresh = set(unwritten)      # shadows holding no values yet (not even zeros)
         self.stand_ins: dict[tuple, Any] = {}   # for freed arrays whose contents nobody reads
         self.free = {}
@@ -560,7 +501,7 @@ class Tape:
             if sh is not None:
                 self.fresh.add(ident)
             else:
-                sh = _allocate(meta, zeroed=not unwritten_ok)
+                sh = allocate(meta, zeroed=not unwritten_ok)
                 if unwritten_ok:
                     self.fresh.add(ident)
             self.shadows[ident] = sh
@@ -634,102 +575,6 @@ def _same_bits(a: Any, b: Any) -> bool:
                                                             equal_nan=True))
 
 
-def launch_merged(cfg: Any, args: tuple, ids: tuple, ndrange: Any) -> None:
-    """A launch passing two views of one memory (``ids``: the arguments' identities, None
-    for scalars): launched with one object for both, which merges their parameters
-    (``runtime.launch.one_parameter_per_array``)."""
-    first: dict[Any, Any] = {}
-    same = tuple(a if ids[pos] is None else first.setdefault(ids[pos], a)
-                 for pos, a in enumerate(args))
-    launch(cfg, same, ndrange)
-
-
-def _repeats(items: list[Any]) -> bool:
-    """Whether an object occurs twice among ``items``: a launch's few arrays, where pairwise
-    identity tests beat building a set."""
-    for k in range(1, len(items)):
-        x = items[k]
-        for j in range(k):
-            if items[j] is x:
-                return True
-    return False
-
-
-
-
-# free-threaded CPython defers some reference counts: there, count nothing and watch all
-_EXACT_REFCOUNTS = getattr(sys, "_is_gil_enabled", lambda: True)()
-
-
-def _only_tape_holds(x: Any, held: int) -> bool:
-    """True when every reference to ``x`` is one of the ``held`` the tape keeps and ``x`` owns
-    its memory (no user view or base can reach it), so user code can no longer change it."""
-    # besides the held ones getrefcount sees the caller's variable, this function's parameter
-    # and its own argument (tests/tape/test_tape.py checks both outcomes)
-    return _EXACT_REFCOUNTS and getattr(x, "base", None) is None \
-        and sys.getrefcount(x) - 3 <= held
-
-
-class Spares:
-    """Finished shadows of NumPy type kept from one sweep for the next (at most
-    ``limit_bytes`` in all, the most recent first): a gradient asked for in a loop would
-    otherwise take fresh pages from the system for its temporaries' shadows on every call
-    and fault on each (about 1 µs per 4 KiB page: 0.15 ms of a 4.3 ms gradient of 100 steps
-    at 256², 5 ms per 2048² float32 shadow).  CuPy has a memory pool of its own.  Set
-    ``tapegrad.tape.tape.spares.limit_bytes = 0`` to keep none."""
-
-    def __init__(self, limit_bytes: int):
-        self.limit_bytes = limit_bytes
-        self.kept: list[tuple[tuple, np.ndarray]] = []    # oldest first
-        self.lock = threading.Lock()
-
-    def take(self, meta: tuple) -> np.ndarray | None:
-        if not self.kept:
-            return None
-        with self.lock:
-            for k in range(len(self.kept) - 1, -1, -1):
-                if self.kept[k][0] == meta:
-                    return self.kept.pop(k)[1]
-        return None
-
-    def keep(self, free: dict[tuple, list[Any]]) -> None:
-        fresh = [(meta, a) for meta, arrays in free.items() if meta[0] is np.ndarray
-                 for a in arrays if a.nbytes <= self.limit_bytes]
-        if not fresh:
-            return
-        with self.lock:
-            self.kept.extend(fresh)
-            total = sum(a.nbytes for _, a in self.kept)
-            while total > self.limit_bytes:
-                total -= self.kept.pop(0)[1].nbytes
-
-
-spares = Spares(64 << 20)
-
-
-def _allocate(meta: tuple, zeroed: bool) -> Any:
-    """A new array of ``meta = (array type, shape, dtype)``."""
-    kind, shape, dtype = meta
-    if issubclass(kind, np.ndarray):
-        return np.zeros(shape, dtype) if zeroed else np.empty(shape, dtype)
-    import cupy
-    return cupy.zeros(shape, dtype) if zeroed else cupy.empty(shape, dtype)
-
-
-def _empty_like(x: Any) -> Any:
-    if isinstance(x, np.ndarray):
-        return np.empty_like(x)
-    import cupy
-    return cupy.empty_like(x)
-
-
-def _zeros_like(x: Any) -> Any:
-    if isinstance(x, np.ndarray):
-        return np.zeros_like(x)
-    import cupy
-    return cupy.zeros_like(x)
-
-
 def not_a_scalar(value: Any) -> TapegradError:
     what = (f"an array of shape {value.shape}" if is_array(value) else
             f"a {type(value).__name__}")
@@ -742,106 +587,3 @@ def not_a_scalar(value: Any) -> TapegradError:
         "tape.gradient(target, sources)")
 
 
-class LaunchRecord(Record):
-    """One recorded kernel launch: its configured kernel, the arguments as the adjoint will
-    see them, and what the recording plan worked out for its kernel and argument types.  (A
-    plain class with slots, built positionally: one per launch of a simulation, where the
-    dataclass keyword constructor was a tenth of the recording's own time.)"""
-
-    __slots__ = ("cfg", "params", "values", "ids", "nd", "nodes", "needs", "replays",
-                 "float_at", "tracked_at", "released_at")
-    __eq__ = object.__eq__               # one launch is one record (not Record's fields)
-    __hash__ = object.__hash__
-
-    def __init__(self, reads: tuple, writes: tuple, scalars_in: tuple, name: str, cfg: Any,
-                 params: list[str], values: list[Any], ids: tuple, nd: tuple[int, ...],
-                 nodes: tuple, needs: frozenset[str], replays: dict,
-                 float_at: tuple[int, ...], tracked_at: tuple[int, ...],
-                 released_at: tuple[int, ...]):
-        self.reads, self.writes, self.scalars_in = reads, writes, scalars_in
-        self.scalar_out, self.name = None, name
-        self.cfg = cfg
-        self.params = params
-        self.values = values             # the arguments (copies of overwritten ones)
-        self.ids = ids                   # identities of the array arguments (else None)
-        self.nd = nd
-        self.nodes = nodes               # tracked-scalar nodes of the scalar arguments
-        self.needs = needs               # parameters whose contents the adjoint may read
-        self.replays = replays           # launch.Replay per pattern (shared)
-        self.float_at = float_at         # positions of float arrays (the plan's)
-        self.tracked_at = tracked_at     # positions of tracked scalars
-        self.released_at = released_at   # positions of values held as Released
-
-    def redirect(self, pos: int, copy: Any) -> None:
-        self.values[pos] = copy
-
-    def backward(self, tape: Tape) -> None:
-        # (the reverse sweep's hot path: once per recorded launch; the sweep's sets and dicts
-        # looked up directly rather than through Tape's methods)
-        values = self.values
-        if self.released_at:
-            values = list(values)
-            for pos in self.released_at:
-                held = values[pos]
-                x = held.ref()
-                values[pos] = x if x is not None else held.get(tape.stand_ins)
-        pattern = [_CONST] * len(self.params)    # per parameter: activity, shadow's state
-        shadows = {}
-        active, fresh, current = tape.active_ids, tape.fresh, tape.shadows
-        first_use, given, here = tape.first_use, tape.given, tape.position
-        for pos in self.float_at:
-            ident = self.ids[pos]
-            if ident not in active:
-                continue
-            sh = current.get(ident)
-            if sh is None:
-                pool = tape.free.get(ident.meta)
-                if pool:               # a finished shadow of this sweep (Tape.shadow's case)
-                    sh = current[ident] = pool.pop()
-                    fresh.add(ident)
-                else:
-                    sh = tape.shadow(ident, unwritten_ok=True)
-            code = _DUP
-            if ident in fresh:
-                code |= _FRESH | (_COVERED if tuple(sh.shape) == self.nd else 0)
-                fresh.discard(ident)       # the adjoint launch writes or zeroes it
-            if here is not None and here == first_use.get(ident) and ident not in given:
-                code |= _DISCARD           # no earlier record reads this shadow
-            shadows[self.params[pos]] = sh
-            pattern[pos] = code
-        for pos in self.tracked_at:
-            if self.nodes[pos] in tape.active_nodes:
-                pattern[pos] = _ACTIVE
-        key = (tuple(pattern), self.nd)
-        replay = self.replays.get(key, _UNKNOWN)
-        if replay is _UNKNOWN:
-            if len(self.replays) >= _REPLAYS_KEPT:      # (launches over many ndranges)
-                self.replays.clear()
-            replay = self.replays[key] = replay_for(self.cfg, tuple(values), *self.split(
-                pattern), kept=self.needs)
-        if replay is not None and (not tape.aliased_given or len(shadows) < 2
-                                   or not _repeats(list(shadows.values()))):
-            run_replay(self.cfg, replay, values, shadows, self.nd)
-            tape.last_replay = (self, replay, values, shadows, pattern)
-            return
-        scalars = run_adjoint(self.cfg, tuple(values), shadows, *self.split(pattern)[:-1],
-                                kept=self.needs)
-        if scalars:
-            for p, node in zip(self.params, self.nodes):
-                if p in scalars:
-                    tape.add_scalar_bar(node, scalars[p])
-
-    def split(self, pattern: list[int]) -> tuple:
-        """``pattern`` as ``replay_for`` takes it: (activity, nd, discard, fresh, covered);
-        ``run_adjoint`` takes the first four."""
-        activity = tuple("dup" if c & _DUP else "active" if c == _ACTIVE else "const"
-                         for c in pattern)
-        def having(flag: int) -> frozenset[str]:
-            return frozenset(p for p, c in zip(self.params, pattern) if c & flag)
-        return activity, self.nd, having(_DISCARD), having(_FRESH), having(_COVERED)
-
-
-# a parameter's part in a replayed adjoint (LaunchRecord.backward)
-_CONST, _ACTIVE, _DUP, _FRESH, _DISCARD, _COVERED = 0, 1, 2, 4, 8, 16
-_UNKNOWN = object()
-_REPLAYS_KEPT = 64

@@ -111,7 +111,7 @@ def test_swapped_elements_change_the_fingerprint():
 def test_shadows_kept_for_the_next_gradient_start_from_nothing():
     # finished shadows go to tape.spares for the next sweep; poisoned with NaN there, they
     # must still be written or zeroed before anything reads them
-    from tapegrad.tape.tape import spares
+    from tapegrad.tape.arrays import spares
 
     @tg.kernel
     def smooth(B, A):
