@@ -12,9 +12,10 @@ itself (a 256^2 heat step: 6-7 us of a 22 us step of the sweep).
 ``extend`` checks, per record below one the sweep has just replayed, the facts that make its
 replay that same launch with the two buffers swapped (same kernel plan, ndrange and scalars;
 its output is the state the record above read; its input has no shadow yet; the same
-shadow flags; other arrays the same and without shadows), then runs the whole run in one compiled loop (``_runner``, generated per
-kernel) and leaves the sweep's state as the record-by-record sweep would have left it.
-Everything else goes record by record, as before.
+shadow flags; other arrays the same and without shadows), then runs the whole run in one
+compiled loop (the launcher's ``chain_runner``: on the CPU ``tapegrad/backends/cpu/chain.py``)
+and leaves the sweep's state as the record-by-record sweep would have left it.  Everything
+else goes record by record, as before.
 """
 
 from __future__ import annotations
@@ -24,11 +25,6 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-from numba.core.errors import NumbaError
-
-from tapegrad.backends.cache import load_source
-from tapegrad.backends.compiler_process import compile_elsewhere
-from tapegrad.backends.cpu.backend import launch_threads
 from tapegrad.tape.records import _DUP, _FRESH
 
 MIN_RUN = 2      # shorter runs go record by record (the compiled call costs a launch)
@@ -39,7 +35,7 @@ enabled = True   # False: every record goes by itself (``python -m tapegrad benc
 class ChainPlan:
     """How a run of records replays one ``Replay``: the positions of the written state and of
     the state read in the record's arguments, the slots of their shadows in the launcher's
-    arguments, the CPU launcher and the compiled loop."""
+    arguments, and the backend's compiled loop (its launcher's ``chain_runner``)."""
 
     out_pos: int
     in_pos: int
@@ -47,7 +43,6 @@ class ChainPlan:
     out_slot: int
     in_slot: int
     shaped_by: int | None        # the argument whose shape is the launch's ndrange (a gather)
-    launcher: Any
     runner: Any
 
 
@@ -120,15 +115,9 @@ def extend(tape: Any, records: list, k: int, head: tuple) -> int:
     else:
         nd = record.nd
     rest = [a for s, a in enumerate(args) if s not in (plan.out_slot, plan.in_slot)]
-    groups = tuple(-(-m // w) for m, w in zip(nd, plan.launcher.groupsize))
     # record k - 1 reads the shadow record k stored (x) and stores into the one record k
     # read and freed (y); then the other way round
-    call = (n, x, y, *rest, *nd, *groups, launch_threads())
-    try:
-        if not plan.runner.overloads:      # its first run: compiled apart, loaded here
-            compile_elsewhere(plan.runner, call)
-        plan.runner(*call)
-    except NumbaError:       # not compiled for these types: record by record, from now on
+    if not plan.runner(n, x, y, rest, nd):   # not compiled for these types: record by record
         replay.chain = False
         return 0
     last = above_in
@@ -156,7 +145,6 @@ def _plan(record: Any, replay: Any, pattern: tuple) -> ChainPlan | None:
     whose contents the adjoint does not read (it is linear in them; it writes no primal
     array: a replay has no scratch copies), other arrays without shadows, no tracked
     scalar, the input's shadow new (stored into) and the output's not."""
-    from tapegrad.backends.cpu.backend import _ByLaunchSize, _Launcher
     if len(replay.steps) != 1 or replay.zeroed or record.tracked_at:
         return None
     if len(record.writes) != 1:
@@ -178,42 +166,12 @@ def _plan(record: Any, replay: Any, pattern: tuple) -> ChainPlan | None:
         return None
     base = len(record.values)
     run, shaped_by = replay.steps[0]
-    launcher = run.last if isinstance(run, _ByLaunchSize) else run
-    if type(launcher) is not _Launcher or not launcher.compiled or launcher.checked \
-            or launcher.lowered.pools:
+    chain_runner = getattr(run, "chain_runner", None)       # a backend that offers it
+    if chain_runner is None:
         return None
     out_slot, in_slot = base + order.index(params[out_pos]), base + order.index(params[in_pos])
-    try:
-        runner = _runner(launcher, base + len(order) + (len(record.nd) if shaped_by is not None
-                                                        else 0), out_slot, in_slot)
-    except Exception:        # (a kernel module that cannot be imported by name: go on without)
+    n_args = base + len(order) + (len(record.nd) if shaped_by is not None else 0)
+    runner = chain_runner(n_args, out_slot, in_slot)
+    if runner is None:
         return None
-    return ChainPlan(out_pos, in_pos, read, out_slot, in_slot, shaped_by, launcher, runner)
-
-
-def _runner(launcher: Any, n_args: int, x_slot: int, y_slot: int) -> Any:
-    """A compiled loop that launches ``launcher``'s kernel ``steps`` times, with ``_x`` and
-    ``_y`` in argument slots ``x_slot`` and ``y_slot``, swapped each step."""
-    kernel = launcher.dispatcher
-    rank = len(launcher.groupsize)
-    rest = [f"a{s}" for s in range(n_args) if s not in (x_slot, y_slot)]
-    extra = [f"_n{d}" for d in range(rank)] + [f"_groups{d}" for d in range(rank)] + ["_chunks"]
-
-    def call(x: str, y: str) -> str:
-        args = [x if s == x_slot else y if s == y_slot else f"a{s}" for s in range(n_args)]
-        return f"_kernel({', '.join(args + extra)})"
-
-    source = (
-        f"# Generated by tapegrad: a reverse sweep's run of {launcher.lowered.symbol} along a "
-        "chain of states (tapegrad/tape/chains.py).\n"
-        "import numba\n"
-        f"from {kernel.py_func.__module__} import {launcher.lowered.symbol} as _kernel\n\n\n"
-        "@numba.njit(cache=True, nogil=True)\n"
-        f"def chain(_steps, _x, _y, {', '.join(rest + extra)}):\n"
-        "    for _s in range(_steps):\n"
-        "        if _s % 2 == 0:\n"
-        f"            {call('_x', '_y')}\n"
-        "        else:\n"
-        f"            {call('_y', '_x')}\n")
-    module, _ = load_source(source, f"chain_{launcher.lowered.symbol}")
-    return module.chain
+    return ChainPlan(out_pos, in_pos, read, out_slot, in_slot, shaped_by, runner)

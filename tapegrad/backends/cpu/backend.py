@@ -13,6 +13,7 @@ import numpy as np
 from tapegrad.backends.base import Backend
 from tapegrad.backends.cache import load_source
 from tapegrad.backends.compiler_process import compile_elsewhere
+from tapegrad.backends.cpu.chain import ChainRunner
 from tapegrad.backends.cpu.index_report import REPLAY_ITEMS, report
 from tapegrad.backends.cpu.lower import Lowered, lower_kernel
 from tapegrad.backends.cpu.rows import with_cpu_groupsize
@@ -115,6 +116,10 @@ class _ByLaunchSize:
         """The code the last launch ran."""
         return self.last.source
 
+    def chain_runner(self, n_args: int, x_slot: int, y_slot: int) -> ChainRunner | None:
+        """The last launch's variant's (``_Launcher.chain_runner``)."""
+        return self.last.chain_runner(n_args, x_slot, y_slot)
+
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
         run = self.variant_of.get(ndrange)
         if run is None:
@@ -160,6 +165,19 @@ class _Launcher:
     @property
     def source(self) -> str:
         return self.lowered.source
+
+    threads = staticmethod(launch_threads)      # one parallel task per thread
+
+    def chain_runner(self, n_args: int, x_slot: int, y_slot: int) -> ChainRunner | None:
+        """A compiled loop launching this kernel with two arguments swapped each step
+        (:mod:`.chain`), for a tape's chains of replays; None for a kernel not compiled yet,
+        one that checks bounds or one with per-task copies."""
+        if not self.compiled or self.checked or self.lowered.pools:
+            return None
+        try:
+            return ChainRunner(self, n_args, x_slot, y_slot)
+        except Exception:    # (a kernel module that cannot be imported by name: go without)
+            return None
 
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
         groups = self.groups_of.get(ndrange)
