@@ -28,12 +28,13 @@ from tapegrad.tape.activity import (
     Reverse,
     annotate,
 )
-from tapegrad.tape.arrays import empty_like, is_array, zeros_like
+from tapegrad.tape.arrays import is_array, zeros_like
 from tapegrad.tape.forward import ForwardContext
 from tapegrad.tape.identity import array_key, extent
 from tapegrad.tape.modes import refuse_nested
 from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain, plain_value
-from tapegrad.tape.tape import Tape, not_a_scalar
+from tapegrad.tape.sweep import not_a_scalar
+from tapegrad.tape.tape import Tape
 
 
 def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = None,
@@ -275,13 +276,13 @@ def _autodiff_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> 
     seeded = [a.val for a in annotated if isinstance(a, Duplicated)]
     if ret_kind == "active":
         _check_scalar_result(tape, result)
-    tape.backward(result, {}, shadows, sources, seed_target=ret_kind == "active",
-                  seeded=seeded)
+    sweep = tape.backward(result, shadows, sources, seed_target=ret_kind == "active",
+                          seeded=seeded)
     derivs = []
     scalar_sources = iter(s for s in sources if isinstance(s, TrackedScalar))
     for a in annotated:
         if isinstance(a, Active):
-            value = tape.scalar_bar.get(next(scalar_sources).node_on(tape), 0.0)
+            value = sweep.scalar_bar.get(next(scalar_sources).node_on(tape), 0.0)
             derivs.append(type(a.val)(value) if isinstance(a.val, np.floating) else value)
         else:
             derivs.append(None)
@@ -386,7 +387,8 @@ def gradient(f: Callable[..., Any], *args: Any) -> tuple:
 
 
 def vjp(f: Callable[..., Any], x: Any, w: Any) -> tuple[Any, Any]:
-    """``(y, x_bar)`` with ``y = f(x)`` and ``x_bar = J(x)^T w`` (a vector-Jacobian product).
+    """``(y, x_bar)`` with ``y = f(x)`` and ``x_bar = J(x)^T w`` (a vector-Jacobian product;
+    several inputs and outputs: ``tape.vjp``).
 
     >>> import numpy as np, tapegrad as tg
     >>> y, x_bar = tg.vjp(lambda x: tg.dot(x, x), np.array([3.0]), 1.0)
@@ -396,47 +398,15 @@ def vjp(f: Callable[..., Any], x: Any, w: Any) -> tuple[Any, Any]:
     tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:
         y = f(x)
-    x_bar = zeros_like(x)
-    _seeded_sweep(tape, y, w, x, x_bar)
+    (x_bar,) = tape.vjp([_vjp_output(tape, y)], [w], [x])
     return (plain(y) if isinstance(y, TrackedScalar) else y), x_bar
 
 
-def _seeded_sweep(tape: Tape, y: Any, w: Any, x: Any, x_bar: Any) -> None:
-    if isinstance(y, TrackedScalar):
-        tape.backward(y, {}, {tape.key(x): x_bar}, [x], seed_target=False, seeded=[y])
-        tape.scalar_bar[y.node_on(tape)] = float(plain(w))
-        _rerun(tape, y, x, x_bar)
-        return
-    if not is_array(y) or not tape.tracks(y):
-        raise TapegradError("tg.vjp / tg.jacobian need f(x) to return an array its kernels "
-                            "wrote, or a scalar from tg.sum/tg.dot/...")
-    w_shape = tuple(getattr(w, "shape", ()))
-    if w_shape not in (tuple(y.shape), ()):
-        raise TapegradError(
-            f"tg.vjp: the cotangent w has shape {w_shape}, but f(x) returned an array of shape "
-            f"{tuple(y.shape)}; pass w of f(x)'s shape (or a number for every element)")
-    if tape.key(x) == tape.key(y):     # f changed x in place and returned it: one shadow
-        x_bar[...] = w
-        tape.backward(y, {}, {tape.key(x): x_bar}, [x], seed_target=False, seeded=[y])
-        return
-    seed = empty_like(y)
-    seed[...] = w
-    # x_bar is ours and new: the sweep may store into it rather than add to its zeros
-    tape.backward(y, {}, {tape.key(x): x_bar, tape.key(y): seed}, [x], seed_target=False,
-                  seeded=[y], unwritten={tape.key(x)} - {tape.key(y)},
-                  scratch={tape.key(y)} - {tape.key(x)})   # the seed is ours: consumed or not
-
-
-def _rerun(tape: Tape, y: TrackedScalar, x: Any, x_bar: Any) -> None:
-    """Sweep again with the scalar output's adjoint set (scalar outputs have no shadow)."""
-    bar = tape.scalar_bar[y.node_on(tape)]
-    tape.shadows = {tape.key(x): x_bar}
-    tape.scalar_bar = {y.node_on(tape): bar}
-    useful_ids, useful_nodes = tape.useful_from([y])
-    for record in reversed(tape.records):
-        if set(record.writes) & useful_ids or (record.scalar_out is not None
-                                               and record.scalar_out in useful_nodes):
-            record.backward(tape)
+def _vjp_output(tape: Tape, y: Any) -> Any:
+    if isinstance(y, TrackedScalar) or (is_array(y) and tape.tracks(y)):
+        return y
+    raise TapegradError("tg.vjp / tg.jacobian need f(x) to return an array its kernels "
+                        "wrote, or a scalar from tg.sum/tg.dot/...")
 
 
 def jacobian(f: Callable[..., Any], x: Any, mode: Mode = Reverse) -> Any:
@@ -453,16 +423,17 @@ def jacobian(f: Callable[..., Any], x: Any, mode: Mode = Reverse) -> Any:
     tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:
         y = f(x)
-    size = 1 if isinstance(y, (TrackedScalar, float)) else y.size
+    y = _vjp_output(tape, y)
+    size = 1 if isinstance(y, TrackedScalar) else y.size
     rows = []
     for k in range(size):
-        x_bar = zeros_like(x)
-        if size == 1 and not is_array(y):
-            _seeded_sweep(tape, y, 1.0, x, x_bar)
+        if isinstance(y, TrackedScalar):
+            w = 1.0
         else:
             w = zeros_like(y).ravel()
             w[k] = 1
-            _seeded_sweep(tape, y, w.reshape(y.shape), x, x_bar)
+            w = w.reshape(y.shape)
+        (x_bar,) = tape.vjp([y], [w], [x])
         rows.append(_host_array(x_bar).ravel())
     return np.stack(rows)
 

@@ -46,7 +46,7 @@ class ChainPlan:
     runner: Any
 
 
-def extend(tape: Any, records: list, k: int, head: tuple) -> int:
+def extend(sweep: Any, records: list, k: int, head: tuple) -> int:
     """After record ``k`` ran its adjoint as ``head`` = (record, replay, values, shadows,
     pattern): run the records below it that continue its chain, in one compiled loop, and
     return how many ran (0: the sweep goes on record by record)."""
@@ -59,7 +59,7 @@ def extend(tape: Any, records: list, k: int, head: tuple) -> int:
     if plan is False or k == 0:
         return 0
     o, i = plan.out_pos, plan.in_pos
-    first_use, given, current = tape.first_use, tape.given, tape.shadows
+    first_use, given, current = sweep.first_use, sweep.given, sweep.shadows
     out_k, in_k = record.ids[o], record.ids[i]
     if first_use.get(out_k) != k or out_k in given:   # its shadow is not freed after it
         return 0
@@ -67,7 +67,7 @@ def extend(tape: Any, records: list, k: int, head: tuple) -> int:
     if in_k.meta != meta:
         return 0
     discard_in = first_use.get(in_k) == k and in_k not in given
-    pool = tape.free.get(out_k.meta)
+    pool = sweep.free.get(out_k.meta)
     x, y = current.get(in_k), shadows[record.params[o]]
     if x is None or not pool or pool[-1] is not y:
         return 0
@@ -82,14 +82,14 @@ def extend(tape: Any, records: list, k: int, head: tuple) -> int:
     scalar_at = tuple(pos for pos in range(len(values)) if ids[pos] is None)
     const_at = tuple(pos for pos in range(len(values))
                      if ids[pos] is not None and pos not in (o, i))
-    if any(ids[pos] in tape.active_ids for pos in const_at):
+    if any(ids[pos] in sweep.active_ids for pos in const_at):
         return 0
     pick_scalars, pick_consts = _picker(scalar_at), _picker(const_at)
     pick_read = _picker(tuple(pos for pos in const_at if pos in plan.read))
     scalars, consts, read = pick_scalars(values), pick_consts(ids), pick_read(values)
     # (-0.0 == 0.0: where the head has a zero, its sign is compared too)
     zeros = [(pos, math.copysign(1.0, values[pos])) for pos in scalar_at if values[pos] == 0]
-    active, fresh, replays, nd = tape.active_ids, tape.fresh, record.replays, record.nd
+    active, fresh, replays, nd = sweep.active_ids, sweep.fresh, record.replays, record.nd
     above_in, n = in_k, 0
     for j in range(k - 1, -1, -1):
         r = records[j]
@@ -125,7 +125,7 @@ def extend(tape: Any, records: list, k: int, head: tuple) -> int:
     del current[in_k]                     # (record k - 1's output: freed after it)
     current[last], spare = (y, x) if n % 2 else (x, y)
     pool.append(spare)
-    tape.position = k - n
+    sweep.position = k - n
     return n
 
 

@@ -43,21 +43,21 @@ class ReductionRecord(Record):
     def redirect(self, pos: int, copy: Any) -> None:
         self.views[pos] = copy
 
-    def backward(self, tape: Any) -> None:
-        bar = tape.scalar_bar.get(self.scalar_out, 0.0)
+    def backward(self, sweep: Any) -> None:
+        bar = sweep.scalar_bar.get(self.scalar_out, 0.0)
         if bar == 0.0:
             return
         for k, ident in enumerate(self.reads):
-            if ident not in tape.active_ids:
+            if ident not in sweep.active_ids:
                 continue
             scale, array = self.grad(bar, k, *self.views)
-            shadow = tape.shadow(ident, unwritten_ok=True)
-            if ident in tape.fresh:
+            shadow = sweep.shadow(ident, unwritten_ok=True)
+            if ident in sweep.fresh:
                 if array is None:
                     shadow.fill(scale)
                 else:
                     _xp(shadow).multiply(array, scale, out=shadow)
-                tape.written(ident)
+                sweep.written(ident)
             elif array is None:
                 shadow += scale
             else:
@@ -172,14 +172,14 @@ class CopyRecord(Record):
     def redirect(self, pos: int, copy: Any) -> None:
         pass
 
-    def backward(self, tape: Any) -> None:
+    def backward(self, sweep: Any) -> None:
         src, dst = self.reads[0], self.writes[0]
-        if src in tape.active_ids:
-            shadow = tape.shadow(src, unwritten_ok=True)
-            bar = tape.shadow(dst).reshape(shadow.shape)
-            if src in tape.fresh:        # (no zeros to add to: a pass over it fewer)
+        if src in sweep.active_ids:
+            shadow = sweep.shadow(src, unwritten_ok=True)
+            bar = sweep.shadow(dst).reshape(shadow.shape)
+            if src in sweep.fresh:        # (no zeros to add to: a pass over it fewer)
                 shadow[...] = bar
-                tape.written(src)
+                sweep.written(src)
             else:
                 shadow += bar
 
@@ -196,13 +196,13 @@ class ScaleRecord(Record):
     def redirect(self, pos: int, copy: Any) -> None:
         self.views[pos] = copy
 
-    def backward(self, tape: Any) -> None:
+    def backward(self, sweep: Any) -> None:
         src, dst = self.reads[0], self.writes[0]
-        bar = tape.shadow(dst)
-        if src in tape.active_ids:
-            tape.shadow(src)[...] += self.factor * bar
-        if self.node is not None and self.node in tape.active_nodes:
-            tape.add_scalar_bar(self.node, float(_xp(bar).vdot(self.views[0].ravel(),
+        bar = sweep.shadow(dst)
+        if src in sweep.active_ids:
+            sweep.shadow(src)[...] += self.factor * bar
+        if self.node is not None and self.node in sweep.active_nodes:
+            sweep.add_scalar_bar(self.node, float(_xp(bar).vdot(self.views[0].ravel(),
                                                                bar.ravel())))
 
 

@@ -22,7 +22,7 @@ class Record:
     scalar_out: int | None = None                          # tracked-scalar node produced
     name: str = ""
 
-    def backward(self, tape: Any) -> None:
+    def backward(self, sweep: Any) -> None:
         raise NotImplementedError
 
 
@@ -59,7 +59,7 @@ class LaunchRecord(Record):
     def redirect(self, pos: int, copy: Any) -> None:
         self.values[pos] = copy
 
-    def backward(self, tape: Any) -> None:
+    def backward(self, sweep: Any) -> None:
         # (the reverse sweep's hot path: once per recorded launch; the sweep's sets and dicts
         # looked up directly rather than through Tape's methods)
         values = self.values
@@ -68,23 +68,23 @@ class LaunchRecord(Record):
             for pos in self.released_at:
                 held = values[pos]
                 x = held.ref()
-                values[pos] = x if x is not None else held.get(tape.stand_ins)
+                values[pos] = x if x is not None else held.get(sweep.stand_ins)
         pattern = [_CONST] * len(self.params)    # per parameter: activity, shadow's state
         shadows = {}
-        active, fresh, current = tape.active_ids, tape.fresh, tape.shadows
-        first_use, given, here = tape.first_use, tape.given, tape.position
+        active, fresh, current = sweep.active_ids, sweep.fresh, sweep.shadows
+        first_use, given, here = sweep.first_use, sweep.given, sweep.position
         for pos in self.float_at:
             ident = self.ids[pos]
             if ident not in active:
                 continue
             sh = current.get(ident)
             if sh is None:
-                pool = tape.free.get(ident.meta)
+                pool = sweep.free.get(ident.meta)
                 if pool:               # a finished shadow of this sweep (Tape.shadow's case)
                     sh = current[ident] = pool.pop()
                     fresh.add(ident)
                 else:
-                    sh = tape.shadow(ident, unwritten_ok=True)
+                    sh = sweep.shadow(ident, unwritten_ok=True)
             code = _DUP
             if ident in fresh:
                 code |= _FRESH | (_COVERED if tuple(sh.shape) == self.nd else 0)
@@ -94,7 +94,7 @@ class LaunchRecord(Record):
             shadows[self.params[pos]] = sh
             pattern[pos] = code
         for pos in self.tracked_at:
-            if self.nodes[pos] in tape.active_nodes:
+            if self.nodes[pos] in sweep.active_nodes:
                 pattern[pos] = _ACTIVE
         key = (tuple(pattern), self.nd)
         replay = self.replays.get(key, _UNKNOWN)
@@ -103,17 +103,17 @@ class LaunchRecord(Record):
                 self.replays.clear()
             replay = self.replays[key] = replay_for(self.cfg, tuple(values), *self.split(
                 pattern), kept=self.needs)
-        if replay is not None and (not tape.aliased_given or len(shadows) < 2
+        if replay is not None and (not sweep.aliased_given or len(shadows) < 2
                                    or not repeats(list(shadows.values()))):
             run_replay(self.cfg, replay, values, shadows, self.nd)
-            tape.last_replay = (self, replay, values, shadows, pattern)
+            sweep.last_replay = (self, replay, values, shadows, pattern)
             return
         scalars = run_adjoint(self.cfg, tuple(values), shadows, *self.split(pattern)[:-1],
                                 kept=self.needs)
         if scalars:
             for p, node in zip(self.params, self.nodes):
                 if p in scalars:
-                    tape.add_scalar_bar(node, scalars[p])
+                    sweep.add_scalar_bar(node, scalars[p])
 
     def split(self, pattern: list[int]) -> tuple:
         """``pattern`` as ``replay_for`` takes it: (activity, nd, discard, fresh, covered);

@@ -28,11 +28,11 @@ class OpRecord(Record):
     def redirect(self, pos: int, copy: Any) -> None:
         self.views[pos] = copy
 
-    def backward(self, tape: Any) -> None:
+    def backward(self, sweep: Any) -> None:
         if self.out_id is not None:
-            y_bar = tape.shadow(self.out_id)
+            y_bar = sweep.shadow(self.out_id)
         else:
-            y_bar = tape.scalar_bar.get(self.scalar_out, 0.0)
+            y_bar = sweep.scalar_bar.get(self.scalar_out, 0.0)
         cotangents = self.rule(y_bar, *self.views)
         if not isinstance(cotangents, (tuple, list)):
             cotangents = (cotangents,)
@@ -43,10 +43,10 @@ class OpRecord(Record):
         for ident, node, c in zip(self.arg_ids, self.arg_nodes, cotangents):
             if c is None:
                 continue
-            if ident is not None and ident in tape.active_ids:
-                tape.shadow(ident)[...] += c
-            elif node is not None and node in tape.active_nodes:
-                tape.add_scalar_bar(node, float(c))
+            if ident is not None and ident in sweep.active_ids:
+                sweep.shadow(ident)[...] += c
+            elif node is not None and node in sweep.active_nodes:
+                sweep.add_scalar_bar(node, float(c))
 
 
 def register_adjoint(fn: Callable[..., Any], reverse: Callable[..., Any],

@@ -278,11 +278,11 @@ class ScalarRecord(Record):
     def redirect(self, pos: int, copy: Any) -> None:
         pass
 
-    def backward(self, tape: Any) -> None:
-        bar = tape.scalar_bar.get(self.scalar_out, 0.0)
+    def backward(self, sweep: Any) -> None:
+        bar = sweep.scalar_bar.get(self.scalar_out, 0.0)
         for node, p in zip(self.inputs, self.partials):
             if node is not None:
-                tape.add_scalar_bar(node, bar * p)
+                sweep.add_scalar_bar(node, bar * p)
 
 
 def record_scalar_op(name: str, operands: tuple, value: float, partials: tuple) -> Any:

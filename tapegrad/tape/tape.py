@@ -20,14 +20,14 @@ from tapegrad.frontend import kernel_ir
 from tapegrad.runtime.adjoint import values_read
 from tapegrad.runtime.arguments import access, groupsize_of
 from tapegrad.runtime.launch import interceptor, prepare
-from tapegrad.tape import chains
-from tapegrad.tape.arrays import allocate, empty_like, is_array, only_tape_holds, repeats, spares
+from tapegrad.tape.arrays import empty_like, is_array, only_tape_holds
 from tapegrad.tape.fingerprint import fingerprint
 from tapegrad.tape.identity import Identities, array_key
 from tapegrad.tape.modes import current_forward, tapes_var
 from tapegrad.tape.recorder import RecordPlan, recorder
 from tapegrad.tape.records import LaunchRecord, Record
-from tapegrad.tape.scalars import TrackedScalar
+from tapegrad.tape.scalars import TrackedScalar, plain
+from tapegrad.tape.sweep import Sweep
 
 
 def _record_on_each(tapes: tuple[Tape, ...]) -> Any:
@@ -83,18 +83,6 @@ class Tape:
         self.fingerprints: dict[int, int] = {}
         self.recording = False
         self.used = False
-        # filled by a reverse sweep
-        self.shadows: dict[int, Any] = {}
-        self.stand_ins: dict[tuple, Any] = {}
-        self.free: dict[tuple, list[Any]] = {}   # finished shadows, by shape and dtype
-        self.scalar_bar: dict[int, float] = {}
-        self.active_ids: set[int] = set()
-        self.active_nodes: set[int] = set()
-        self.given: set[Any] = set()
-        self.aliased_given = False
-        self.first_use: dict[Any, int] = {}
-        self.position: int | None = None    # the record whose adjoint runs
-        self.last_replay: tuple | None = None   # the replay it ran (LaunchRecord.backward)
 
     # -- recording ------------------------------------------------------------------------
     def __enter__(self) -> Tape:
@@ -290,126 +278,127 @@ class Tape:
             "a result only for display, change a copy (B.copy())")
 
     # -- the reverse sweep ----------------------------------------------------------------
+
     def gradient(self, target: Any, sources: Any) -> Any:
         """The gradient of the scalar ``target`` with respect to each of ``sources`` (a list of
         arrays or tracked scalars), as new arrays / floats; for a single source given without
         a list, its gradient alone.  The tape can be asked again."""
         if not isinstance(sources, (list, tuple)):
             return self.gradient(target, [sources])[0]
-        seeds = {}
+        grads = self.new_gradients(sources, "tape.gradient")
+        if not self.recording:
+            self.check_target(target)
+        sweep = self.backward(target, grads, sources, unwritten=set(grads))
+        return self.gradients_of(sources, grads, sweep)
+
+    def vjp(self, outputs: list[Any], cotangents: list[Any], sources: list[Any]) -> list[Any]:
+        """The vector-Jacobian product of the recorded code: for each of ``sources`` (arrays
+        or tracked scalars), ``sum_k cotangents[k] . d outputs[k] / d source``, as a new array
+        or float.  ``outputs``: arrays the recorded code wrote, or tracked scalars it made;
+        ``cotangents``: for each, an array of its shape or a number (for every element).
+        Several outputs, several sources, one sweep.  The tape can be asked again.
+
+        >>> import numpy as np, tapegrad as tg
+        >>> @tg.kernel
+        ... def square(B, A):
+        ...     i = tg.index()
+        ...     B[i] = A[i] * A[i]
+        >>> A = np.array([1.0, 2.0, 3.0]); B = np.zeros(3)
+        >>> with tg.Tape() as tape:
+        ...     square(tg.CPU())(B, A, ndrange=3)
+        ...     total = tg.sum(B)
+        >>> (gA,) = tape.vjp([B, total], [np.array([1.0, 0.0, 0.0]), 10.0], [A])
+        >>> gA.tolist()          # (e_0 + 10) . 2 A
+        [22.0, 40.0, 60.0]
+        """
+        if len(outputs) != len(cotangents):
+            raise TapegradError(f"tape.vjp: {len(outputs)} output(s) but {len(cotangents)} "
+                                "cotangent(s); give one cotangent per output")
+        grads = self.new_gradients(sources, "tape.vjp")
+        unwritten, scratch, seeds = set(grads), set(), {}
+        scalar_seeds = []
+        for y, w in zip(outputs, cotangents):
+            if isinstance(y, TrackedScalar):
+                node = y.node_on(self)
+                if node is None:
+                    raise TapegradError("tape.vjp: a scalar output was not recorded by this tape")
+                if is_array(w) and getattr(w, "size", 1) != 1:
+                    raise TapegradError(f"tape.vjp: a scalar output's cotangent is a number, "
+                                        f"got an array of shape {tuple(w.shape)}")
+                scalar_seeds.append((node, float(plain(w))))
+                continue
+            if not is_array(y) or not self.tracks(y):
+                raise TapegradError(
+                    "tape.vjp's outputs are arrays the recorded kernels wrote, or scalars from "
+                    f"tg.sum/tg.dot/... recorded by this tape; got {type(y).__name__}"
+                    + (f" of shape {tuple(y.shape)}, which no recorded operation used"
+                       if is_array(y) else ""))
+            w_shape = tuple(getattr(w, "shape", ()))
+            if w_shape not in (tuple(y.shape), ()):
+                raise TapegradError(
+                    f"vjp: a cotangent has shape {w_shape}, but its output is an array of "
+                    f"shape {tuple(y.shape)}; give a cotangent of the output's shape (or a "
+                    "number for every element)")
+            k = self.key(y)
+            seed = grads.get(k, seeds.get(k))     # an output that is a source: one shadow
+            if seed is None:
+                seed = seeds[k] = empty_like(y)
+                seed[...] = w
+                scratch.add(k)                    # ours: consumed or not, no matter
+            elif k in unwritten:
+                seed[...] = w
+                unwritten.discard(k)
+            else:
+                seed += w
+        sweep = self.sweep({**seeds, **grads}, sources, unwritten, scratch)
+        for node, w in scalar_seeds:
+            sweep.add_scalar_bar(node, w)
+        sweep.run(list(outputs), sources)
+        return self.gradients_of(sources, grads, sweep)
+
+    def backward(self, target: Any, shadows: dict[Any, Any], sources: list[Any],
+                 seed_target: bool = True, seeded: list[Any] = (),
+                 unwritten: set[Any] = frozenset(), scratch: set[Any] = frozenset()) -> Sweep:
+        """Run every adjoint in reverse order (a :class:`~tapegrad.tape.sweep.Sweep`, returned
+        for the scalars' adjoints); with ``seed_target`` the scalar ``target`` gets adjoint 1
+        and must depend on a source, else the caller seeded the shadows of ``seeded``."""
+        sweep = self.sweep(shadows, sources, unwritten, scratch)
+        if seed_target:
+            sweep.seed(target)
+        sweep.run(([target] if seed_target else []) + list(seeded), sources,
+                  connected=seed_target)
+        return sweep
+
+    def sweep(self, shadows: dict[Any, Any], sources: list[Any], unwritten: set[Any],
+              scratch: set[Any]) -> Sweep:
+        """A reverse sweep over the finished recording, not run yet."""
+        if self.recording:
+            raise TapegradError("ask for gradients after the `with tg.Tape()` block ends")
+        self.check_unchanged()
+        return Sweep(self, shadows, sources, unwritten, scratch)
+
+    def new_gradients(self, sources: list[Any], who: str) -> dict[Any, Any]:
+        """An array, not filled yet, for each array source's gradient (by identity)."""
         grads = {}
         for s in sources:
             if isinstance(s, TrackedScalar):
                 continue
             if not is_array(s):
                 raise TapegradError(
-                    f"tape.gradient sources are arrays, or tape scalars: numbers made sources "
+                    f"{who} sources are arrays, or tape scalars: numbers made sources "
                     f"with s = tape.watch(0.3) inside the block, or results of tg.sum/tg.dot/"
                     f"...; got {type(s).__name__}")
             if np.dtype(s.dtype).kind != "f":
                 raise TapegradError(
-                    f"tape.gradient is with respect to float arrays, but a source has dtype "
+                    f"{who} is with respect to float arrays, but a source has dtype "
                     f"{np.dtype(s.dtype)} (integers and booleans have no derivative); convert "
                     f"it before recording (x = x.astype(np.float64)) and differentiate that")
             grads[self.key(s)] = empty_like(s)
-        if not self.recording:
-            self.check_target(target)
-        self.backward(target, seeds, grads, sources, unwritten=set(grads))
-        out = []
-        for s in sources:
-            if isinstance(s, TrackedScalar):
-                out.append(self.scalar_bar.get(s.node_on(self), 0.0))
-            else:
-                out.append(grads[self.key(s)])
-        return out
+        return grads
 
-    def backward(self, target: Any, seeds: dict, shadows: dict[int, Any], sources: list[Any],
-                 seed_target: bool = True, seeded: list[Any] = (),
-                 unwritten: set[Any] = frozenset(), scratch: set[Any] = frozenset()) -> None:
-        """Run every adjoint in reverse order.  ``shadows`` maps array identities to the
-        shadows to accumulate into (others are made when needed; those in ``unwritten`` are
-        new and hold no values yet: the sweep writes or zeroes them; those in ``scratch``
-        are the caller's temporaries, whose values afterwards do not matter); with
-        ``seed_target`` the scalar ``target`` gets adjoint 1, else the caller seeded the
-        shadows of ``seeded``."""
-        if self.recording:
-            raise TapegradError("ask for gradients after the `with tg.Tape()` block ends")
-        self.check_unchanged()
-        records = self.records
-        first_use: dict[Any, int] = {}     # identity -> the first record touching it
-        for k, record in enumerate(records):
-            for ident in record.reads:
-                first_use.setdefault(ident, k)
-            for ident in record.writes:
-                first_use.setdefault(ident, k)
-        self.first_use = first_use
-        self.check_sources_seen(sources)
-        self.shadows = dict(shadows)
-        self.given = set(shadows) - set(scratch)   # the caller's shadows it will read
-        # tape-made shadows are distinct arrays: only the caller's can be one array twice
-        self.aliased_given = repeats(list(shadows.values()))
-        self.fresh = set(unwritten)      # shadows holding no values yet (not even zeros)
-        self.stand_ins: dict[tuple, Any] = {}   # for freed arrays whose contents nobody reads
-        self.free = {}
-        self.scalar_bar = {}
-        self.activity_from(sources)
-        if seed_target:
-            self.seed(target)
-        # (with an Active return the given shadows are seeds too, as in Enzyme: a launch that
-        # writes an array whose shadow holds values consumes and propagates them, whether or
-        # not it reaches the result)
-        useful_ids, useful_nodes = self.useful_from(([target] if seed_target else [])
-                                                    + list(seeded))
-        if seed_target and sources and useful_ids.isdisjoint(self.active_ids) \
-                and useful_nodes.isdisjoint(self.active_nodes):
-            raise self.disconnected(useful_ids, sources)
-        active_ids, active_nodes = self.active_ids, self.active_nodes
-        current, free = self.shadows, self.free
-        self.last_replay = None
-        k = len(records) - 1
-        while k >= 0:
-            record = records[k]
-            self.position = k
-            if (not useful_ids.isdisjoint(record.writes) or
-                    (record.scalar_out is not None and record.scalar_out in useful_nodes)) and (
-                    not active_ids.isdisjoint(record.reads)
-                    or not active_nodes.isdisjoint(record.scalars_in)
-                    or not active_ids.isdisjoint(record.writes)):
-                record.backward(self)
-            # no earlier record touches what this one made: its shadow is done, reuse the memory
-            for ident in record.writes:
-                if first_use[ident] == k and ident not in shadows and ident in current:
-                    free.setdefault(ident.meta, []).append(current.pop(ident))
-            head, self.last_replay = self.last_replay, None
-            if head is not None:         # the records below may replay it along a chain
-                k -= chains.extend(self, records, k, head)
-            k -= 1
-        self.position = None
-        for ident in self.fresh:         # given shadows no adjoint reached: zero gradients
-            self.shadows[ident].fill(0)
-        self.fresh = set()
-        self.stand_ins = {}
-        spares.keep(self.free)           # (only the tape's own shadows are in it)
-        self.free = {}
-
-    def disconnected(self, useful_ids: set[Any], sources: list[Any]) -> TapegradError:
-        """The error for a target that no recorded operation connects to any source: every
-        gradient would be zero, which is nearly always a value computed by host code the
-        tape cannot see (NumPy arithmetic or copies of recorded arrays)."""
-        written = {ident for record in self.records for ident in record.writes}
-        made = [ident for record in self.records if record.scalar_out is not None
-                for ident in record.reads if ident in useful_ids and ident not in written]
-        hint = ""
-        if made:
-            hint = (f" The target was computed from an array of shape {made[0].meta[1]} that "
-                    "no recorded operation wrote: if NumPy made it from recorded arrays (B * "
-                    "2.0, B.copy(), np.exp(B), B.reshape(...)), the tape cannot see that. Use "
-                    "tg.scale(B, 2.0), tg.copy(B), tg.reshape(B, shape), or compute it in a "
-                    "kernel.")
-        return TapegradError(
-            f"the target does not depend on any of the {len(sources)} value(s) you "
-            "differentiate with respect to through operations the tape recorded, so every "
-            f"gradient would be zero.{hint} See 'What the tape sees' in docs/tape.md")
+    def gradients_of(self, sources: list[Any], grads: dict[Any, Any], sweep: Sweep) -> list:
+        return [sweep.scalar_bar.get(s.node_on(self), 0.0) if isinstance(s, TrackedScalar)
+                else grads[self.key(s)] for s in sources]
 
     def check_target(self, target: Any) -> None:
         """``tape.gradient``'s target is a scalar this tape recorded; say what else it is."""
@@ -444,106 +433,6 @@ class Tape:
             "target inside the block (loss = tg.sum(B) + 0.5 * tg.dot(B, B)), then call "
             "tape.gradient(loss, x)")
 
-    def seed(self, target: Any) -> None:
-        node = target.node_on(self) if isinstance(target, TrackedScalar) else None
-        if node is not None:
-            self.scalar_bar[node] = self.scalar_bar.get(node, 0.0) + 1.0
-        elif is_array(target) and self.tracks(target) and target.size == 1:
-            self.shadow(self.key(target))[...] += 1
-        else:
-            raise not_a_scalar(target)
-
-    def activity_from(self, sources: list[Any]) -> None:
-        """Forward pass: what depends on the sources (everything else is constant).  Arrays
-        are tracked by identity, not by version: one overwritten from a source later is
-        active for the earlier records that read it too, and those give it a shadow, so
-        their outputs must be active as well: passes to a fixed point (an array read while
-        constant, then overwritten from the source, made the earlier reader's adjoint take
-        an active input into a constant output, which adjoint generation refuses)."""
-        active = self.active_ids = {self.key(s) for s in sources if is_array(s)}
-        nodes = self.active_nodes = {s.node_on(self) for s in sources
-                                     if isinstance(s, TrackedScalar)} - {None}
-        first_use = self.first_use
-        again = True
-        while again:            # (one pass, unless an earlier record touched what became active)
-            again = False
-            for k, record in enumerate(self.records):
-                if not active.isdisjoint(record.reads) or not nodes.isdisjoint(record.scalars_in):
-                    for ident in record.writes:
-                        if ident not in active:
-                            active.add(ident)
-                            again = again or first_use[ident] < k
-                    if record.scalar_out is not None:
-                        nodes.add(record.scalar_out)   # (read only by later records)
-
-    def useful_from(self, targets: list[Any]) -> tuple[set[int], set[int]]:
-        """Backward pass: what can reach the targets (the rest is skipped)."""
-        ids = {self.key(t) for t in targets if is_array(t)}
-        nodes = {t.node_on(self) for t in targets if isinstance(t, TrackedScalar)} - {None}
-        for record in reversed(self.records):
-            if not ids.isdisjoint(record.writes) or (record.scalar_out is not None
-                                                     and record.scalar_out in nodes):
-                ids.update(record.reads)
-                ids.update(record.writes)
-                nodes.update(record.scalars_in)
-        return ids, nodes
-
-    def shadow(self, ident: int, unwritten_ok: bool = False) -> Any:
-        """The shadow of array ``ident``, zeros until an adjoint adds into it.  With
-        ``unwritten_ok`` it may come without its zeros (``ident`` is then in ``self.fresh``,
-        and the caller must write every element or zero it, then call ``written``)."""
-        sh = self.shadows.get(ident)
-        if sh is None:
-            meta = self.ids.meta(ident)      # (type, shape, dtype): the array may be gone
-            pool = self.free.get(meta)
-            # a finished shadow, of this sweep or an earlier one: reusing it beats fresh pages
-            sh = pool.pop() if pool else spares.take(meta)
-            if sh is not None:
-                self.fresh.add(ident)
-            else:
-                sh = allocate(meta, zeroed=not unwritten_ok)
-                if unwritten_ok:
-                    self.fresh.add(ident)
-            self.shadows[ident] = sh
-        if ident in self.fresh and not unwritten_ok:
-            sh.fill(0)
-            self.fresh.discard(ident)
-        return sh
-
-    def written(self, ident: Any) -> None:
-        self.fresh.discard(ident)
-
-    def discardable(self, ident: Any) -> bool:
-        """Whether nothing reads the shadow of ``ident`` after the current record's adjoint:
-        no earlier record touched the array and the caller did not give that shadow."""
-        return (self.position is not None and ident not in self.given
-                and self.first_use.get(ident) == self.position)
-
-    def add_scalar_bar(self, node: int, value: float) -> None:
-        self.scalar_bar[node] = self.scalar_bar.get(node, 0.0) + value
-
-    def check_sources_seen(self, sources: list[Any]) -> None:
-        """A source no recorded operation read would get a zero gradient; that is nearly
-        always a copy made with NumPy, which tapes cannot see, so say so."""
-        seen = self.first_use
-        for s in sources:
-            if is_array(s) and self.key(s) not in seen:
-                # (a source the tape tracks but no record touched is not a view of itself)
-                tracked = None if self.tracks(s) else self.ids.overlapping(s)
-                if tracked is not None:
-                    raise TapegradError(
-                        f"the array of shape {s.shape} you differentiate with respect to is a "
-                        f"view of (or shares memory with) an array of shape {tracked.meta[1]} "
-                        "that the recorded code used; gradients are per array as the kernels "
-                        "were given it: differentiate with respect to that array and slice its "
-                        "gradient (g = tape.gradient(loss, x); g[1:])")
-                raise TapegradError(
-                    f"the array of shape {s.shape} you differentiate with respect to was not "
-                    "used by any recorded kernel launch or tapegrad operation, so its gradient "
-                    "would be zero. If the code copies it with NumPy (x.copy(), np.array(x), "
-                    "x * 1), the copy is invisible to the tape: use tg.copy(x), or launch "
-                    "kernels on x itself")
-
     def check_unchanged(self) -> None:
         for ident, fp in self.fingerprints.items():
             refs = self.readers.get(ident)
@@ -573,17 +462,3 @@ def _same_bits(a: Any, b: Any) -> bool:
     """Whether two samples are equal bit for bit (NaNs included)."""
     return type(a) is type(b) and (a == b or np.array_equal(np.array(a), np.array(b),
                                                             equal_nan=True))
-
-
-def not_a_scalar(value: Any) -> TapegradError:
-    what = (f"an array of shape {value.shape}" if is_array(value) else
-            f"a {type(value).__name__}")
-    return TapegradError(
-        f"an Active return must be a scalar, but the function returned {what}. Ways out: "
-        "return a scalar from a differentiable host reduction (tg.sum(B), tg.dot(B, w), "
-        "tg.mean, tg.norm); or use tg.Const as the return activity and seed the output's "
-        "shadow yourself (dB[:] = w gives the vector-Jacobian product); or take the whole "
-        "Jacobian with tg.jacobian(f, x); or record with tg.Tape and call "
-        "tape.gradient(target, sources)")
-
-

@@ -1,0 +1,227 @@
+"""One reverse sweep over a finished tape: the records' adjoints run in reverse order,
+accumulating into shadows (Enzyme's semantics: an overwrite consumes the shadow of what it
+overwrote), with what the sweep worked out once (which arrays and scalars are active, which
+records can reach the outputs, where each shadow is first and last needed).
+
+``tape.gradient``, ``tape.vjp`` and ``tg.autodiff`` each make one ``Sweep``; a record's
+``backward(sweep)`` reads and updates it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tapegrad.errors import TapegradError
+from tapegrad.tape import chains
+from tapegrad.tape.arrays import allocate, is_array, repeats, spares
+from tapegrad.tape.scalars import TrackedScalar
+
+
+class Sweep:
+    """The state of one reverse sweep over ``tape``'s records.
+
+    ``shadows`` maps array identities to the shadows to accumulate into (others are made when
+    needed; those in ``unwritten`` are new and hold no values yet: the sweep writes or zeroes
+    them; those in ``scratch`` are the caller's temporaries, whose values afterwards do not
+    matter).  ``sources``: what is differentiated with respect to (arrays, tracked scalars).
+    """
+
+    def __init__(self, tape: Any, shadows: dict[Any, Any], sources: list[Any],
+                 unwritten: set[Any] = frozenset(), scratch: set[Any] = frozenset()):
+        self.tape = tape
+        self.ids = tape.ids
+        self.records = tape.records
+        first_use: dict[Any, int] = {}     # identity -> the first record touching it
+        for k, record in enumerate(self.records):
+            for ident in record.reads:
+                first_use.setdefault(ident, k)
+            for ident in record.writes:
+                first_use.setdefault(ident, k)
+        self.first_use = first_use
+        self.check_sources_seen(sources)
+        self.requested = shadows           # the caller's: kept to the end of the sweep
+        self.shadows = dict(shadows)
+        self.given = set(shadows) - set(scratch)   # the caller's shadows it will read
+        # tape-made shadows are distinct arrays: only the caller's can be one array twice
+        self.aliased_given = repeats(list(shadows.values()))
+        self.fresh = set(unwritten)      # shadows holding no values yet (not even zeros)
+        self.stand_ins: dict[tuple, Any] = {}   # for freed arrays whose contents nobody reads
+        self.free: dict[tuple, list[Any]] = {}   # finished shadows, by type, shape and dtype
+        self.scalar_bar: dict[int, float] = {}
+        self.position: int | None = None        # the record whose adjoint runs
+        self.last_replay: tuple | None = None   # the replay it ran (LaunchRecord.backward)
+        self.activity_from(sources)
+
+    def key(self, x: Any) -> Any:
+        return self.tape.key(x)
+
+    def tracks(self, x: Any) -> bool:
+        return self.tape.tracks(x)
+
+    def run(self, outputs: list[Any], sources: list[Any], connected: bool = False) -> None:
+        """Run the adjoints of the records that can reach ``outputs`` (seeded by the caller)
+        and read something active, in reverse order.  ``connected``: refuse outputs that no
+        recorded operation connects to any source (every gradient would be zero)."""
+        useful_ids, useful_nodes = self.useful_from(outputs)
+        if connected and sources and useful_ids.isdisjoint(self.active_ids) \
+                and useful_nodes.isdisjoint(self.active_nodes):
+            raise self.disconnected(useful_ids, sources)
+        records, first_use, requested = self.records, self.first_use, self.requested
+        active_ids, active_nodes = self.active_ids, self.active_nodes
+        current, free = self.shadows, self.free
+        k = len(records) - 1
+        while k >= 0:
+            record = records[k]
+            self.position = k
+            if (not useful_ids.isdisjoint(record.writes) or
+                    (record.scalar_out is not None and record.scalar_out in useful_nodes)) and (
+                    not active_ids.isdisjoint(record.reads)
+                    or not active_nodes.isdisjoint(record.scalars_in)
+                    or not active_ids.isdisjoint(record.writes)):
+                record.backward(self)
+            # no earlier record touches what this one made: its shadow is done, reuse the memory
+            for ident in record.writes:
+                if first_use[ident] == k and ident not in requested and ident in current:
+                    free.setdefault(ident.meta, []).append(current.pop(ident))
+            head, self.last_replay = self.last_replay, None
+            if head is not None:         # the records below may replay it along a chain
+                k -= chains.extend(self, records, k, head)
+            k -= 1
+        self.position = None
+        for ident in self.fresh:         # given shadows no adjoint reached: zero gradients
+            self.shadows[ident].fill(0)
+        self.fresh = set()
+        self.stand_ins = {}
+        spares.keep(self.free)           # (only the sweep's own shadows are in it)
+        self.free = {}
+
+    def disconnected(self, useful_ids: set[Any], sources: list[Any]) -> TapegradError:
+        """The error for a target that no recorded operation connects to any source: every
+        gradient would be zero, which is nearly always a value computed by host code the
+        tape cannot see (NumPy arithmetic or copies of recorded arrays)."""
+        written = {ident for record in self.records for ident in record.writes}
+        made = [ident for record in self.records if record.scalar_out is not None
+                for ident in record.reads if ident in useful_ids and ident not in written]
+        hint = ""
+        if made:
+            hint = (f" The target was computed from an array of shape {made[0].meta[1]} that "
+                    "no recorded operation wrote: if NumPy made it from recorded arrays (B * "
+                    "2.0, B.copy(), np.exp(B), B.reshape(...)), the tape cannot see that. Use "
+                    "tg.scale(B, 2.0), tg.copy(B), tg.reshape(B, shape), or compute it in a "
+                    "kernel.")
+        return TapegradError(
+            f"the target does not depend on any of the {len(sources)} value(s) you "
+            "differentiate with respect to through operations the tape recorded, so every "
+            f"gradient would be zero.{hint} See 'What the tape sees' in docs/tape.md")
+
+    def seed(self, target: Any) -> None:
+        node = target.node_on(self.tape) if isinstance(target, TrackedScalar) else None
+        if node is not None:
+            self.scalar_bar[node] = self.scalar_bar.get(node, 0.0) + 1.0
+        elif is_array(target) and self.tracks(target) and target.size == 1:
+            self.shadow(self.key(target))[...] += 1
+        else:
+            raise not_a_scalar(target)
+
+    def activity_from(self, sources: list[Any]) -> None:
+        """Forward pass: what depends on the sources (everything else is constant).  Arrays
+        are tracked by identity, not by version: one overwritten from a source later is
+        active for the earlier records that read it too, and those give it a shadow, so
+        their outputs must be active as well: passes to a fixed point (an array read while
+        constant, then overwritten from the source, made the earlier reader's adjoint take
+        an active input into a constant output, which adjoint generation refuses)."""
+        active = self.active_ids = {self.key(s) for s in sources if is_array(s)}
+        nodes = self.active_nodes = {s.node_on(self.tape) for s in sources
+                                     if isinstance(s, TrackedScalar)} - {None}
+        first_use = self.first_use
+        again = True
+        while again:            # (one pass, unless an earlier record touched what became active)
+            again = False
+            for k, record in enumerate(self.records):
+                if not active.isdisjoint(record.reads) or not nodes.isdisjoint(record.scalars_in):
+                    for ident in record.writes:
+                        if ident not in active:
+                            active.add(ident)
+                            again = again or first_use[ident] < k
+                    if record.scalar_out is not None:
+                        nodes.add(record.scalar_out)   # (read only by later records)
+
+    def useful_from(self, targets: list[Any]) -> tuple[set[int], set[int]]:
+        """Backward pass: what can reach the targets (the rest is skipped)."""
+        ids = {self.key(t) for t in targets if is_array(t)}
+        nodes = {t.node_on(self.tape) for t in targets if isinstance(t, TrackedScalar)} - {None}
+        for record in reversed(self.records):
+            if not ids.isdisjoint(record.writes) or (record.scalar_out is not None
+                                                     and record.scalar_out in nodes):
+                ids.update(record.reads)
+                ids.update(record.writes)
+                nodes.update(record.scalars_in)
+        return ids, nodes
+
+    def shadow(self, ident: int, unwritten_ok: bool = False) -> Any:
+        """The shadow of array ``ident``, zeros until an adjoint adds into it.  With
+        ``unwritten_ok`` it may come without its zeros (``ident`` is then in ``self.fresh``,
+        and the caller must write every element or zero it, then call ``written``)."""
+        sh = self.shadows.get(ident)
+        if sh is None:
+            meta = self.ids.meta(ident)      # (type, shape, dtype): the array may be gone
+            pool = self.free.get(meta)
+            # a finished shadow, of this sweep or an earlier one: reusing it beats fresh pages
+            sh = pool.pop() if pool else spares.take(meta)
+            if sh is not None:
+                self.fresh.add(ident)
+            else:
+                sh = allocate(meta, zeroed=not unwritten_ok)
+                if unwritten_ok:
+                    self.fresh.add(ident)
+            self.shadows[ident] = sh
+        if ident in self.fresh and not unwritten_ok:
+            sh.fill(0)
+            self.fresh.discard(ident)
+        return sh
+
+    def written(self, ident: Any) -> None:
+        self.fresh.discard(ident)
+
+    def discardable(self, ident: Any) -> bool:
+        """Whether nothing reads the shadow of ``ident`` after the current record's adjoint:
+        no earlier record touched the array and the caller did not give that shadow."""
+        return (self.position is not None and ident not in self.given
+                and self.first_use.get(ident) == self.position)
+
+    def add_scalar_bar(self, node: int, value: float) -> None:
+        self.scalar_bar[node] = self.scalar_bar.get(node, 0.0) + value
+
+    def check_sources_seen(self, sources: list[Any]) -> None:
+        """A source no recorded operation read would get a zero gradient; that is nearly
+        always a copy made with NumPy, which tapes cannot see, so say so."""
+        seen = self.first_use
+        for s in sources:
+            if is_array(s) and self.key(s) not in seen:
+                # (a source the tape tracks but no record touched is not a view of itself)
+                tracked = None if self.tracks(s) else self.ids.overlapping(s)
+                if tracked is not None:
+                    raise TapegradError(
+                        f"the array of shape {s.shape} you differentiate with respect to is a "
+                        f"view of (or shares memory with) an array of shape {tracked.meta[1]} "
+                        "that the recorded code used; gradients are per array as the kernels "
+                        "were given it: differentiate with respect to that array and slice its "
+                        "gradient (g = tape.gradient(loss, x); g[1:])")
+                raise TapegradError(
+                    f"the array of shape {s.shape} you differentiate with respect to was not "
+                    "used by any recorded kernel launch or tapegrad operation, so its gradient "
+                    "would be zero. If the code copies it with NumPy (x.copy(), np.array(x), "
+                    "x * 1), the copy is invisible to the tape: use tg.copy(x), or launch "
+                    "kernels on x itself")
+
+
+def not_a_scalar(value: Any) -> TapegradError:
+    what = (f"an array of shape {value.shape}" if is_array(value) else
+            f"a {type(value).__name__}")
+    return TapegradError(
+        f"an Active return must be a scalar, but the function returned {what}. Ways out: "
+        "return a scalar from a differentiable host reduction (tg.sum(B), tg.dot(B, w), "
+        "tg.mean, tg.norm); or use tg.Const as the return activity and seed the output's "
+        "shadow yourself (dB[:] = w gives the vector-Jacobian product); or take the whole "
+        "Jacobian with tg.jacobian(f, x); or record with tg.Tape and call "
+        "tape.gradient(target, sources)")
