@@ -511,7 +511,7 @@ def _autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, n
         # the seeds' consumed elements need no zeros; if the adjoint still writes a seed
         # (stores twice, or reads the array), it gets a copy: the caller's stays as it was
         found = adjoint_of(cfg, seen, activity, nd, seeds)
-        adjoint = found[0]
+        adjoint = found[0].adjoint
         for s, p in adjoint.shadow_of.items():
             if p in seeds and s in adjoint.shadows_written:
                 shadows[p] = shadows[p].copy()

@@ -52,9 +52,7 @@ class Adjoint:
     notes: list[str] = field(default_factory=list)
     gathers: list = field(default_factory=list)   # tapegrad.ad.gather.Gather, run first
     contents_read: frozenset = frozenset()        # array parameters whose contents it reads
-    storing: object = None    # launch._StoringVariants when some shadows can be stored into
     shadows_written: frozenset = frozenset()      # shadow parameters its kernels write
-    fresh_plans: dict = field(default_factory=dict)   # launch._fresh_plan's, per fresh set
 
 
 def reverse_kernel(tk: TypedKernel, activity: tuple[str, ...], stack_depth: int | None = None,

@@ -3,6 +3,7 @@ launch it once, growing its stack when a launch needed more."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -26,10 +27,23 @@ from tapegrad.runtime.arguments import access, arg_key, check_args, groupsize_of
 from tapegrad.runtime.show import show
 
 
+@dataclasses.dataclass(slots=True)
+class CompiledAdjoint:
+    """A kernel's adjoint (``tapegrad.ad.Adjoint``) compiled for a launch's argument types,
+    with what the runtime builds for it: its launcher, its variants that store into shadows
+    holding no values yet (``tapegrad.ad.storefresh``), and how each set of such shadows is
+    treated (``fresh_plan``, cached)."""
+
+    adjoint: Any
+    launcher: Any
+    storing: StoringVariants | None = None
+    fresh_plans: dict = dataclasses.field(default_factory=dict)
+
+
 def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
                     activity: tuple[str, ...], rank: int, groupsize: tuple[int, ...],
                     stack_depth: int | None, discard: frozenset[str] = frozenset(),
-                    full_groups: bool = True) -> tuple[Any, Any]:
+                    full_groups: bool = True) -> CompiledAdjoint:
     """The reverse-mode pipeline: kernel IR -> normalized, typed -> adjoint IR -> compiled."""
     adjoint = adjoint_ir(kernel, argtypes, activity, rank, groupsize, stack_depth, discard,
                          full_groups)
@@ -40,14 +54,14 @@ def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
     if full_groups:   # (after contents_read: what the backend derives reads its sources)
         adjoint.ir, main = backend.tune_adjoint(adjoint.ir, full, groupsize)
     typed_adjoint = specialize(adjoint.ir, main, rank, groupsize, kernel_ir)
+    storing = None
     if adjoint.gathers and not has_effects(adjoint.ir.body):
         launcher = None                  # the gathers did everything (a tape's stencils)
     else:
         launcher = backend.compile(typed_adjoint)                   # lower, cache, compile
         storable = storable_shadows(adjoint.ir, list(adjoint.shadow_of), rank)
         if storable:
-            adjoint.storing = StoringVariants(adjoint.ir, storable, main, rank, groupsize,
-                                               backend)
+            storing = StoringVariants(adjoint.ir, storable, main, rank, groupsize, backend)
     if adjoint.gathers:
         gathers = []
         for g in adjoint.gathers:
@@ -56,12 +70,13 @@ def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
                     for v in (g.ir, g.fresh_ir)]
             gathers.append(Gather(at, backend.compile(both[0]), backend, both[1]))
         launcher = GathersThenRest(gathers, launcher)
-    return adjoint, launcher
+    return CompiledAdjoint(adjoint, launcher, storing)
 
 
 def adjoint_of(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int, ...],
-               discard: frozenset[str] = frozenset()) -> tuple[Any, Any, tuple]:
-    """The compiled adjoint of a configured kernel for these arguments (cached)."""
+               discard: frozenset[str] = frozenset()) -> tuple[CompiledAdjoint, tuple]:
+    """The compiled adjoint of a configured kernel for these arguments (cached), and the key
+    it is cached under."""
     kernel, backend = cfg.kernel, cfg.backend
     wgs = groupsize_of(cfg, len(nd))
     full = all(n % w == 0 for n, w in zip(nd, wgs))
@@ -73,10 +88,10 @@ def adjoint_of(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
         entry = compile_adjoint(kernel, backend, argtypes, activity, len(nd), wgs, depth,
                                 discard, full)
         kernel.cache[key] = entry
-    adjoint, launcher = entry
-    show(kernel, "reverse", backend, launcher,
-          lambda: [g.ir for g in adjoint.gathers] + [adjoint.ir])
-    return adjoint, launcher, key
+    adjoint = entry.adjoint
+    show(kernel, "reverse", backend, entry.launcher,
+         lambda: [g.ir for g in adjoint.gathers] + [adjoint.ir])
+    return entry, key
 
 
 def values_read(kernel: Any, backend: Any, args: tuple, activity: tuple[str, ...],
@@ -164,16 +179,17 @@ def _run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tup
     """``run_adjoint`` once no two shadows are the same array."""
     kernel, backend = cfg.kernel, cfg.backend
     params = kernel_ir(kernel).params
-    adjoint, launcher, key = found or adjoint_of(cfg, values, activity, nd, discard)
+    compiled, key = found or adjoint_of(cfg, values, activity, nd, discard)
+    adjoint, launcher = compiled.adjoint, compiled.launcher
     check_kept(kernel, adjoint, kept)
     fresh_at: frozenset[int] = frozenset()
     stored: frozenset[str] = frozenset()
     if fresh:
         covered = frozenset(p for p in fresh if tuple(shadows[p].shape) == nd)
-        plan = adjoint.fresh_plans.get((fresh, covered))
+        plan = compiled.fresh_plans.get((fresh, covered))
         if plan is None:
-            plan = adjoint.fresh_plans[fresh, covered] = fresh_plan(
-                adjoint, launcher, len(params), fresh, covered)
+            plan = compiled.fresh_plans[fresh, covered] = fresh_plan(
+                compiled, len(params), fresh, covered)
         launcher, fresh_at, stored, zeroed = plan
         for p in zeroed:
             shadows[p][...] = 0
@@ -211,9 +227,10 @@ def _run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tup
         depth = 1 << max(needed - 1, 1).bit_length()
         kernel.cache[("stack depth", key)] = depth
         del kernel.cache[key]
-        adjoint, launcher, key = adjoint_of(cfg, values, activity, nd, discard)
+        compiled, key = adjoint_of(cfg, values, activity, nd, discard)
+        adjoint, launcher = compiled.adjoint, compiled.launcher
         if stored:
-            launcher = storing_into(adjoint, launcher, stored)
+            launcher = storing_into(compiled, stored)
     raise AssertionError("unreachable")
 
 
@@ -222,5 +239,5 @@ def overwritten_inputs(cfg: Any, values: tuple, activity: tuple[str, ...], nd: t
     """Parameters the kernel overwrites whose pre-launch contents the adjoint reads (the
     adjoint's scratch copies, and arrays it only reads once dead code is gone: a replayed
     load of an array whose final store the adjoint no longer redoes)."""
-    adjoint = adjoint_of(cfg, values, activity, nd)[0]
+    adjoint = adjoint_of(cfg, values, activity, nd)[0].adjoint
     return sorted(adjoint.contents_read & access(cfg.kernel)[1])

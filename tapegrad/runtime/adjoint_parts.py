@@ -87,13 +87,14 @@ class GathersThenRest:
         return tuple(out)
 
 
-def fresh_plan(adjoint: Any, launcher: Any, base: int, fresh: frozenset[str],
-                covered: frozenset[str]) -> tuple[Any, frozenset[int], frozenset[str], tuple]:
+def fresh_plan(compiled: Any, base: int, fresh: frozenset[str], covered: frozenset[str]
+               ) -> tuple[Any, frozenset[int], frozenset[str], tuple]:
     """How an adjoint launch treats the shadows that hold no values yet (``fresh``; those in
     ``covered`` have the launch's shape): (the launcher, the argument positions of the gather
     kernels that store, the shadows the main kernel stores into, the shadows to zero first)."""
+    adjoint, launcher = compiled.adjoint, compiled.launcher
     gathered = launcher.gathered() if isinstance(launcher, GathersThenRest) else set()
-    storable = adjoint.storing.storable if adjoint.storing is not None else ()
+    storable = compiled.storing.storable if compiled.storing is not None else ()
     fresh_at, stored, zeroed = set(), set(), []
     for k, (s, p) in enumerate(adjoint.shadow_of.items()):
         if p in fresh:
@@ -105,13 +106,15 @@ def fresh_plan(adjoint: Any, launcher: Any, base: int, fresh: frozenset[str],
                 zeroed.append(p)
     stored = frozenset(stored)
     if stored:
-        launcher = storing_into(adjoint, launcher, stored)
+        launcher = storing_into(compiled, stored)
     return launcher, frozenset(fresh_at), stored, tuple(zeroed)
 
 
-def storing_into(adjoint: Any, launcher: Any, stored: frozenset[str]) -> Any:
-    """``launcher`` with its main kernel storing into the ``stored`` shadows."""
-    rest = adjoint.storing(stored)
+def storing_into(compiled: Any, stored: frozenset[str]) -> Any:
+    """The compiled adjoint's launcher with its main kernel storing into the ``stored``
+    shadows."""
+    launcher = compiled.launcher
+    rest = compiled.storing(stored)
     return GathersThenRest(launcher.gathers, rest) if isinstance(launcher, GathersThenRest) \
         else rest
 

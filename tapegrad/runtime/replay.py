@@ -38,7 +38,8 @@ def replay_for(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
     the same kernel and argument types may use it: the values a record keeps (copies the tape
     made, stand-ins for freed arrays) can differ from the launch's arrays in being writeable
     and in layout, which pick compiled code but not what the adjoint is."""
-    adjoint, launcher, _ = adjoint_of(cfg, values, activity, nd, discard)
+    compiled, _ = adjoint_of(cfg, values, activity, nd, discard)
+    adjoint, launcher = compiled.adjoint, compiled.launcher
     if adjoint.uses_status or adjoint.scratch or adjoint.active_scalars:
         return None
     check_kept(cfg.kernel, adjoint, kept)
@@ -46,7 +47,7 @@ def replay_for(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
     zeroed: tuple[str, ...] = ()
     if fresh:
         launcher, fresh_at, _, zeroed = fresh_plan(
-            adjoint, launcher, len(kernel_ir(cfg.kernel).params), fresh, covered)
+            compiled, len(kernel_ir(cfg.kernel).params), fresh, covered)
     steps = launcher.steps(fresh_at) if isinstance(launcher, GathersThenRest) \
         else ((launcher, None),)
     return Replay(adjoint, launcher, fresh_at, zeroed, tuple(adjoint.shadow_of.values()),

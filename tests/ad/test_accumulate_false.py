@@ -104,9 +104,9 @@ def test_elementwise_gradients_overwrite_and_the_seed_stays():
     np.testing.assert_array_equal(w, w0)
     np.testing.assert_array_equal(z, 0.0)            # DuplicatedNoNeed: no primal launch
     # the shadows were stored into, not zeroed first (the storing variant ran)
-    adjoint = adjoint_of(cfg, (z, 1.5, x, y), ("dup", "active", "dup", "dup"), (n,),
-                           frozenset({"Z"}))[0]
-    assert set(adjoint.storing.compiled) == {frozenset({"X_bar", "Y_bar"})}
+    compiled = adjoint_of(cfg, (z, 1.5, x, y), ("dup", "active", "dup", "dup"), (n,),
+                          frozenset({"Z"}))[0]
+    assert set(compiled.storing.compiled) == {frozenset({"X_bar", "Y_bar"})}
     # calling again gives the same gradient: nothing accumulates
     first = dx.copy()
     tg.autodiff(tg.Reverse, cfg, tg.Const, tg.DuplicatedNoNeed(z, w), tg.Active(1.5),
@@ -168,9 +168,9 @@ def test_full_and_short_launches_of_one_kernel_alternate():
         tg.autodiff(tg.Reverse, cfg, tg.Const, tg.DuplicatedNoNeed(z, w.copy()), 2.0,
                     tg.Duplicated(x, dx), y, ndrange=ndrange, accumulate=False)
         np.testing.assert_allclose(dx, fd(cfg, [z, 2.0, x, y], ndrange, 0, w, 2), atol=1e-8)
-    adjoint = adjoint_of(cfg, (z, 2.0, x, y), ("dup", "const", "dup", "const"), (n,),
-                           frozenset({"Z"}))[0]
-    assert len(adjoint.fresh_plans) == 2        # stored into (full) and zeroed (short)
+    compiled = adjoint_of(cfg, (z, 2.0, x, y), ("dup", "const", "dup", "const"), (n,),
+                          frozenset({"Z"}))[0]
+    assert len(compiled.fresh_plans) == 2        # stored into (full) and zeroed (short)
 
 
 def test_a_seed_the_adjoint_must_write_is_copied_not_changed():

@@ -59,14 +59,15 @@ def main(shard: int = 0, shards: int = 1) -> int:
                 elif mode == "forward":
                     ptx = compile_tangent(kernel, target, argtypes, activity, len(nd_t), wgs, 2)[1]
                 else:
-                    adjoint, ptx = compile_adjoint(kernel, target, argtypes, activity,
-                                                     len(nd_t), wgs, None)
+                    compiled = compile_adjoint(kernel, target, argtypes, activity,
+                                               len(nd_t), wgs, None)
+                    ptx = compiled.launcher
                     if not isinstance(ptx, str):   # a stencil adjoint: gather kernels + rest
                         ptx = "\n".join([g.adding for g in ptx.gathers]
                                         + [target.compile(g.storing_typed) for g in ptx.gathers]
                                         + [ptx.rest or ""])
-                    if adjoint.storing is not None:    # storing into new gradients
-                        ptx += "\n" + adjoint.storing(adjoint.storing.storable)
+                    if compiled.storing is not None:    # storing into new gradients
+                        ptx += "\n" + compiled.storing(compiled.storing.storable)
                 ok = ".entry" in ptx and ".target sm_90" in ptx
                 print(f"{'ok' if ok else 'BAD'} {kernel.name} {mode} {len(ptx)} "
                       f"atom={'atom.' in ptx} bar={'bar.sync' in ptx}")
