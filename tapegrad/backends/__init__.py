@@ -7,10 +7,18 @@ from typing import Any
 import numpy as np
 
 # first: every dispatcher tapegrad creates then caches in tapegrad's folder, not the package
-from tapegrad.backends import numba_cache  # noqa: F401
+from tapegrad.backends import (
+    numba_cache,  # noqa: F401
+    registry,
+)
 from tapegrad.backends.base import Backend
+from tapegrad.backends.cpu.arrays import NUMPY
 from tapegrad.backends.cpu.backend import CPU
-from tapegrad.errors import BackendError
+from tapegrad.backends.cuda.arrays import CUDA_ARRAYS
+
+# each backend's kind of array: a new backend is its folder and one line here
+registry.register(NUMPY)
+registry.register(CUDA_ARRAYS)
 
 __all__ = ["Backend", "CPU", "CUDA", "get_backend", "allocate", "zeros", "ones", "asarray",
            "to_numpy", "synchronize_backend"]
@@ -24,14 +32,7 @@ def get_backend(x: Any) -> Backend:
     >>> tg.get_backend(np.zeros(3))
     CPU()
     """
-    if isinstance(x, np.ndarray):
-        return CPU()
-    if hasattr(x, "__cuda_array_interface__"):
-        device = getattr(x, "device", None)
-        index = getattr(device, "id", getattr(device, "index", 0)) or 0
-        return CUDA(index)
-    raise BackendError(f"tg.get_backend expects an array (numpy.ndarray, or a GPU array), got "
-                       f"{type(x).__name__}")
+    return registry.array_kind(x, "tg.get_backend").backend(x)
 
 
 def CUDA(device: int = 0) -> Backend:  # noqa: N802 - the public name is tg.CUDA
@@ -66,8 +67,7 @@ def asarray(backend: Backend, x: Any) -> Any:
 
 def to_numpy(x: Any) -> np.ndarray:
     """A NumPy array with ``x``'s data (a copy when ``x`` lives on a GPU)."""
-    if isinstance(x, np.ndarray):
-        return x
-    if hasattr(x, "get"):
-        return x.get()
-    return np.asarray(x)
+    kind = registry.kind_of(x)
+    if kind is not None:
+        return kind.to_numpy(x)
+    return x.get() if hasattr(x, "get") else np.asarray(x)

@@ -13,6 +13,7 @@ import numpy as np
 
 from tapegrad.ad import normalize
 from tapegrad.ad.access import array_access
+from tapegrad.backends.registry import array_kind, kind_of, looks_like_array
 from tapegrad.errors import LaunchError
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import (
@@ -100,20 +101,25 @@ def access(kernel: Any) -> tuple[set[str], set[str]]:
 
 
 def arg_key(args: tuple) -> tuple:
-    """What a compiled kernel depends on: each argument's type, and for arrays (NumPy, CuPy,
-    any ``__cuda_array_interface__``) also dtype and rank."""
+    """What a compiled kernel depends on: each argument's type, and for arrays also what
+    their kind says (``ArrayKind.launch_key``: dtype and rank, and for NumPy's whether it is
+    writeable and in native byte order).  An array no backend owns is refused."""
     key = []
     for a in args:
         t = type(a)
         if t is float or t is int:             # the common scalars, without the checks below
             key.append(t)
-        elif isinstance(a, np.ndarray):
+        elif t is np.ndarray:                  # the common arrays, as NumPy's kind keys them
             dtype = a.dtype
             key.append((t, dtype.num, a.ndim, a.flags.writeable, dtype.isnative))
-        elif hasattr(a, "__cuda_array_interface__"):
-            key.append((t, np.dtype(a.dtype).num, a.ndim))
         else:
-            key.append(t)
+            kind = kind_of(a)
+            if kind is not None:
+                key.append(kind.launch_key(a))
+            elif looks_like_array(a):
+                array_kind(a, "a kernel launch")     # (raises: no backend owns it)
+            else:
+                key.append(t)
     return tuple(key)
 
 

@@ -12,8 +12,7 @@ import dataclasses
 from contextvars import ContextVar
 from typing import Any
 
-import numpy as np
-
+from tapegrad.backends.registry import kind_of
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import Type, specialize
 from tapegrad.runtime.arguments import (
@@ -73,7 +72,7 @@ def one_parameter_per_array(cfg: Any, args: tuple, arrays: tuple
     merged: dict[str, str] = {}
     kept = []
     for pos, a in enumerate(arrays):
-        if isinstance(a, np.ndarray) or hasattr(a, "__cuda_array_interface__"):
+        if kind_of(a) is not None:
             at = first.setdefault(id(a), pos)
             if at != pos:
                 merged[params[pos]] = params[at]

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.backends.registry import array_kind
 from tapegrad.errors import TapegradError
 
 
@@ -106,10 +107,9 @@ def make_zero(x: Any) -> Any:
     """A new zero-filled array like ``x``, on the same device (Enzyme's ``make_zero``)."""
     if isinstance(x, (float, np.floating)):
         return type(x)(0)
-    if hasattr(x, "__cuda_array_interface__"):
-        import cupy
-        return cupy.zeros_like(x)
-    return np.zeros_like(x)
+    if isinstance(x, np.ndarray):
+        return np.zeros_like(x)
+    return array_kind(x, "tg.make_zero").module().zeros_like(x)
 
 
 def make_zero_(dx: Any) -> Any:

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.backends.registry import array_kind, kind_of_type
+
 
 def is_array(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype") and getattr(x, "ndim", 0) >= 0 \
@@ -81,19 +83,16 @@ def allocate(meta: tuple, zeroed: bool) -> Any:
     kind, shape, dtype = meta
     if issubclass(kind, np.ndarray):
         return np.zeros(shape, dtype) if zeroed else np.empty(shape, dtype)
-    import cupy
-    return cupy.zeros(shape, dtype) if zeroed else cupy.empty(shape, dtype)
+    return kind_of_type(kind).new(kind, shape, dtype, zeroed)
 
 
 def empty_like(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return np.empty_like(x)
-    import cupy
-    return cupy.empty_like(x)
+    return array_kind(x).module().empty_like(x)
 
 
 def zeros_like(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return np.zeros_like(x)
-    import cupy
-    return cupy.zeros_like(x)
+    return array_kind(x).module().zeros_like(x)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.backends.registry import array_kind
 from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.modes import current_forward, new_scalar, recording_tapes
@@ -19,10 +20,7 @@ from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain
 
 
 def _xp(x: Any) -> Any:
-    if isinstance(x, np.ndarray):
-        return np
-    import cupy
-    return cupy
+    return np if isinstance(x, np.ndarray) else array_kind(x).xp(x)
 
 
 # -- reductions -------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.backends.registry import array_kind, kind_of
 from tapegrad.errors import TapegradError
 
 
@@ -33,7 +34,7 @@ def _address(x: Any) -> int:
         return _numpy_address(x)
     if isinstance(x, np.ndarray):
         return _address_by_interface(x)
-    return x.__cuda_array_interface__["data"][0]
+    return array_kind(x).address(x)
 
 
 def _address_by_interface(x: np.ndarray) -> int:
@@ -222,6 +223,6 @@ def extent(x: Any, ptr: int | None = None) -> tuple[int, int]:
         else:
             hi += (n - 1) * st
     hi += x.dtype.itemsize
-    if not isinstance(x, np.ndarray):
+    if not isinstance(x, np.ndarray) and not kind_of(x).host:   # device memory: apart
         lo, hi = lo + (1 << 64), hi + (1 << 64)
     return lo, hi

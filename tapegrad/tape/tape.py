@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.backends.registry import kind_of
 from tapegrad.errors import TapegradError
 from tapegrad.frontend import kernel_ir
 from tapegrad.runtime.adjoint import values_read
@@ -241,7 +242,7 @@ class Tape:
         activity = tuple(
             "active" if type(a) is TrackedScalar and a.node_on(self) is not None else
             "dup" if isinstance(v, np.ndarray) and v.dtype.kind == "f" or (
-                hasattr(v, "__cuda_array_interface__") and np.dtype(v.dtype).kind == "f")
+                kind_of(v) is not None and np.dtype(v.dtype).kind == "f")
             else "const" for a, v in zip(args, plain))
         everything = frozenset(kernel_ir(kernel).params)
         if "dup" not in activity and "active" not in activity:

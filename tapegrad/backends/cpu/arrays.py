@@ -1,0 +1,40 @@
+"""The CPU backend's arrays: NumPy's (subclasses too)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tapegrad.backends.registry import ArrayKind
+
+
+class NumpyArrays(ArrayKind):
+    name = "numpy"
+    host = True
+
+    def owns(self, x: Any) -> bool:
+        return isinstance(x, np.ndarray)
+
+    def backend(self, x: Any) -> Any:
+        from tapegrad.backends.cpu.backend import CPU
+        return CPU()
+
+    def module(self) -> Any:
+        return np
+
+    def xp(self, x: Any) -> Any:
+        return np
+
+    def address(self, x: Any) -> int:
+        return x.__array_interface__["data"][0]
+
+    def launch_key(self, x: Any) -> tuple:
+        dtype = x.dtype
+        return (type(x), dtype.num, x.ndim, x.flags.writeable, dtype.isnative)
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        return x
+
+
+NUMPY = NumpyArrays()

@@ -1,0 +1,38 @@
+"""The CUDA backend's arrays: CuPy's, and any other ``__cuda_array_interface__`` array (a
+PyTorch CUDA tensor, say), which tapegrad's own new arrays for it are CuPy arrays beside."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tapegrad.backends.registry import ArrayKind
+
+
+class CudaArrays(ArrayKind):
+    name = "cuda"
+
+    def owns(self, x: Any) -> bool:
+        return hasattr(x, "__cuda_array_interface__")
+
+    def backend(self, x: Any) -> Any:
+        from tapegrad.backends.cuda.backend import CUDA  # (imports numba.cuda)
+        device = getattr(x, "device", None)
+        return CUDA(getattr(device, "id", getattr(device, "index", 0)) or 0)
+
+    def module(self) -> Any:
+        import cupy
+        return cupy
+
+    def xp(self, x: Any) -> Any:
+        return self.module()
+
+    def address(self, x: Any) -> int:
+        return x.__cuda_array_interface__["data"][0]
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        return x.get() if hasattr(x, "get") else np.asarray(x)
+
+
+CUDA_ARRAYS = CudaArrays()

@@ -1,0 +1,108 @@
+"""Which backend owns an array, and the operations tapegrad needs on that kind of array.
+
+Each backend declares the array types it owns in one :class:`ArrayKind` (its own folder's
+``arrays.py``) and registers it here with one line in ``tapegrad/backends/__init__.py``.
+Everything that handles arrays outside kernels (``tg.get_backend``, the launch cache's key,
+the tape's identities, copies and shadows, the host reductions) asks :func:`kind_of`, so an
+array type that no backend owns is refused with a clear error instead of being taken for a
+constant (its gradient silently zero).
+
+>>> import numpy as np
+>>> kind_of(np.zeros(3)).name
+'numpy'
+>>> kind_of([1.0, 2.0]) is None
+True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tapegrad.errors import BackendError
+
+
+class ArrayKind:
+    """One kind of array and what tapegrad does with it; a backend subclasses it."""
+
+    name = "array"
+    host = False          # its memory is the host's (addresses of host and device never meet)
+
+    def owns(self, x: Any) -> bool:
+        raise NotImplementedError
+
+    def backend(self, x: Any) -> Any:
+        """The backend ``x`` lives on."""
+        raise NotImplementedError
+
+    def xp(self, x: Any) -> Any:
+        """The array module for host-side operations on ``x`` (``numpy``, ``cupy``)."""
+        raise NotImplementedError
+
+    def address(self, x: Any) -> int:
+        """The address of ``x``'s first element (its identity, with shape and strides)."""
+        raise NotImplementedError
+
+    def launch_key(self, x: Any) -> tuple:
+        """What compiled code for a launch taking ``x`` depends on."""
+        return (type(x), np.dtype(x.dtype).num, x.ndim)
+
+    def new(self, like_type: type, shape: tuple[int, ...], dtype: Any, zeroed: bool) -> Any:
+        """A new array of this kind (of ``like_type`` where the kind has several)."""
+        xp = self.module()
+        return xp.zeros(shape, dtype) if zeroed else xp.empty(shape, dtype)
+
+    def module(self) -> Any:
+        raise NotImplementedError
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        raise NotImplementedError
+
+
+_KINDS: list[ArrayKind] = []
+_BY_TYPE: dict[type, ArrayKind | None] = {}    # answers so far, per Python type
+
+
+def register(kind: ArrayKind) -> ArrayKind:
+    """Register a backend's kind of array."""
+    _KINDS.append(kind)
+    _BY_TYPE.clear()
+    return kind
+
+
+def kind_of(x: Any) -> ArrayKind | None:
+    """The registered kind of array ``x`` is, or None if it is not an array of any (asked
+    once per Python type: the launch path asks per argument)."""
+    try:
+        return _BY_TYPE[type(x)]
+    except KeyError:
+        found = _BY_TYPE[type(x)] = next((k for k in _KINDS if k.owns(x)), None)
+        return found
+
+
+def kind_of_type(t: type) -> ArrayKind | None:
+    """The kind of arrays of type ``t``, for a type :func:`kind_of` has met (a tape's
+    records keep types, not arrays)."""
+    return _BY_TYPE.get(t)
+
+
+def array_kind(x: Any, who: str = "tapegrad") -> ArrayKind:
+    """``kind_of(x)``, or a :class:`~tapegrad.errors.BackendError` that says what to do
+    (``who``: what wanted an array)."""
+    kind = kind_of(x)
+    if kind is None:
+        if not looks_like_array(x):
+            raise BackendError(f"{who} expects an array (numpy.ndarray, or a GPU array), got "
+                               f"{type(x).__name__}")
+        raise BackendError(
+            f"{who} got a {type(x).__module__}.{type(x).__name__}, which no tapegrad backend "
+            f"owns (kinds registered: {', '.join(k.name for k in _KINDS)}); convert it, e.g. "
+            "numpy.asarray(x) for the CPU or cupy.asarray(x) for CUDA")
+    return kind
+
+
+def looks_like_array(x: Any) -> bool:
+    """Whether ``x`` has an array's shape and dtype (whether or not a backend owns it)."""
+    return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(
+        x, (np.generic, float, int))

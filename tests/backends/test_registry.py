@@ -1,0 +1,77 @@
+"""Arrays reach tapegrad through the backends' registered kinds
+(tapegrad/backends/registry.py): an array type that no backend owns is refused with a clear
+error wherever it enters, never taken for a constant (its gradient silently zero)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad.backends import registry
+
+
+class Foreign:
+    """An array-like of a library no backend owns: shape and dtype, nothing tapegrad knows."""
+
+    def __init__(self, data):
+        self.data = np.asarray(data, dtype=np.float64)
+        self.shape, self.dtype, self.ndim = self.data.shape, self.data.dtype, self.data.ndim
+
+
+@tg.kernel
+def double(B, A):
+    i = tg.index()
+    B[i] = 2.0 * A[i]
+
+
+def test_numpy_and_cuda_arrays_have_their_kinds():
+    assert registry.kind_of(np.zeros(2)).name == "numpy"
+    assert registry.kind_of(np.zeros(2).view(np.ma.MaskedArray)).name == "numpy"
+    assert registry.kind_of(1.5) is None and registry.kind_of([1.0]) is None
+    assert tg.get_backend(np.zeros(3)) == tg.CPU()
+
+
+def test_an_array_no_backend_owns_is_refused_at_launch_and_left_alone():
+    A, B = Foreign([1.0, 2.0, 3.0]), np.zeros(3)
+    with pytest.raises(tg.TapegradError, match="Foreign, which no tapegrad backend owns"):
+        double(tg.CPU())(B, A, ndrange=3)
+    assert (B == 0).all()
+    with pytest.raises(tg.TapegradError, match="no tapegrad backend owns"):
+        with tg.Tape():
+            double(tg.CPU())(B, A, ndrange=3)
+    with pytest.raises(tg.TapegradError, match="no tapegrad backend owns"):
+        tg.get_backend(A)
+    with pytest.raises(tg.TapegradError, match="no tapegrad backend owns"):
+        tg.make_zero(A)
+
+
+def test_a_registered_kind_is_asked(monkeypatch):
+    """A new backend's arrays: one registration, and tapegrad finds their backend, their
+    module and their addresses through it."""
+    class ForeignArrays(registry.ArrayKind):
+        name = "foreign"
+        host = True
+
+        def owns(self, x):
+            return isinstance(x, Foreign)
+
+        def backend(self, x):
+            return tg.CPU()
+
+        def module(self):
+            return np
+
+        def xp(self, x):
+            return np
+
+        def address(self, x):
+            return x.data.__array_interface__["data"][0]
+
+    monkeypatch.setattr(registry, "_KINDS", list(registry._KINDS))
+    monkeypatch.setattr(registry, "_BY_TYPE", {})
+    registry.register(ForeignArrays())
+    A = Foreign([1.0, 2.0])
+    assert registry.kind_of(A).name == "foreign"
+    assert tg.get_backend(A) == tg.CPU()
+    assert registry.kind_of_type(Foreign).name == "foreign"
