@@ -263,8 +263,8 @@ def _neighbours_exist(own: list[str], offsets: list[tuple[int, ...]], nd: list[s
                       ) -> list[ast.expr]:
     """Range tests on the element's index ``own``: every neighbour ``e - o`` lies in the
     ndrange.  The CPU lowering decides them per row of a group and runs the rest of the row
-    without them (backends/cpu/versioning.py), where LLVM vectorises: a 1-D stencil's gather
-    took 0.54 ms instead of 2.06 (4M float32)."""
+    without them (backends/cpu/versioning.py), where LLVM vectorises a loop with no tests in
+    it (measured: docs/performance.md, 'Measurements behind the code')."""
     tests: list[ast.expr] = []
     for d, (var, n) in enumerate(zip(own, nd)):
         hi = max(0, max(o[d] for o in offsets))

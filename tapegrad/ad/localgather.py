@@ -7,10 +7,11 @@ workgroup) adds, in every work-item and every ``k``, into two local-memory shado
     tg.atomic_add(tile_b_bar, (k, lj), acc_bar * tile_a[li, k])
 
 so the 16 work-items of a row (column) update the same elements: atomics on a GPU, and on
-the CPU a chain of read-modify-writes that no compiler vectorises (70 ms for a 512^2 tiled
-product whose primal takes 2.4).  Element ``(p, q)`` of ``tile_a_bar`` receives exactly the
-values of the work-items ``(p, f)`` at ``k = q``, for every ``f``; so each work-item can
-*gather* the sum for its own element, once its neighbours' ``acc_bar`` is in local memory::
+the CPU a chain of read-modify-writes that no compiler vectorises, many times slower than the
+primal product (measured: docs/performance.md, 'Measurements behind the code').  Element
+``(p, q)`` of ``tile_a_bar`` receives exactly the values of the work-items ``(p, f)`` at
+``k = q``, for every ``f``; so each work-item can *gather* the sum for its own element, once
+its neighbours' ``acc_bar`` is in local memory::
 
     _share_acc_bar[li, lj] = acc_bar
     tile_b__t[lj, li] = tile_b[li, lj]    # rows read across work-items: a transposed copy

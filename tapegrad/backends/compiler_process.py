@@ -2,12 +2,12 @@
 
 A function that Numba compiles in this process keeps its optimised LLVM module in Numba's
 execution engine for the life of the process (Numba does not remove modules: LLVM's
-``removeModule`` crashed for it), about 5 MB per parallel kernel; the same function loaded
-from Numba's on-disk cache costs about 0.3 MB.  A long session, or a test suite, that
-compiles a thousand kernel variants would hold gigabytes.  So the first launch of a generated
-function with new argument types asks a compiler process to compile it into the cache
-(:func:`main`), and then loads it from there as a later
-process would.  The compiler process is started on first need, is replaced once it holds
+``removeModule`` crashed for it), many times what the same function costs when loaded from
+Numba's on-disk cache (measured: docs/performance.md, 'Measurements behind the code').  A
+long session, or a test suite, that compiles a thousand kernel variants would hold gigabytes.
+So the first launch of a generated function with new argument types asks a compiler process
+to compile it into the cache (:func:`main`), and then loads it from there as a later process
+would.  The compiler process is started on first need, is replaced once it holds
 more than ``RETIRE_MB`` of memory, and ends with this process.
 
 The child reads the generated module from the cache folder by its path, only if the file is

@@ -177,7 +177,8 @@ class ExprLowering:
 
         Kernel indices never wrap around (as on every GPU): ``A[-1]`` is out of bounds, not
         the last element.  Saying so to Numba with an unsigned index drops its wrap-around
-        test, which otherwise keeps LLVM from vectorising the work-item loop (1.6x slower).
+        test, which otherwise keeps LLVM from vectorising the work-item loop (measured:
+        docs/performance.md, 'Measurements behind the code').
         """
         parts = node.elts if isinstance(node, ast.Tuple) else [node]
         flat: list[ast.expr] = []

@@ -45,8 +45,8 @@ class Spares:
     """Finished shadows of NumPy type kept from one sweep for the next (at most
     ``limit_bytes`` in all, the most recent first): a gradient asked for in a loop would
     otherwise take fresh pages from the system for its temporaries' shadows on every call
-    and fault on each (about 1 µs per 4 KiB page: 0.15 ms of a 4.3 ms gradient of 100 steps
-    at 256², 5 ms per 2048² float32 shadow).  CuPy has a memory pool of its own.  Set
+    and fault on each 4 KiB page (measured: docs/performance.md, 'Measurements behind the
+    code').  CuPy has a memory pool of its own.  Set
     ``tapegrad.tape.arrays.spares.limit_bytes = 0`` to keep none."""
 
     def __init__(self, limit_bytes: int):

@@ -6,8 +6,8 @@ state's contents (it is linear in them).  The reverse sweep replays the same adj
 once per step, on the same arguments but for two shadow buffers, which the sweep's
 bookkeeping passes back and forth: launch j reads the shadow launch j + 1 stored, stores the
 shadow of its own input into the buffer launch j + 1 read (freed, and the first one the pool
-gives back), and so on.  Per step that bookkeeping cost about as much Python as the launch
-itself (a 256^2 heat step: 6-7 us of a 22 us step of the sweep).
+gives back), and so on.  Per step that bookkeeping costs about as much Python as the launch
+itself (measured: docs/performance.md, 'Measurements behind the code').
 
 ``extend`` checks, per record below one the sweep has just replayed, the facts that make its
 replay that same launch with the two buffers swapped (same kernel plan, ndrange and scalars;

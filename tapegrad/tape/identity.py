@@ -43,10 +43,10 @@ def _address_by_interface(x: np.ndarray) -> int:
 
 def _address_by_struct() -> Any:
     """A NumPy array's data pointer read from its C struct, where it is the first field after
-    the object header (NumPy's ``PyArrayObject_fields``): 0.09 us, against 0.73 us through
-    ``__array_interface__``, which builds a dict per call (a recorded launch asks once per new
-    array).  Checked here against ``__array_interface__`` on an array and a view; None where
-    the layout differs."""
+    the object header (NumPy's ``PyArrayObject_fields``): a single memory read, where
+    ``__array_interface__`` builds a dict per call (a recorded launch asks once per new
+    array; measured: docs/performance.md, 'Measurements behind the code').  Checked here
+    against ``__array_interface__`` on an array and a view; None where the layout differs."""
     if sys.implementation.name != "cpython":     # elsewhere id() is no address
         return None
     import ctypes
@@ -71,9 +71,9 @@ _numpy_address = _address_by_struct() or _address_by_interface
 class Ident:
     """One tracked array (one generation of its memory) on one tape.  Records and sweeps use
     it as an opaque key: it hashes and compares by object identity, as fast as a dict lookup
-    gets (a sweep looks identities up in a few sets and dicts per recorded launch; hashing a
-    memory tuple cost ~0.1 us a lookup).  Identities are ordered by when they were
-    registered, which breaks ties in the sorted list of memory ranges."""
+    gets (a sweep looks identities up in a few sets and dicts per recorded launch, where
+    hashing a memory tuple on every lookup would add up).  Identities are ordered by when
+    they were registered, which breaks ties in the sorted list of memory ranges."""
 
     __slots__ = ("serial", "owner", "weak", "meta", "span", "released")
 

@@ -7,8 +7,9 @@ argument is an array, and whether the kernel reads it, writes it and needs its c
 its adjoint, depends only on the kernel and the argument types: the recording plan
 (``Tape.plan_record``).  ``recorder(plan)`` writes that work out for the plan, argument by
 argument, as the source of a small Python function (no loops over positions, no tests of
-flags known in advance) and compiles it once per plan: a 256^2 heat step's recording
-bookkeeping went from 5.7-6.2 to 4.6-4.8 us.  ``RecordPlan.source`` shows what runs.
+flags known in advance) and compiles it once per plan, so that each launch pays only for
+the work its plan needs (measured: docs/performance.md, 'Measurements behind the code').
+``RecordPlan.source`` shows what runs.
 """
 
 from __future__ import annotations

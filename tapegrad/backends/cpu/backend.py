@@ -96,8 +96,9 @@ class _ByLaunchSize:
     launches of ``ROWS_FROM`` work-items or more whose rows (the last dimension) have
     ``ROW_FROM`` or more run that variant; the others the launch's groupsize, where the
     grouping costs little (small launches) or a long row would be mostly empty (narrow
-    arrays: an Active scalar's per-group sum of a (262144, 1) launch took 47 ms in rows of
-    1024 against 5-7 in its own (256, 1) groups)."""
+    arrays: an Active scalar's per-group sum of a (262144, 1) launch runs far slower in rows
+    than in its own (256, 1) groups; measured: docs/performance.md, 'Measurements behind the
+    code')."""
 
     ROWS_FROM = 16384
     ROW_FROM = 256

@@ -23,7 +23,7 @@ ALIGN = 64      # one AVX-512 vector, one cache line
 def _aligned_empty(typingctx, shape, dtype):  # noqa: ANN001, ANN201, ARG001 (Numba's form)
     """``np.empty(shape, dtype)`` starting on a 64-byte boundary, for a kernel's scratch
     arrays.  Numba aligns arrays to 32 bytes, so a 16 x 16 float32 tile (one vector per row)
-    was 64-byte aligned or not by chance, and a tiled product ran at 2.1 or 2.7 ms from one
+    was 64-byte aligned or not by chance, and a tiled product's speed changed from one
     process to the next.  The array is allocated as ``np.empty`` allocates it (a new array,
     which LLVM knows aliases nothing), with the alignment asked for."""
     rank = len(shape)
@@ -54,7 +54,8 @@ _BLOCK = 32     # a 32 x 32 block of float32 is 4 KiB: both sides stay in L1 whi
 @njit(parallel=True, nogil=True)
 def transposed(a):  # noqa: ANN001, ANN201 (a Numba function)
     """A C-contiguous copy of ``a.T`` for a 2-D ``a``, moved in square blocks, each written
-    along its rows (512^2 float32: 0.10 ms; written along its columns 0.26, as a.T.copy())."""
+    along its rows: contiguous stores, where writing along the columns (as ``a.T.copy()``)
+    scatters them (measured: docs/performance.md, 'Measurements behind the code')."""
     n, m = a.shape
     out = np.empty((m, n), a.dtype)
     for c in numba.prange((m + _BLOCK - 1) // _BLOCK):

@@ -85,8 +85,8 @@ class CPULowering(ExprLowering):
     def expr_Subscript(self, node: ast.Subscript) -> ast.expr:
         """``p[k]`` of a per-work-item private array is ``p__items[k, _li]``: indexing the
         slot directly, where a view per work-item would cost reference counting, with the
-        work-item index last so that consecutive work-items touch consecutive elements (a
-        tiled matmul adjoint's stacks: 52 -> 33 ms)."""
+        work-item index last so that consecutive work-items touch consecutive elements
+        (measured: docs/performance.md, 'Measurements behind the code')."""
         base = node.value
         if isinstance(base, ast.Name) and base.id in self.per_item:
             idx = self.index(node.slice)
@@ -109,8 +109,8 @@ class CPULowering(ExprLowering):
         """``a and b`` of tests that are safe to evaluate in any case (comparisons of
         indices, shapes, scalars) as ``(a) & (b)``: no branch per operand.  The tests that
         guard an adjoint's reads near the edges of an array are such chains; in the scalar
-        loop over a stencil's edge work-items their branches cost (256^2 gather adjoint,
-        float32: 9.8 -> 8.6 us per launch, its edges 4.3 -> ~2.4)."""
+        loop over a stencil's edge work-items their branches cost a large part of the edges'
+        time (measured: docs/performance.md, 'Measurements behind the code')."""
         if not all(self.eager_safe(v) for v in node.values):
             return super().expr_BoolOp(node)
         op = ast.BitAnd() if isinstance(node.op, ast.And) else ast.BitOr()
@@ -278,8 +278,9 @@ class _KernelWriter(ModuleWriter):
         debug = bool(_checks())   # bounds checks run serially: Numba cannot raise from threads
         self.private_sums = {} if debug else self.privatizable(ir.body)
         # tiled 2-D kernels (local memory) that add into per-thread copies run their groups
-        # in bands (open_group_loop); without copies, bands measured no faster alone and
-        # 10% slower right after a gradient (a tiled product's primal)
+        # in bands (open_group_loop); without copies, bands gain nothing alone and lose right
+        # after a gradient (a tiled product's primal; measured: docs/performance.md,
+        # 'Measurements behind the code')
         self.banded = self.rank == 2 and bool(self.private_sums) and any(
             memory_decl(s) == "localmem" for s in ir.body)
         arrays = {p for p, t in zip(ir.params, self.tk.argtypes) if isinstance(t, Array)}
@@ -388,8 +389,7 @@ class _KernelWriter(ModuleWriter):
             # down a band of BAND rows of groups, then the next column: the tiles a group
             # reads and the slabs of the per-thread copies it adds to are used again by the
             # next groups while they are in cache (row by row, each row of groups went
-            # through all of B and of B_bar's copy); a 512^2 tiled product's gradient
-            # 9.3-10.2 -> 7.8-8.5 ms
+            # through all of B and of B_bar's copy)
             out.emit(f"_gband = _g // ({BAND} * _groups1)", 3)
             out.emit(f"_grows = min({BAND}, _groups0 - _gband * {BAND})", 3)
             out.emit(f"_gin = _g - _gband * {BAND} * _groups1", 3)
@@ -593,8 +593,7 @@ class _KernelWriter(ModuleWriter):
         tests each neighbour) the few edge columns of the rows where the row tests hold run
         after the task's groups, column by column down the rows (``column_pass``): there the
         column tests are the same for every element, and the branches cost next to nothing
-        (a 256^2 heat step's adjoint, 14.6 -> 13.5 us; code written for its edge columns by
-        hand: 12.9)."""
+        (measured: docs/performance.md, 'Measurements behind the code')."""
         out, last = self.out, self.rank - 1
         for d in range(last):
             out.emit(f"for _l{d} in range(_lim{d}):", depth + d)
@@ -635,7 +634,7 @@ class _KernelWriter(ModuleWriter):
             return
         # here: the rows whose tests fail (_hi = 0: all of the row is the rest), and those
         # whose rest is too wide for the column pass.  (One copy of the body: a second one
-        # for the failing rows, or a flag telling them apart, made the kernel 10% slower.)
+        # for the failing rows, or a flag telling them apart, made the kernel slower.)
         out.emit(f"if _hi == 0 or _lo + _lim{last} - _hi > {EDGE_COLUMNS}:", inner)
         self.item_loop(plan.otherwise, low, inner + 1, set(), last_loop=rest)
         test = " and ".join(rows) or "True"
@@ -670,7 +669,7 @@ class _KernelWriter(ModuleWriter):
                      "(_gend - 1 - _g1) // _groups1 + 1):", d + 1)
             if self.W[0] == 1:
                 # (groups of one row, the CPU's rows: a loop of _lim0 = 1 trips kept LLVM
-                # from hoisting the column's tests, 14.3 -> 15.6 us; this one it removes)
+                # from hoisting the column's tests; this one it removes)
                 header = "_l0 in range(1)"
             else:
                 out.emit(f"_lim0 = min({self.W[0]}, _n0 - _g0 * {self.W[0]})", d + 2)
@@ -720,9 +719,7 @@ class _KernelWriter(ModuleWriter):
             out.emit(f"{name} = {name}__items[..., _li]", inner)
         # promoted locals live in plain variables inside the loop: loaded once per work-item,
         # stored back if assigned.  Through ``x__items[_li]`` every use is a memory access
-        # that LLVM must redo after each store to local memory (they might alias): with this
-        # and private arrays indexed in place, the 512^2 tiled matmul adjoint went from 272
-        # to 70 ms.
+        # that LLVM must redo after each store to local memory (they might alias).
         used = {n.id for st in body for n in ast.walk(st) if isinstance(n, ast.Name)}
         cached = sorted(used & low.promoted)
         stored = {n.id for st in body for n in ast.walk(st)
@@ -788,7 +785,7 @@ class _KernelWriter(ModuleWriter):
                     continue
                 # the loop twice, as the launch adds into per-thread copies or not: with the
                 # choice inside, LLVM did not vectorise the loop (a tiled product's adjoint
-                # whose shadow tiles are flushed in the loop that updates them: 8x slower)
+                # whose shadow tiles are flushed in the loop that updates them)
                 out.emit("# the same loop twice: adding into per-thread copies (when they pay) "
                          "or with atomics, chosen once: a choice per element would keep LLVM "
                          "from vectorising it", depth)

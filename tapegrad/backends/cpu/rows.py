@@ -1,12 +1,12 @@
 """The CPU's own workgroup shape for kernels that cannot tell their workgroups apart.
 
 On the CPU one thread runs a whole workgroup as a loop nest, and only the innermost loop, along
-one row of the group, is vectorised.  Workgroup sizes chosen for a GPU make short rows: a
-2048^2 stencil in (16, 16) groups ran its primal in 1.08 ms against 0.46-0.59 ms in rows of
-256 or more (2 threads, float32), its gradient 1.77 ms against 0.62-0.74.  A kernel that never
-asks for its local index, its group index or the group size, and shares nothing within a
-group (no local memory, no barriers), computes the same whatever the grouping, so the CPU runs
-it in groups of its own shape (``_ROWS``) instead, for launches large enough that it matters
+one row of the group, is vectorised.  Workgroup sizes chosen for a GPU make short rows, and
+a kernel runs markedly slower in them than in long ones, its gradient more so (measured:
+docs/performance.md, 'Measurements behind the code').  A kernel that never asks for its
+local index, its group index or the group size, and shares nothing within a group (no local
+memory, no barriers), computes the same whatever the grouping, so the CPU runs it in groups
+of its own shape (``_ROWS``) instead, for launches large enough that it matters
 (``backend._ByLaunchSize``: 16384 work-items, rows of 256; other launches keep the launch's
 groupsize).
 
@@ -28,12 +28,10 @@ from tapegrad.frontend.types import Array, TypedKernel
 _OBSERVE_GROUPS = {"local_index", "local_indices", "group_index", "group_indices", "groupsize",
                    "localmem", "synchronize"}
 
-# the shape the CPU runs such kernels in, per rank.  A 2-D stencil launched in (16, 16) groups,
-# float32, 2 threads, primal / gradient us, run in: (1, 1024) 8.8 / 22.7 at 256^2, 459 / 550
-# at 2048^2, 76 / 145 at 8192 x 64; (4, 256) 8.2 / 21.8, 593 / 649, 62 / 117; (2, 512),
-# (4, 512), (2, 1024) and (8, 256) no better than one of those.  One row per group streams
-# through memory in order (the best at 2048^2); arrays of rows much shorter than 1024 would
-# rather have several rows per group.  Rank 3 (not measured): rows of 256, four per group.
+# the shape the CPU runs such kernels in, per rank, chosen among the shapes tried on a 2-D
+# stencil (measured: docs/performance.md, 'Measurements behind the code').  One row per group
+# streams through memory in order; arrays of rows much shorter than 1024 would rather have
+# several rows per group.  Rank 3 (not measured): rows of 256, four per group.
 _ROWS = {1: (1024,), 2: (1, 1024), 3: (1, 4, 256)}
 _ROW_ENOUGH = 256      # a launch whose groups have rows this long (and 1024 work-items) keeps them
 

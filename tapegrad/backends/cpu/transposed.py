@@ -6,8 +6,8 @@ transposed, and copies it as each work-item loads its element::
     tile_b__t[lj, li] = B[t * 16 + li, j]
 
 On the CPU one thread runs the whole group with its work-items as a vectorised loop along
-``lj``, so that store is a scatter: 16 scattered stores per tile and per step, about 0.9 ms
-of a 512^2 product's 6 ms adjoint.  Element ``[li, lj]`` of the copy is what work-item
+``lj``, so that store is a scatter: 16 scattered stores per tile and per step, a sizeable
+share of the adjoint's time.  Element ``[li, lj]`` of the copy is what work-item
 ``(lj, li)`` stores; that work-item's global indices are ``i - li + lj`` and ``j - lj + li``,
 so each work-item can compute it itself::
 
@@ -16,8 +16,8 @@ so each work-item can compute it itself::
 reading ``B__T``, the transpose of ``B``, along ``lj``: plain vector loads, no scatter.
 ``B__T`` is one transposed copy per launch, which the CPU lowering makes before the groups
 run (``B__T`` is a parameter of the kernel the launcher does not pass; see
-``derived_params``).  It costs a pass over ``B`` (0.1-0.3 ms for 512^2) against one
-scattered store per element of every tile loaded.
+``derived_params``).  It costs one pass over ``B`` against one scattered store per element
+of every tile loaded (measured: docs/performance.md, 'Measurements behind the code').
 
 The rewrite applies to a store ``X[lj, li] = G[r, c]`` of a generated kernel launched in
 full, square workgroups (every work-item ``(lj, li)`` exists), where ``X`` is local memory,

@@ -20,7 +20,8 @@ does not vectorise, and LLVM's inliner leaves bodies this large alone.  The impl
 are therefore compiled once each (``forceinline=True``: LLVM's ``alwaysinline``, and cached on
 disk) and LLVM inlines them into every caller.  Numba's own IR-level inlining
 (``inline="always"``) would give the same machine code but re-types the whole body at every
-call site: 0.2-0.9 s of compile time per call, 7.5 s for an adjoint with six functions.  Divisions go through ``_div`` (no zero-divisor check: with
+call site, so compile time would grow with every call (measured: docs/performance.md,
+'Measurements behind the code').  Divisions go through ``_div`` (no zero-divisor check: with
 Numba's default ``error_model='python'`` that check's exception path also blocks
 vectorisation) and polynomial steps through ``_mad`` (``llvm.fmuladd``: an FMA where the
 CPU has one).
@@ -43,7 +44,7 @@ Methods (all written for this module):
   Machin's formula (float64: a table of windows per exponent, read by gathers; float32:
   cut out of four constant words by shifts).  It is exact for every finite argument, so
   there is no separate path for huge arguments; it is also where most of the time goes
-  (float64 ``sin`` ~3 ns per element and core, of which the polynomials ~0.25 ns).
+  (the polynomials are a small part of it).
   float32: ``sin(x) = +-sin(v pi/2)``, ``|v| <= 1``, one polynomial in float64, rounded once.
 * ``atan``: the argument is mapped to ``|t| <= 7/16`` around one of 0, 1/2, 1, 3/2, inf
   (one division) and an odd minimax polynomial is used there.
@@ -51,10 +52,10 @@ Methods (all written for this module):
   ``log`` and ``exp`` above, whose error (about ``|y log x| < 104`` float64 ulps wherever
   the float32 result is finite and nonzero) is far below half a float32 ulp, so the result
   is rounded once; the sign for a negative base and an odd integer exponent, and C99's
-  special cases, by selects.  A float32 ``x ** y`` kernel over 4M elements on 2 cores:
-  10.2 ms, against 14.8 calling libm per element; NumPy's float32 power (a float32 algorithm
-  of its own) takes 3.0-3.5 ms on one core, so a cheaper float64 ``log`` and ``exp`` (only
-  ~31 bits are needed here) would be the next step.
+  special cases, by selects.  This beats calling libm per element but not NumPy's float32
+  power (a float32 algorithm of its own), so a cheaper float64 ``log`` and ``exp`` (only
+  ~31 bits are needed here) would be the next step (measured: docs/performance.md,
+  'Measurements behind the code').
 
 Accuracy, max error in ulps of the result type (float32: exhaustive over all 2**32 inputs;
 float64: 10**7 random bit patterns and uniform samples per function, against long double):
@@ -100,7 +101,7 @@ _I = np.int64
 def _sel(typingctx, c, a, b):
     """``a if c else b`` as an LLVM ``select`` (both sides are evaluated).  A Python
     conditional expression becomes a branch; LLVM usually flattens it, but not always (in
-    ``parallel=True`` loops some stayed branches and the loop ran 4x slower)."""
+    ``parallel=True`` loops some stayed branches, and the loop ran several times slower)."""
     if not isinstance(c, types.Boolean):
         return None
     if isinstance(a, types.Float) or isinstance(b, types.Float):
