@@ -36,10 +36,6 @@ class ArrayKind:
         """The backend ``x`` lives on."""
         raise NotImplementedError
 
-    def xp(self, x: Any) -> Any:
-        """The array module for host-side operations on ``x`` (``numpy``, ``cupy``)."""
-        raise NotImplementedError
-
     def address(self, x: Any) -> int:
         """The address of ``x``'s first element (its identity, with shape and strides)."""
         raise NotImplementedError
@@ -48,12 +44,13 @@ class ArrayKind:
         """What compiled code for a launch taking ``x`` depends on."""
         return (type(x), np.dtype(x.dtype).num, x.ndim)
 
-    def new(self, like_type: type, shape: tuple[int, ...], dtype: Any, zeroed: bool) -> Any:
-        """A new array of this kind (of ``like_type`` where the kind has several)."""
+    def new(self, shape: tuple[int, ...], dtype: Any, zeroed: bool) -> Any:
+        """A new array of this kind (tapegrad's copies and shadows)."""
         xp = self.module()
         return xp.zeros(shape, dtype) if zeroed else xp.empty(shape, dtype)
 
     def module(self) -> Any:
+        """The array module for host-side operations on this kind (``numpy``, ``cupy``)."""
         raise NotImplementedError
 
     def to_numpy(self, x: Any) -> np.ndarray:
@@ -92,7 +89,7 @@ def array_kind(x: Any, who: str = "tapegrad") -> ArrayKind:
     (``who``: what wanted an array)."""
     kind = kind_of(x)
     if kind is None:
-        if not looks_like_array(x):
+        if not is_array(x):
             raise BackendError(f"{who} expects an array (numpy.ndarray, or a GPU array), got "
                                f"{type(x).__name__}")
         raise BackendError(
@@ -102,7 +99,8 @@ def array_kind(x: Any, who: str = "tapegrad") -> ArrayKind:
     return kind
 
 
-def looks_like_array(x: Any) -> bool:
-    """Whether ``x`` has an array's shape and dtype (whether or not a backend owns it)."""
+def is_array(x: Any) -> bool:
+    """Whether ``x`` has an array's shape and dtype (whether or not a backend owns it): a
+    NumPy scalar or a tape's scalar is not one."""
     return hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(
         x, (np.generic, float, int))

@@ -13,7 +13,7 @@ import numpy as np
 
 from tapegrad.ad import normalize
 from tapegrad.ad.access import array_access
-from tapegrad.backends.registry import array_kind, kind_of, looks_like_array
+from tapegrad.backends.registry import array_kind, is_array, kind_of
 from tapegrad.errors import LaunchError
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import (
@@ -116,7 +116,7 @@ def arg_key(args: tuple) -> tuple:
             kind = kind_of(a)
             if kind is not None:
                 key.append(kind.launch_key(a))
-            elif looks_like_array(a):
+            elif is_array(a):
                 array_kind(a, "a kernel launch")     # (raises: no backend owns it)
             else:
                 key.append(t)

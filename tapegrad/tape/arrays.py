@@ -9,12 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad.backends.registry import array_kind, kind_of_type
+from tapegrad.backends.registry import array_kind, is_array, kind_of_type
 
-
-def is_array(x: Any) -> bool:
-    return hasattr(x, "shape") and hasattr(x, "dtype") and getattr(x, "ndim", 0) >= 0 \
-        and not isinstance(x, (np.generic, float, int))
+__all__ = ["is_array", "repeats", "only_tape_holds", "Spares", "spares", "allocate",
+           "empty_like", "zeros_like"]
 
 
 def repeats(items: list[Any]) -> bool:
@@ -83,7 +81,7 @@ def allocate(meta: tuple, zeroed: bool) -> Any:
     kind, shape, dtype = meta
     if issubclass(kind, np.ndarray):
         return np.zeros(shape, dtype) if zeroed else np.empty(shape, dtype)
-    return kind_of_type(kind).new(kind, shape, dtype, zeroed)
+    return kind_of_type(kind).new(shape, dtype, zeroed)
 
 
 def empty_like(x: Any) -> Any:

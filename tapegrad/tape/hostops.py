@@ -20,7 +20,7 @@ from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain
 
 
 def _xp(x: Any) -> Any:
-    return np if isinstance(x, np.ndarray) else array_kind(x).xp(x)
+    return np if isinstance(x, np.ndarray) else array_kind(x).module()
 
 
 # -- reductions -------------------------------------------------------------------------------

@@ -62,9 +62,6 @@ def test_a_registered_kind_is_asked(monkeypatch):
         def module(self):
             return np
 
-        def xp(self, x):
-            return np
-
         def address(self, x):
             return x.data.__array_interface__["data"][0]
 

@@ -25,8 +25,6 @@ class CudaArrays(ArrayKind):
         import cupy
         return cupy
 
-    def xp(self, x: Any) -> Any:
-        return self.module()
 
     def address(self, x: Any) -> int:
         return x.__cuda_array_interface__["data"][0]
