@@ -322,7 +322,8 @@ class Tape:
             if isinstance(y, TrackedScalar):
                 node = y.node_on(self)
                 if node is None:
-                    raise TapegradError("tape.vjp: a scalar output was not recorded by this tape")
+                    raise TapegradError("tape.vjp: a scalar output was not recorded by this "
+                                        "tape; ask the tape whose `with` block made it")
                 if is_array(w) and getattr(w, "size", 1) != 1:
                     raise TapegradError(f"tape.vjp: a scalar output's cotangent is a number, "
                                         f"got an array of shape {tuple(w.shape)}")
