@@ -37,7 +37,7 @@ from tapegrad.errors import (
 )
 from tapegrad.kernels import ConfiguredKernel, Func, Kernel, func, kernel
 from tapegrad.lang.intrinsics import (
-                               MATH,
+                               MATH_FUNCTIONS,
                                Global,
                                Group,
                                Linear,
@@ -56,7 +56,7 @@ from tapegrad.lang.intrinsics import (
                                where,
 )
 
-globals().update(MATH)   # tg.sin, tg.exp, ... (math names, usable in kernels and on the host)
+globals().update(MATH_FUNCTIONS)   # tg.sin, tg.exp, ... (math names, usable in kernels and on the host)
 
 __all__ = [
     "__version__", "kernel", "func", "Kernel", "Func", "ConfiguredKernel",
@@ -66,7 +66,7 @@ __all__ = [
     "Backend", "CPU", "CUDA", "get_backend", "allocate", "zeros", "ones", "asarray", "to_numpy",
     "TapegradError", "KernelError", "KernelSyntaxError", "KernelTypeError", "KernelCompileError",
     "KernelIndexError", "LaunchError", "BackendError", "OutsideKernelError",
-] + sorted(MATH)
+] + sorted(MATH_FUNCTIONS)
 
 from tapegrad.api import AdjointStackOverflow, autodiff, gradient, hvp, jacobian, jvp, vjp  # noqa: E402
 from tapegrad.tape.activity import (  # noqa: E402

@@ -129,11 +129,20 @@ def _args(name):
     return (0.7,)
 
 
+# closed forms for the functions Python's math lacks (cbrt before Python 3.11)
+_CLOSED_FORMS = {"logaddexp": lambda a, b: math.log(math.exp(a) + math.exp(b)),
+                 "cbrt": lambda x: math.copysign(abs(x) ** (1.0 / 3.0), x)}
+
+
+def _reference(name):
+    return _CLOSED_FORMS.get(name) or getattr(math, name)
+
+
 @pytest.mark.parametrize("name", UNARY_MATH + BINARY_MATH)
 def test_math_alias_on_host_scalars(name):
     fn = getattr(tg, name)
     args = _args(name)
-    assert fn(*args) == getattr(math, name)(*args)
+    assert fn(*args) == pytest.approx(_reference(name)(*args), rel=1e-15, abs=0)
     assert name in tg.__all__
 
 
@@ -148,7 +157,7 @@ def test_math_alias_on_host_arrays(name):
                  np.array([a, a + 1.0, a]) for a in _args(name))
     got = fn(*args)
     assert isinstance(got, np.ndarray) and got.shape == (3,)
-    expected = [getattr(math, name)(*(float(x[k]) for x in args)) for k in range(3)]
+    expected = [_reference(name)(*(float(x[k]) for x in args)) for k in range(3)]
     np.testing.assert_allclose(np.asarray(got, dtype=np.float64), expected, rtol=1e-14)
 
 

@@ -16,9 +16,9 @@ import ast
 import copy
 from dataclasses import dataclass
 
+from tapegrad.ad import rules
 from tapegrad.ad.activity import Transform
-from tapegrad.ad.astutil import add, assign, clone, const, mul, name, neg
-from tapegrad.ad.rules import partials
+from tapegrad.ad.astutil import add, assign, clone, const, name
 from tapegrad.frontend.ir import KernelIR, tg_call, tg_name
 from tapegrad.frontend.types import Array, TypedKernel
 
@@ -150,13 +150,8 @@ class _Forward(Transform):
         if isinstance(e, ast.Subscript):
             return ast.Subscript(value=name(self.dot(e.value.id, j)), slice=clone(e.slice),
                                  ctx=ast.Load())
-        if isinstance(e, ast.BinOp):
-            return self.binop(e, j)
-        if isinstance(e, ast.UnaryOp):
-            t = self.tangent(e.operand, j)
-            if t is None or isinstance(e.op, (ast.Not, ast.Invert)):
-                return None
-            return neg(t) if isinstance(e.op, ast.USub) else t
+        if isinstance(e, (ast.BinOp, ast.UnaryOp)):
+            return self.operator(e, j)
         if isinstance(e, ast.IfExp):
             return ast.IfExp(test=clone(e.test), body=self.tangent_or_zero(e.body, j),
                              orelse=self.tangent_or_zero(e.orelse, j))
@@ -164,45 +159,13 @@ class _Forward(Transform):
             return self.call(e, j)
         return None
 
-    def binop(self, e: ast.BinOp, j: int) -> ast.expr | None:
-        a, b, op = e.left, e.right, e.op
-        ta, tb = self.tangent(a, j), self.tangent(b, j)
-        terms: list[ast.expr] = []
-        if isinstance(op, (ast.Add, ast.Sub)):
-            if ta is not None:
-                terms.append(ta)
-            if tb is not None:
-                terms.append(neg(tb) if isinstance(op, ast.Sub) else tb)
-        elif isinstance(op, ast.Mult):
-            if ta is not None:
-                terms.append(mul(ta, clone(b)))
-            if tb is not None:
-                terms.append(mul(clone(a), tb))
-        elif isinstance(op, ast.Div):
-            if ta is not None:
-                terms.append(ast.BinOp(left=ta, op=ast.Div(), right=clone(b)))
-            if tb is not None:
-                terms.append(neg(ast.BinOp(left=mul(clone(e), tb), op=ast.Div(), right=clone(b))))
-        elif isinstance(op, ast.Pow):
-            if isinstance(b, ast.Constant):
-                if ta is not None and b.value != 0:
-                    power = ast.BinOp(left=clone(a), op=ast.Pow(), right=const(b.value - 1))
-                    terms.append(mul(mul(const(float(b.value)), power), ta))
-            else:   # tg.pow's partials (guarded where the plain formulas give NaN)
-                pa, pb = partials("pow", [clone(a), clone(b)], clone(e))
-                if ta is not None:
-                    terms.append(mul(pa, ta))
-                if tb is not None:
-                    terms.append(mul(pb, tb))
-        elif isinstance(op, ast.Mod):
-            if ta is not None:
-                terms.append(ta)
-            if tb is not None:
-                quotient = tg_call("floor", [ast.BinOp(left=clone(a), op=ast.Div(),
-                                                       right=clone(b))])
-                terms.append(neg(mul(quotient, tb)))
-        else:
-            return None   # // and bit operations: zero
+    def operator(self, e: ast.BinOp | ast.UnaryOp, j: int) -> ast.expr | None:
+        args = [e.left, e.right] if isinstance(e, ast.BinOp) else [e.operand]
+        terms = []
+        for arg, p in zip(args, rules.operator_partials(e.op, args)):
+            t = self.tangent(arg, j) if p is not None else None
+            if t is not None:
+                terms.append(rules.term(p, args, e, t))
         return _sum(terms)
 
     def call(self, e: ast.Call, j: int) -> ast.expr | None:
@@ -229,14 +192,14 @@ class _Forward(Transform):
                              body=self.tangent_or_zero(first, j),
                              orelse=self.tangent_or_zero(other, j))
         try:
-            parts = partials(call_name, [clone(a) for a in args], clone(e))
+            parts = rules.call_partials(call_name)
         except KeyError:
             raise self.fail(e, f"tg.{call_name} has no derivative rule") from None
         terms = []
         for arg, p in zip(args, parts):
             t = self.tangent(arg, j) if p is not None else None
             if t is not None:
-                terms.append(mul(p, t))
+                terms.append(rules.term(p, args, e, t))
         if call_name in ("float32", "float64") and terms:
             return tg_call(call_name, [_sum(terms)])
         return _sum(terms)

@@ -20,6 +20,7 @@ import ast
 import copy
 from dataclasses import dataclass, field
 
+from tapegrad.ad import rules
 from tapegrad.ad.activity import Transform
 from tapegrad.ad.astutil import add as _add
 from tapegrad.ad.astutil import assign as _assign
@@ -32,7 +33,6 @@ from tapegrad.ad.astutil import neg as _neg
 from tapegrad.ad.astutil import walk as _walk
 from tapegrad.ad.deadcode import eliminate_dead_code
 from tapegrad.ad.recompute import recomputable_stores
-from tapegrad.ad.rules import partials
 from tapegrad.frontend.ir import KernelIR, tg_call, tg_name
 from tapegrad.frontend.types import Array, Scalar, TupleT, TypedKernel
 
@@ -649,40 +649,11 @@ class _Reverse(Transform):
             tmp = self.fresh("d")
             out.append(_assign(tmp, g))
             g = _n(tmp)
-        if isinstance(e, ast.BinOp):
-            a, b, op = e.left, e.right, e.op
-            if isinstance(op, ast.Add):
-                return out + self.backprop(a, g) + self.backprop(b, _clone(g))
-            if isinstance(op, ast.Sub):
-                return out + self.backprop(a, g) + self.backprop(b, _neg(_clone(g)))
-            if isinstance(op, ast.Mult):
-                return out + self.backprop(a, _mul(g, _clone(b))) + \
-                    self.backprop(b, _mul(_clone(g), _clone(a)))
-            if isinstance(op, ast.Div):
-                da = ast.BinOp(left=g, op=ast.Div(), right=_clone(b))
-                db = _neg(ast.BinOp(left=_mul(_clone(g), _clone(e)), op=ast.Div(), right=_clone(b)))
-                return out + self.backprop(a, da) + self.backprop(b, db)
-            if isinstance(op, ast.Pow):
-                if isinstance(b, ast.Constant):
-                    p = b.value
-                    if p == 0:
-                        return out
-                    da = _mul(g, _mul(_c(float(p)), ast.BinOp(left=_clone(a), op=ast.Pow(),
-                                                             right=_c(p - 1))))
-                    return out + self.backprop(a, da)
-                # tg.pow's partials, guarded where the plain formulas give NaN for a finite
-                # derivative (x ** k at x = 0, k = 0; the exponent's at x <= 0)
-                pa, pb = partials("pow", [_clone(a), _clone(b)], _clone(e))
-                return out + self.backprop(a, _mul(g, pa)) + self.backprop(b, _mul(_clone(g), pb))
-            if isinstance(op, ast.Mod):
-                quotient = tg_call("floor", [ast.BinOp(left=_clone(a), op=ast.Div(), right=_clone(b))])
-                return out + self.backprop(a, g) + self.backprop(b, _neg(_mul(_clone(g), quotient)))
-            return out   # // and bit operations have zero derivative
-        if isinstance(e, ast.UnaryOp):
-            if isinstance(e.op, ast.USub):
-                return out + self.backprop(e.operand, _neg(g))
-            if isinstance(e.op, ast.UAdd):
-                return out + self.backprop(e.operand, g)
+        if isinstance(e, (ast.BinOp, ast.UnaryOp)):
+            args = [e.left, e.right] if isinstance(e, ast.BinOp) else [e.operand]
+            for arg, p in zip(args, rules.operator_partials(e.op, args)):
+                if p is not None:
+                    out += self.backprop(arg, rules.term(p, args, e, _clone(g)))
             return out
         if isinstance(e, ast.IfExp):
             return out + [ast.If(test=_clone(e.test), body=self.backprop(e.body, g) or [ast.Pass()],
@@ -720,13 +691,13 @@ class _Reverse(Transform):
                            body=self.backprop(first, g) or [ast.Pass()],
                            orelse=self.backprop(other, _clone(g)))]
         try:
-            parts = partials(name, [_clone(a) for a in args], _clone(e))
+            parts = rules.call_partials(name)
         except KeyError:
             raise self.fail(e, f"tg.{name} has no derivative rule") from None
         out: list[ast.stmt] = []
         for arg, p in zip(args, parts):
             if p is not None and self.active(arg):
-                out += self.backprop(arg, _mul(_clone(g), p))
+                out += self.backprop(arg, rules.term(p, args, e, _clone(g)))
         return out
 
 

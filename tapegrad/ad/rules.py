@@ -1,75 +1,59 @@
-"""Derivative rules: one entry per primitive, shared by the tangent and the adjoint transform.
+"""Derivative terms for the tangent and the adjoint transform, read from the primitive table.
 
-Each rule gives the partial derivatives of ``r = f(x)`` or ``r = f(x, y)`` as kernel-language
-expressions in the arguments ``x``, ``y`` and the result ``r``.  Forward mode computes
-``r_dot = sum(partial_k * arg_k_dot)``; reverse mode adds ``r_bar * partial_k`` to
-``arg_k_bar``.  Adding a primitive touches this table only.
-
-Conventions at non-differentiable points (documented in docs/autodiff.md):
-- ``abs'(0) = 0``; ``floor``, ``ceil``, ``trunc``, comparisons and casts to int give 0;
-- ``min``/``max``/``where`` send the whole derivative to the argument that was chosen, and at a
-  tie ``max(a, b)``/``min(a, b)`` choose ``a``;
-- ``sqrt'(0)``, ``log'(0)`` follow the formulas (inf), as in every AD tool.
+The rules themselves are the rows of ``tapegrad/lang/primitives.py`` (one per function and
+operator, shared with the host's tracked scalars); this module turns a row's template into the
+expression one argument contributes: ``g * partial``, where ``g`` is that argument's tangent
+(forward mode) or the result's cotangent (reverse mode).
 """
 
 from __future__ import annotations
 
 import ast
+from functools import cache
 
-from tapegrad.ad.astutil import substituted
+from tapegrad.ad.astutil import mul, substituted
+from tapegrad.lang import primitives
 
-UNARY = {
-    "sin": "tg.cos(x)",
-    "cos": "-tg.sin(x)",
-    "tan": "1.0 + r * r",
-    "asin": "1.0 / tg.sqrt(1.0 - x * x)",
-    "acos": "-1.0 / tg.sqrt(1.0 - x * x)",
-    "atan": "1.0 / (1.0 + x * x)",
-    "sinh": "tg.cosh(x)",
-    "cosh": "tg.sinh(x)",
-    "tanh": "1.0 - r * r",
-    "asinh": "1.0 / tg.sqrt(x * x + 1.0)",
-    "acosh": "1.0 / tg.sqrt(x * x - 1.0)",
-    "atanh": "1.0 / (1.0 - x * x)",
-    "exp": "r",
-    "expm1": "r + 1.0",
-    "log": "1.0 / x",
-    "log1p": "1.0 / (1.0 + x)",
-    "log2": "1.0 / (x * 0.6931471805599453)",
-    "log10": "1.0 / (x * 2.302585092994046)",
-    "sqrt": "0.5 / r",
-    "erf": "1.1283791670955126 * tg.exp(-x * x)",
-    "erfc": "-1.1283791670955126 * tg.exp(-x * x)",
-    "fabs": "tg.copysign(1.0, x) if x != 0.0 else 0.0 * x",
-    "abs": "tg.copysign(1.0, x) if x != 0.0 else 0.0 * x",
-}
-
-BINARY = {
-    "atan2": ("y / (x * x + y * y)", "-x / (x * x + y * y)"),   # atan2(x=y_coord, y=x_coord)
-    "hypot": ("x / r if r != 0.0 else 0.0 * r", "y / r if r != 0.0 else 0.0 * r"),
-    "pow": ("y * tg.pow(x, y - 1.0) if y != 0.0 else 0.0 * x",
-            "r * tg.log(x) if x > 0.0 else 0.0 * x"),
-    "copysign": ("tg.copysign(1.0, x) * tg.copysign(1.0, y) if x != 0.0 else 0.0 * x", "0.0 * y"),
-    "fmod": ("1.0 + 0.0 * x", "-tg.trunc(x / y) * 1.0"),
-}
-
-ZERO = {"floor", "ceil", "trunc", "isnan", "isinf", "isfinite", "int32", "int64", "bool"}
-IDENTITY = {"float32", "float64"}
+_CASTS_KEEP = ("float32", "float64")            # a float cast passes the derivative on
+_CASTS_DROP = ("int32", "int64", "bool")        # a cast to int or bool has none
 
 
-def partials(name: str, args: list[ast.expr], result: ast.expr) -> list[ast.expr | None]:
-    """The partial derivative expressions of ``tg.<name>(*args)``; None where it is zero."""
-    if name in ZERO:
-        return [None] * len(args)
-    if name in IDENTITY:
-        return [ast.Constant(value=1.0)]
-    if name in UNARY:
-        return [_instantiate(UNARY[name], {"x": args[0], "r": result})]
-    if name in BINARY:
-        env = {"x": args[0], "y": args[1], "r": result}
-        return [_instantiate(t, env) for t in BINARY[name]]
-    raise KeyError(name)
+def call_partials(name: str) -> tuple[str | None, ...]:
+    """The partial templates of ``tg.<name>``, one per argument (None: zero); KeyError when
+    it has no rule."""
+    if name in _CASTS_KEEP:
+        return ("g",)
+    if name in _CASTS_DROP:
+        return (None,)
+    row = primitives.lookup(name)
+    if row is None:
+        raise KeyError(name)
+    return row.partials
 
 
-def _instantiate(template: str, env: dict[str, ast.expr]) -> ast.expr:
-    return substituted(ast.parse(template, mode="eval").body, env)
+def operator_partials(op: ast.operator | ast.unaryop,
+                      args: list[ast.expr]) -> tuple[str | None, ...]:
+    """The partial templates of an operator applied to ``args``; zero for ``//`` and the bit
+    and logical operators."""
+    kind = type(op).__name__
+    if kind == "Pow" and isinstance(args[1], ast.Constant):
+        p = args[1].value          # x ** 2: 2.0 * x ** 1, no guard against x = 0 needed
+        return (None, None) if p == 0 else (f"{float(p)!r} * x ** {p - 1!r}", None)
+    row = primitives.OPERATORS.get(kind)
+    return row.partials if row is not None else (None,) * len(args)
+
+
+def term(template: str, args: list[ast.expr], result: ast.expr, g: ast.expr) -> ast.expr:
+    """What one argument contributes: the template with ``x``, ``y``, ``r`` (and ``g``) filled
+    in, times ``g`` unless the template names ``g`` itself."""
+    env = {"x": args[0], "r": result, "g": g}
+    if len(args) > 1:
+        env["y"] = args[1]
+    tree, whole = _parsed(template)
+    filled = substituted(tree, env)
+    return filled if whole else mul(g, filled)
+
+
+@cache
+def _parsed(template: str) -> tuple[ast.expr, bool]:
+    return primitives.template(template), primitives.names_g(template)

@@ -18,7 +18,8 @@ from typing import Any
 from tapegrad.errors import KernelCompileError, KernelSyntaxError, located
 from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import Scalar, TupleT, Type, TypedKernel
-from tapegrad.lang import intrinsics as L
+from tapegrad.lang import primitives
+from tapegrad.lang.primitives import Primitive, is_expression
 
 _NUMPY_CAST = {"float32": "np.float32", "float64": "np.float64", "int32": "np.int32",
                "int64": "np.int64", "bool": "bool"}
@@ -57,6 +58,8 @@ def _short(t: Type) -> str:
 
 class ExprLowering:
     """Lower the expressions of one typed kernel or device function to Numba Python."""
+
+    target = "numba"          # which lowering of the primitive table's rows it writes
 
     def __init__(self, tk: TypedKernel):
         self.tk = tk
@@ -193,6 +196,22 @@ class ExprLowering:
         flat = [f if isinstance(f, ast.Constant) else name_call("np.uint64", [f]) for f in flat]
         return flat[0] if len(flat) == 1 else ast.Tuple(elts=flat, ctx=ast.Load())
 
+    def primitive_call(self, row: Primitive, node: ast.Call, t: Type) -> ast.expr:
+        """A math function, as the row of the primitive table lowers it for this target."""
+        if row.result == "rounded" and not _is_float(t):
+            return self.expr(node.args[0])       # floor of an integer: itself
+        fn = row.lowering(self.target)
+        if fn == "math.fabs" and isinstance(t, Scalar) and t.dtype == "float32":
+            fn = "abs"                           # (Numba's math.fabs of a float32 is a float64)
+        if row.arity == 1:
+            args = [self.expr(node.args[0])]
+        else:
+            args = [self.coerce(a, t) for a in node.args]
+        if not is_expression(fn):
+            return name_call(fn, args)
+        call = name_call(_HELPER_PREFIX + row.name, args)    # (helper_lines)
+        return cast(call, "float32") if isinstance(t, Scalar) and t.dtype == "float32" else call
+
     def expr_Call(self, node: ast.Call) -> ast.expr:
         name = tg_name(node)
         if name is None:   # a device function
@@ -203,19 +222,9 @@ class ExprLowering:
         args = node.args
         if name.endswith(("_index", "_indices")) or name in ("ndrange", "groupsize"):
             return self.index_expr(name, node)
-        if name in ("floor", "ceil", "trunc"):
-            # a float of the argument's type, as NumPy and CUDA give (Python's math.floor
-            # returns an int, which has no nan or inf and wraps beyond 2**63)
-            x = self.expr(args[0])
-            return name_call(f"np.{name}", [x]) if isinstance(t, Scalar) and t.is_float else x
-        if name in L.UNARY_MATH:
-            fn = "abs" if name == "fabs" and isinstance(t, Scalar) and t.dtype == "float32" else f"math.{name}"
-            return name_call(fn, [self.expr(args[0])])
-        if name in L.BINARY_MATH:
-            fn = "np.fmod" if name == "fmod" else f"math.{name}"   # Numba has no math.fmod
-            return name_call(fn, [self.coerce(a, t) for a in args])
-        if name == "abs":
-            return name_call("abs", [self.expr(args[0])])
+        row = primitives.lookup(name)
+        if row is not None:
+            return self.primitive_call(row, node, t)
         if name in ("min", "max"):
             return name_call(name, [self.coerce(a, t) for a in args])
         if name == "where":
@@ -229,6 +238,32 @@ class ExprLowering:
             return name_call(self.atomic_symbol(name),
                              [self.expr(args[0]), self.index(args[1]), value])
         raise NotImplementedError(f"tg.{name} in an expression")
+
+
+def helpers_used(kernels: list[TypedKernel], target: str) -> list[Primitive]:
+    """The primitives the kernels apply (floor and its kin to a float) whose lowering for
+    ``target`` is an expression, in the table's order: each becomes a helper function."""
+    used = set()
+    for k in kernels:
+        for n in ast.walk(ast.Module(body=k.ir.body, type_ignores=[])):
+            row = primitives.lookup(tg_name(n)) if isinstance(n, ast.Call) else None
+            if row is not None and is_expression(row.lowering(target)) and (
+                    row.result != "rounded" or _is_float(k.types.get(id(n)))):
+                used.add(row.name)
+    return [row for name, row in primitives.MATH.items() if name in used]
+
+
+def helper_lines(row: Primitive, target: str) -> list[str]:
+    """A primitive's helper function (put the backend's decorator above it)."""
+    params = ", ".join("xy"[:row.arity])
+    return [f"def {_HELPER_PREFIX}{row.name}({params}):", f"    return {row.lowering(target)}"]
+
+
+_HELPER_PREFIX = "_tg_"
+
+
+def _is_float(t: Type | None) -> bool:
+    return isinstance(t, Scalar) and t.is_float
 
 
 def _constant_int(node: ast.expr) -> int | None:

@@ -15,6 +15,7 @@ from tapegrad.frontend.ir import KernelIR, tg_call
 from tapegrad.frontend.parse import Parsed
 from tapegrad.lang import intrinsics as L
 from tapegrad.lang.kernel import DeviceFunction, KernelFunction
+from tapegrad.lang.primitives import ABS, MATH
 
 # Casts: the callable a user writes -> canonical cast intrinsic.
 _CASTS = {float: "float64", int: "int64", bool: "bool",
@@ -24,10 +25,6 @@ _CASTS = {float: "float64", int: "int64", bool: "bool",
 DTYPES = {np.float32: "float32", np.float64: "float64", np.int32: "int32", np.int64: "int64",
           np.bool_: "bool", float: "float64", int: "int64", bool: "bool"}
 
-_NUMPY_ALIASES = {"arcsin": "asin", "arccos": "acos", "arctan": "atan", "arcsinh": "asinh",
-                  "arccosh": "acosh", "arctanh": "atanh", "arctan2": "atan2", "power": "pow",
-                  "absolute": "abs", "minimum": "min", "maximum": "max"}
-
 _HOST_API = ("autodiff", "gradient", "jacobian", "vjp", "jvp", "hvp", "Tape")
 
 
@@ -36,15 +33,15 @@ def _intrinsic_table() -> dict[int, str]:
     for name in ("index", "groupsize", "ndrange", "localmem", "private", "synchronize",
                  "atomic_add", "atomic_sub", "atomic_min", "atomic_max", "where"):
         table[id(getattr(L, name))] = name
-    for name, fn in L.MATH.items():
+    for name, fn in L.MATH_FUNCTIONS.items():
         table[id(fn)] = name
-        table[id(getattr(math, name))] = name
-    for np_name in dir(np):
-        obj = getattr(np, np_name)
-        if isinstance(obj, np.ufunc):
-            name = _NUMPY_ALIASES.get(np_name, np_name)
-            if name in L.MATH or name in ("abs", "min", "max"):
-                table[id(obj)] = name
+        if hasattr(math, name):
+            table[id(getattr(math, name))] = name
+    for row in (*MATH.values(), ABS):           # np.arcsin written in a kernel is tg.asin
+        if row.numpy_name is not None:
+            table[id(getattr(np, row.numpy_name))] = row.name
+    table[id(np.minimum)] = "min"
+    table[id(np.maximum)] = "max"
     table[id(np.where)] = "where"
     table[id(builtins.abs)] = "abs"
     table[id(builtins.min)] = "min"

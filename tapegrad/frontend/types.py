@@ -17,7 +17,7 @@ from typing import Any
 
 from tapegrad.errors import KernelTypeError, located
 from tapegrad.frontend.ir import KernelIR, tg_name
-from tapegrad.lang import intrinsics as L
+from tapegrad.lang import primitives
 
 FLOATS = ("float32", "float64")
 INTS = ("int32", "int64")
@@ -499,19 +499,10 @@ class _Inference:
             if name.startswith("atomic_") or name == "group_reduce_add":
                 break
             self.need_scalar(arg_node, a)
-        if name in L.UNARY_MATH:
-            self.need_args(node, args, 1)
-            if name in ("floor", "ceil", "trunc"):   # a float stays a float, as in NumPy
-                return INT64 if args[0].dtype == "bool" else args[0]
-            if name in ("isnan", "isinf", "isfinite"):
-                return BOOL
-            return float_of(args[0])
-        if name in L.BINARY_MATH:
-            self.need_args(node, args, 2)
-            return float_of(self.join_at(node, *args))
-        if name == "abs":
-            self.need_args(node, args, 1)
-            return INT64 if args[0].dtype in ("bool", "int32") else args[0]
+        row = primitives.lookup(name)
+        if row is not None:
+            self.need_args(node, args, row.arity)
+            return self.primitive_result(node, row.result, args)
         if name in ("min", "max"):
             if len(args) < 2:
                 raise self.fail(node, f"{name} in a kernel takes two or more numbers")
@@ -528,6 +519,16 @@ class _Inference:
             self.atomic(node, name, args)
             return NONE
         raise self.fail(node, f"tg.{name} is not supported here")
+
+    def primitive_result(self, node: ast.Call, rule: str, args: list[Scalar]) -> Scalar:
+        """The type of a primitive's result, by its row's type rule (lang/primitives.py)."""
+        if rule == "rounded":          # floor of a float stays a float, as in NumPy
+            return INT64 if args[0].dtype == "bool" else args[0]
+        if rule == "bool":
+            return BOOL
+        if rule == "abs":              # abs of an int stays an int
+            return INT64 if args[0].dtype in ("bool", "int32") else args[0]
+        return float_of(self.join_at(node, *args) if len(args) > 1 else args[0])
 
     def need_args(self, node: ast.Call, args: list[Any], n: int) -> None:
         if len(args) != n:

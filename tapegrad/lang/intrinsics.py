@@ -9,12 +9,12 @@ the math aliases (``tg.sin``...), which also work on host scalars and arrays, an
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from tapegrad.errors import OutsideKernelError
+from tapegrad.lang.primitives import BINARY, MATH, UNARY
 
 
 class _Marker:
@@ -98,24 +98,18 @@ def where(cond: Any, a: Any, b: Any) -> Any:
     return np.where(cond, a, b)
 
 
-# Scalar math: the names of Python's ``math`` module.  On the host they accept scalars and
-# NumPy arrays; in kernels they compile to the device's math library.
-UNARY_MATH = (
-    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
-    "atanh", "exp", "expm1", "log", "log1p", "log2", "log10", "sqrt", "erf",
-    "erfc", "fabs", "floor", "ceil", "trunc", "isnan", "isinf", "isfinite",
-)
-BINARY_MATH = ("atan2", "hypot", "pow", "copysign", "fmod")
-
-_NUMPY_NAME = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
-               "acosh": "arccosh", "atanh": "arctanh", "atan2": "arctan2", "pow": "power"}
+# Scalar math: the names of Python's ``math`` module (and NumPy's logaddexp), one row each in
+# tapegrad/lang/primitives.py.  On the host they accept scalars and NumPy arrays; in kernels
+# they compile to the device's math library.
+UNARY_MATH = UNARY
+BINARY_MATH = BINARY
 
 
 def _host_math(name: str):
-    np_fn = getattr(np, _NUMPY_NAME.get(name, name), None)
-    py_fn = getattr(math, name)
-
-    vectorized = np_fn if np_fn is not None else np.vectorize(py_fn, otypes=[float])
+    row = MATH[name]
+    np_fn = None if row.numpy_name is None else getattr(np, row.numpy_name)
+    scalar_fn = row.host_function()
+    vectorized = np_fn if np_fn is not None else np.vectorize(scalar_fn, otypes=[float])
 
     def fn(*args: Any) -> Any:
         for a in args:
@@ -123,12 +117,13 @@ def _host_math(name: str):
                 return a.__tg_math__(name, args)
         if any(isinstance(a, np.ndarray) for a in args):
             return vectorized(*args)
-        return py_fn(*args)
+        return scalar_fn(*args)
 
     fn.__name__ = name
     fn.__qualname__ = name
-    fn.__doc__ = f"``tg.{name}``: ``math.{name}`` in kernels; on the host, scalars or NumPy arrays."
+    fn.__doc__ = (f"``tg.{name}``: ``{name}`` of Python's math or NumPy in kernels; on the host, "
+                  "scalars or NumPy arrays.")
     return fn
 
 
-MATH = {name: _host_math(name) for name in UNARY_MATH + BINARY_MATH}
+MATH_FUNCTIONS = {name: _host_math(name) for name in UNARY_MATH + BINARY_MATH}

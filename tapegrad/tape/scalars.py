@@ -8,15 +8,14 @@ tangents (forward mode).  Both use the one table of host derivative rules below.
 
 from __future__ import annotations
 
-import math
 import operator
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from tapegrad.errors import TapegradError
+from tapegrad.lang.primitives import ABS, MATH, OPERATORS, Primitive, lookup
 from tapegrad.tape.modes import current_forward, new_scalar
 from tapegrad.tape.records import Record
 
@@ -70,7 +69,6 @@ class TrackedScalar(float):
         # the value alone, passed on to a kernel or into NumPy while the tape records, is a
         # constant there: the derivative through it was lost without a word
         if self.recorded():
-            from tapegrad.errors import TapegradError
             raise TapegradError(
                 f"float() of a tape scalar ({float.__repr__(self)}, from tg.sum/dot/mean/norm or "
                 "arithmetic on them) while the tape records would drop its derivative: a "
@@ -83,60 +81,59 @@ class TrackedScalar(float):
     def _op(self, name: str, others: tuple, value: float, partials: tuple) -> Any:
         return record_scalar_op(name, (self,) + others, value, partials)
 
+    def _arith(self, kind: str, o: Any, reflected: bool = False) -> Any:
+        """``self (op) o``, or ``o (op) self`` when reflected, recorded with the table's rule."""
+        a, b = float.__float__(self), operand(o)
+        if reflected:
+            value, (p_o, p_self) = host_operator(kind, b, a)
+            return self._op(OPERATORS[kind].symbol, (o,), value, (p_self, p_o))
+        value, partials = host_operator(kind, a, b)
+        return self._op(OPERATORS[kind].symbol, (o,), value, partials)
+
     def __add__(self, o: Any) -> Any:
-        return self._op("+", (o,), float.__float__(self) + operand(o), (1.0, 1.0))
+        return self._arith("Add", o)
 
     __radd__ = __add__
 
     def __sub__(self, o: Any) -> Any:
-        return self._op("-", (o,), float.__float__(self) - operand(o), (1.0, -1.0))
+        return self._arith("Sub", o)
 
     def __rsub__(self, o: Any) -> Any:
-        return self._op("-", (o,), operand(o) - float.__float__(self), (-1.0, 1.0))
+        return self._arith("Sub", o, reflected=True)
 
     def __mul__(self, o: Any) -> Any:
-        a, b = float.__float__(self), operand(o)
-        return self._op("*", (o,), a * b, (b, a))
+        return self._arith("Mult", o)
 
     __rmul__ = __mul__
 
     def __truediv__(self, o: Any) -> Any:
-        a, b = float.__float__(self), operand(o)
-        return self._op("/", (o,), a / b, (1.0 / b, -a / (b * b)))
+        return self._arith("Div", o)
 
     def __rtruediv__(self, o: Any) -> Any:
-        a, b = operand(o), float.__float__(self)
-        return self._op("/", (o,), a / b, (-a / (b * b), 1.0 / b))
+        return self._arith("Div", o, reflected=True)
 
     def __pow__(self, o: Any) -> Any:
-        a, b = float.__float__(self), operand(o)
-        r = a ** b
-        return self._op("**", (o,), r, (b * a ** (b - 1) if b != 0 else 0.0,
-                                         r * math.log(a) if a > 0 else 0.0))
+        return self._arith("Pow", o)
 
     def __rpow__(self, o: Any) -> Any:
-        a, b = operand(o), float.__float__(self)
-        r = a ** b
-        return self._op("**", (o,), r, (r * math.log(a) if a > 0 else 0.0,
-                                         b * a ** (b - 1) if b != 0 else 0.0))
+        return self._arith("Pow", o, reflected=True)
 
-    def __mod__(self, o: Any) -> Any:     # a - b * floor(a / b)
-        a, b = float.__float__(self), operand(o)
-        return self._op("%", (o,), a % b, (1.0, -math.floor(a / b)))
+    def __mod__(self, o: Any) -> Any:
+        return self._arith("Mod", o)
 
     def __rmod__(self, o: Any) -> Any:
-        a, b = operand(o), float.__float__(self)
-        return self._op("%", (o,), a % b, (-math.floor(a / b), 1.0))
+        return self._arith("Mod", o, reflected=True)
 
     def __neg__(self) -> Any:
-        return self._op("neg", (), -float.__float__(self), (-1.0,))
+        value, partials = host_operator("USub", float.__float__(self))
+        return self._op("neg", (), value, partials)
 
     def __pos__(self) -> Any:
         return self
 
     def __abs__(self) -> Any:
-        v = float.__float__(self)
-        return self._op("abs", (), abs(v), (math.copysign(1.0, v) if v else 0.0,))
+        value, partials = _evaluated(ABS, (float.__float__(self),))
+        return self._op("abs", (), value, partials)
 
     def __tg_math__(self, name: str, args: tuple) -> Any:
         return scalar_math(name, args)
@@ -192,76 +189,54 @@ class DualScalar(float):
                     tangents[j] += p * t
         return DualScalar(value, tangents)
 
-    @staticmethod
-    def _t(x: Any, width: int) -> tuple[float, ...]:
-        return x.tangents if isinstance(x, DualScalar) else (0.0,) * width
-
-    def _binary(self, o: Any, value: float, da: float, db: float) -> DualScalar:
-        w = len(self.tangents)
-        ot = self._t(o, w)
-        return self._make(value, (da * a + db * b for a, b in zip(self.tangents, ot)))
-
-    def _rbinary(self, o: Any, value: float, da: float, db: float) -> DualScalar:
-        """``o (op) self``: ``da`` is the partial in ``o``, ``db`` in ``self``."""
-        w = len(self.tangents)
-        ot = self._t(o, w)
-        return self._make(value, (da * a + db * b for a, b in zip(ot, self.tangents)))
+    def _arith(self, kind: str, o: Any, reflected: bool = False) -> DualScalar:
+        """``self (op) o``, or ``o (op) self`` when reflected, with the table's rule."""
+        operands = (o, self) if reflected else (self, o)
+        value, partials = host_operator(kind, *(plain_value(x) for x in operands))
+        return DualScalar.combine(operands, value, partials)
 
     def __add__(self, o: Any) -> DualScalar:
-        return self._binary(o, plain_value(self) + plain_value(o), 1.0, 1.0)
+        return self._arith("Add", o)
 
     __radd__ = __add__
 
     def __sub__(self, o: Any) -> DualScalar:
-        return self._binary(o, plain_value(self) - plain_value(o), 1.0, -1.0)
+        return self._arith("Sub", o)
 
     def __rsub__(self, o: Any) -> DualScalar:
-        return self._rbinary(o, plain_value(o) - plain_value(self), 1.0, -1.0)
+        return self._arith("Sub", o, reflected=True)
 
     def __mul__(self, o: Any) -> DualScalar:
-        a, b = plain_value(self), plain_value(o)
-        return self._binary(o, a * b, b, a)
+        return self._arith("Mult", o)
 
     __rmul__ = __mul__
 
     def __truediv__(self, o: Any) -> DualScalar:
-        a, b = plain_value(self), plain_value(o)
-        return self._binary(o, a / b, 1.0 / b, -a / (b * b))
+        return self._arith("Div", o)
 
     def __rtruediv__(self, o: Any) -> DualScalar:
-        a, b = plain_value(o), plain_value(self)
-        return self._rbinary(o, a / b, 1.0 / b, -a / (b * b))
+        return self._arith("Div", o, reflected=True)
 
     def __pow__(self, o: Any) -> DualScalar:
-        a, b = plain_value(self), plain_value(o)
-        r = a ** b
-        return self._binary(o, r, b * a ** (b - 1) if b != 0 else 0.0,
-                            r * math.log(a) if a > 0 else 0.0)
+        return self._arith("Pow", o)
 
     def __rpow__(self, o: Any) -> DualScalar:
-        a, b = plain_value(o), plain_value(self)
-        r = a ** b
-        return self._rbinary(o, r, b * a ** (b - 1) if b != 0 else 0.0,
-                             r * math.log(a) if a > 0 else 0.0)
+        return self._arith("Pow", o, reflected=True)
 
-    def __mod__(self, o: Any) -> DualScalar:     # a - b * floor(a / b)
-        a, b = plain_value(self), plain_value(o)
-        return self._binary(o, a % b, 1.0, -math.floor(a / b))
+    def __mod__(self, o: Any) -> DualScalar:
+        return self._arith("Mod", o)
 
     def __rmod__(self, o: Any) -> DualScalar:
-        a, b = plain_value(o), plain_value(self)
-        return self._rbinary(o, a % b, 1.0, -math.floor(a / b))
+        return self._arith("Mod", o, reflected=True)
 
     def __neg__(self) -> DualScalar:
-        return self._make(-plain_value(self), (-t for t in self.tangents))
+        return DualScalar.combine((self,), *host_operator("USub", plain_value(self)))
 
     def __pos__(self) -> DualScalar:
         return self
 
     def __abs__(self) -> DualScalar:
-        v = plain_value(self)
-        s = math.copysign(1.0, v) if v else 0.0
-        return self._make(abs(v), (s * t for t in self.tangents))
+        return DualScalar.combine((self,), *_evaluated(ABS, (plain_value(self),)))
 
     def __tg_math__(self, name: str, args: tuple) -> Any:
         return scalar_math(name, args)
@@ -311,62 +286,28 @@ def _record_scalar_op(name: str, operands: tuple, value: float, partials: tuple)
     return scalar
 
 
-# The host's derivative rules for tg.<name> of scalars, in both modes (a tape records
-# ``partial * r_bar``, forward mode carries ``partial * tangent``); the conventions are those
-# of the kernels' table in tapegrad/ad/rules.py.  A name missing here is refused by
-# scalar_math, so a derivative is never lost without a word.  They are evaluated on NumPy
-# floats, so that a rule at the edge of its domain gives inf or nan, as in a kernel, rather
-# than a ZeroDivisionError (acosh at 1, asin at +-1).
-_SCALAR_RULES: dict[str, Callable[[Any, Any], Any]] = {
-    # d f(x) / dx given x and r = f(x)
-    "sqrt": lambda x, r: 0.5 / r,
-    "exp": lambda x, r: r,
-    "expm1": lambda x, r: r + 1.0,
-    "log": lambda x, r: 1.0 / x,
-    "log1p": lambda x, r: 1.0 / (1.0 + x),
-    "log2": lambda x, r: 1.0 / (x * math.log(2.0)),
-    "log10": lambda x, r: 1.0 / (x * math.log(10.0)),
-    "sin": lambda x, r: np.cos(x),
-    "cos": lambda x, r: -np.sin(x),
-    "tan": lambda x, r: 1.0 + r * r,
-    "tanh": lambda x, r: 1.0 - r * r,
-    "sinh": lambda x, r: np.cosh(x),
-    "cosh": lambda x, r: np.sinh(x),
-    "asinh": lambda x, r: 1.0 / np.sqrt(x * x + 1.0),
-    "acosh": lambda x, r: 1.0 / np.sqrt(x * x - 1.0),
-    "atanh": lambda x, r: 1.0 / (1.0 - x * x),
-    "atan": lambda x, r: 1.0 / (1.0 + x * x),
-    "asin": lambda x, r: 1.0 / np.sqrt(1.0 - x * x),
-    "acos": lambda x, r: -1.0 / np.sqrt(1.0 - x * x),
-    "erf": lambda x, r: 2.0 / math.sqrt(math.pi) * np.exp(-x * x),
-    "erfc": lambda x, r: -2.0 / math.sqrt(math.pi) * np.exp(-x * x),
-    "fabs": lambda x, r: math.copysign(1.0, x) if x else 0.0,
-}
+# The host's derivative rules are the kernels' (the rows of tapegrad/lang/primitives.py),
+# evaluated on NumPy floats: a rule at the edge of its domain gives inf or nan, as in a kernel,
+# rather than a ZeroDivisionError (acosh at 1, asin at +-1).  A tape records ``partial *
+# r_bar``, forward mode carries ``partial * tangent``.
+
+def host_operator(kind: str, *values: float) -> tuple[float, tuple[float, ...]]:
+    """An operator's value (Python's own: ``1.0 / 0.0`` still raises) and its partials."""
+    row = OPERATORS[kind]
+    value = row.host(*values)
+    with np.errstate(all="ignore"):
+        partials = row.host_partials(*(np.float64(v) for v in values), np.float64(value))
+    return value, tuple(float(p) for p in partials)
 
 
-_BINARY_RULES: dict[str, Callable[[Any, Any, Any], tuple[Any, Any]]] = {
-    # (d f / da, d f / db) given a, b and r = f(a, b); hypot's 0 at the origin as in kernels
-    "hypot": lambda a, b, r: (a / r, b / r) if r else (0.0, 0.0),
-    "atan2": lambda a, b, r: (b / (a * a + b * b), -a / (a * a + b * b)),
-    "copysign": lambda a, b, r: (math.copysign(1.0, a) * math.copysign(1.0, b) if a else 0.0,
-                                 0.0),
-    "fmod": lambda a, b, r: (1.0, -np.trunc(a / b)),     # a - b * trunc(a / b)
-}
-
-
-# piecewise constant (their derivative is 0) or not numbers: the plain result, as math gives it
-_NO_DERIVATIVE = ("floor", "ceil", "trunc", "isnan", "isinf", "isfinite")
-
-
-def _evaluated(name: str, plain: tuple) -> tuple[float, tuple[float, ...]]:
+def _evaluated(row: Primitive, plain: tuple) -> tuple[float, tuple[float, ...]]:
     """``f(*plain)`` and its partials, as IEEE arithmetic gives them (inf and nan where math
     would raise: log(0), atanh(1), fmod(s, 0), acosh's derivative at 1)."""
-    fn = None if name in ("erf", "erfc") else getattr(np, _NUMPY_NAMES.get(name, name))
+    fn = row.host_function() if row.numpy_name is None else getattr(np, row.numpy_name)
     x = tuple(np.float64(p) for p in plain)
     with np.errstate(all="ignore"):
-        value = fn(*x) if fn is not None else np.float64(getattr(math, name)(*plain))
-        partials = (_SCALAR_RULES[name](*x, value),) if len(x) == 1 else \
-            _BINARY_RULES[name](*x, value)
+        value = np.float64(fn(*x))
+        partials = row.host_partials(*x, value)
     return float(value), tuple(float(p) for p in partials)
 
 
@@ -375,38 +316,25 @@ def scalar_math(name: str, args: tuple) -> Any:
     scalars (the tangents carried along)."""
     if name == "pow":
         return args[0] ** args[1]    # the scalars' own ** (a plain base reaches __rpow__)
-    plain = tuple(plain_value(a) for a in args)
-    if name in _NO_DERIVATIVE:
-        return getattr(math, name)(*plain)
-    rules = _SCALAR_RULES if len(args) == 1 else _BINARY_RULES if len(args) == 2 else {}
-    if name not in rules:
-        names = sorted([*_SCALAR_RULES, *_BINARY_RULES, "pow", *_NO_DERIVATIVE])
+    row = lookup(name)
+    if row is None or row.arity != len(args):
+        names = sorted([*MATH, "abs"])
         raise TapegradError(f"tg.{name} of {len(args)} argument(s) has no derivative rule for "
                             f"host scalars that carry a derivative; use one of "
                             f"{', '.join(names)}")
-    value, partials = _evaluated(name, plain)
+    plain = tuple(plain_value(a) for a in args)
+    if not row.differentiable:       # piecewise constant, or not a number: the plain result
+        return row.host_function()(*plain)
+    value, partials = _evaluated(row, plain)
     if any(isinstance(a, DualScalar) for a in args):
         return DualScalar.combine(args, value, partials)
     return record_scalar_op(name, args, value, partials)
 
 
-# NumPy's ufuncs of host scalars, by the math name of their rule (the arithmetic ones are the
-# scalars' own operators)
-_UFUNCS = {"sqrt": "sqrt", "exp": "exp", "log": "log", "log2": "log2", "log10": "log10",
-           "sin": "sin", "cos": "cos", "tan": "tan", "arcsin": "asin", "arccos": "acos",
-           "arctan": "atan", "sinh": "sinh", "cosh": "cosh", "tanh": "tanh",
-           "arcsinh": "asinh", "arccosh": "acosh", "arctanh": "atanh", "expm1": "expm1",
-           "log1p": "log1p", "absolute": "fabs", "fabs": "fabs",
-           "negative": None, "add": None, "subtract": None, "multiply": None,
-           "true_divide": None, "power": None}
-
-
-_BINARY_UFUNCS = {"hypot": "hypot", "arctan2": "atan2", "copysign": "copysign", "fmod": "fmod"}
-
-
-# NumPy's function for each math name (_evaluated; erf and erfc have none: math's, which
-# never fail)
-_NUMPY_NAMES = {m: n for n, m in {**_UFUNCS, **_BINARY_UFUNCS}.items() if m is not None}
+# NumPy's ufuncs of host scalars: those of the table's rows, by NumPy's name (the arithmetic
+# ones are the scalars' own operators)
+_UFUNCS = {row.numpy_name: row.name for row in (*MATH.values(), ABS)
+           if row.numpy_name is not None and row.name != "pow"}
 
 
 _OPERATORS = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul,
@@ -465,11 +393,7 @@ def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
         return -inputs[0]
     if name == "square":
         return inputs[0] * inputs[0]
-    if name in _UFUNCS and len(inputs) == 1:
-        # the operand's own rule: a tape's scalar records it, forward mode's carries the
-        # tangents (np.exp of a forward-mode scalar lost them through scalar_math)
-        return inputs[0].__tg_math__(_UFUNCS[name], inputs)
-    if name in _BINARY_UFUNCS and len(inputs) == 2:
-        return scalar_math(_BINARY_UFUNCS[name], inputs)
+    if name in _UFUNCS:
+        return scalar_math(_UFUNCS[name], inputs)
     raise TapegradError(f"numpy.{name} of a tracked scalar is not differentiable; use "
                         "tg.sqrt/exp/log/... and + - * / **")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
 
@@ -18,6 +19,9 @@ from tapegrad.runtime.launch import compile_kernel
 from tapegrad.runtime.tangent import compile_tangent
 from tests.ad import test_forward as F  # noqa: E402
 from tests.ad import test_reverse as R  # noqa: E402
+from tests.test_primitives import ROWS, load_every_row  # noqa: E402
+
+EVERY_ROW = np.zeros((8, len(ROWS)))
 
 F64 = np.zeros(8)
 CASES = [   # kernel, example arguments, ndrange, workgroup size, differentiated arguments
@@ -39,6 +43,8 @@ CASES = [   # kernel, example arguments, ndrange, workgroup size, differentiated
     (R.dense_tanh, (F64, np.zeros((8, 3)), np.zeros(3), F64), 8, (32,), (0, 1, 2, 3)),
     (R.square, (F64,), 8, (32,), (0,)),
     (F.histogram_weights, (np.zeros(3), np.zeros(8, np.int64), F64), 8, (32,), (0, 2)),
+    # every row of the primitive table, its helpers for numba-cuda included
+    (load_every_row(tempfile.mkdtemp()), (EVERY_ROW, EVERY_ROW, EVERY_ROW), 8, (32,), (0, 1, 2)),
 ]
 
 

@@ -31,7 +31,7 @@ def test_corpus_compiles_to_ptx_for_sm90():
             if proc.poll() is None:
                 proc.kill()
     ok = [ln for ln in lines if ln.startswith("ok ")]
-    assert len(ok) == 3 * 18, "\n".join(lines)
+    assert len(ok) == 3 * 19, "\n".join(lines)
     by_name = {tuple(ln.split()[1:3]): ln for ln in ok}
     # barriers and shared memory reach the GPU code; own-index adjoints stay atomic-free
     assert "bar=True" in by_name[("matmul", "reverse")]

@@ -36,7 +36,13 @@ from tapegrad.backends.cpu.phases import merged_phases
 from tapegrad.backends.cpu.scaledsums import ScaledSum, scaled_sums
 from tapegrad.backends.cpu.transposed import SUFFIX, derived_params
 from tapegrad.backends.cpu.versioning import Versions, plan_versions
-from tapegrad.backends.numba_lower import ExprLowering, ModuleWriter, emit_statements
+from tapegrad.backends.numba_lower import (
+    ExprLowering,
+    ModuleWriter,
+    emit_statements,
+    helper_lines,
+    helpers_used,
+)
 from tapegrad.backends.structure import (
     Barrier,
     BarrierPlan,
@@ -51,10 +57,6 @@ from tapegrad.frontend.types import Array, Scalar, TupleT, TypedKernel
 ATOMICS = ("atomic_add", "atomic_sub", "atomic_min", "atomic_max")
 BAND = 8      # rows of workgroups a tiled 2-D kernel runs down before the next column
 EDGE_COLUMNS = 32   # at most this many columns per row go to the column pass (split_item_loop)
-
-# Lowered to tapegrad's vectorising implementations instead of libm calls (a loop with a libm
-# call in it does not vectorise; see vmath.py for methods and accuracy).
-VMATH = ("exp", "expm1", "log", "log1p", "sin", "cos", "tanh", "sinh", "cosh", "atan")
 
 
 @dataclass
@@ -171,10 +173,6 @@ class CPULowering(ExprLowering):
             call = self.float32_pow(node, node.args[0], node.args[1])
             if call is not None:
                 return call
-        if name in VMATH:
-            return ast.Call(func=ast.Attribute(value=ast.Name(id="vmath", ctx=ast.Load()),
-                                               attr=name, ctx=ast.Load()),
-                            args=[self.expr(node.args[0])], keywords=[])
         if name and name.startswith("atomic_"):
             array_t = self.T(node.args[0])
             if isinstance(array_t, Array) and array_t.space != "global":   # one thread per group
@@ -254,6 +252,12 @@ class _KernelWriter(ModuleWriter):
             f"plain_{a[len('atomic_'):]}" for a in ATOMICS), 0)
         out.emit("from tapegrad.backends.cpu.sums import group_sum", 0)
         out.emit("from tapegrad.backends.cpu.copies import aligned_empty, transposed", 0)
+        for row in helpers_used([self.tk, *device_functions(self.tk)], CPULowering.target):
+            out.blank()
+            out.blank()
+            out.emit(f"@numba.njit(cache=True, nogil=True{_checks()})", 0)
+            for line in helper_lines(row, CPULowering.target):
+                out.emit(line, 0)
         for callee in device_functions(self.tk):
             out.blank()
             out.blank()

@@ -26,13 +26,13 @@ from __future__ import annotations
 import ast
 import os
 
-from tapegrad.backends.cpu.lower import VMATH, CPULowering, Lowered, _row_major
+from tapegrad.backends.cpu.lower import CPULowering, Lowered, _row_major
 from tapegrad.backends.numba_lower import (
     ExprLowering,
     ModuleWriter,
-    cast,
     emit_statements,
-    name_call,
+    helper_lines,
+    helpers_used,
 )
 from tapegrad.backends.structure import (
     Barrier,
@@ -44,25 +44,9 @@ from tapegrad.backends.structure import (
     memory_decl,
 )
 from tapegrad.frontend.ir import tg_name
-from tapegrad.frontend.types import Scalar, TypedKernel
+from tapegrad.frontend.types import TypedKernel
 
 _AXES = "xyz"
-_ROUNDING = ("floor", "ceil", "trunc")
-
-# floor, ceil and trunc of a float keep its float type (as NumPy and CUDA's own functions do:
-# floor(nan) is nan, floor(1e20) is 1e20).  numba-cuda's math.floor follows Python and gives
-# an int64, which has no nan or inf and wraps from 2**63, so each goes through int64 only
-# where that is exact: below 2**52 in magnitude (from there on every float is an integer
-# already, as are inf and nan, which fail the test); copysign keeps the sign of a zero result
-# (ceil(-0.5) is -0.0); float(x) first: the simulator's numpy.float32 has no __floor__.
-# Written into each module that rounds, as a user's device functions are (a module of
-# device functions imported by the generated code did not compile to PTX without a driver).
-_ROUNDING_HELPER = """\
-@cuda.jit(device=True)
-def _{name}_float(x):
-    if abs(x) < 4503599627370496.0:
-        return math.copysign(float(math.{name}(float(x))), x)
-    return float(x)"""
 
 
 def simulated() -> bool:
@@ -73,38 +57,17 @@ class CUDALowering(CPULowering):
     """Expressions as on the CPU (same index names), with CUDA's atomics and math."""
 
     vector_pow = False
+    target = "numba_cuda"
 
     def atomic_symbol(self, name: str) -> str:
         return f"cuda.atomic.{name[len('atomic_'):]}"
 
     def expr_Call(self, node: ast.Call) -> ast.expr:
         name = tg_name(node)
-        if name == "fmod":   # numba-cuda has math.fmod (the CPU path uses np.fmod)
-            t = self.T(node)
-            return name_call("math.fmod", [self.coerce(a, t) for a in node.args])
-        if name in ("floor", "ceil", "trunc"):
-            t = self.T(node)
-            x = self.expr(node.args[0])
-            if not (isinstance(t, Scalar) and t.is_float):
-                return x                    # of an integer: itself
-            return cast(name_call(f"_{name}_float", [x]), t.dtype)   # (_ROUNDING_HELPER)
-        if name and (name.startswith("atomic_") or name in VMATH):
-            # threads of a block share local memory: atomics stay atomic (unlike on the CPU);
-            # math goes to CUDA's libdevice, already vectorised across threads
+        if name and name.startswith("atomic_"):
+            # threads of a block share local memory: atomics stay atomic (unlike on the CPU)
             return ExprLowering.expr_Call(self, node)
         return super().expr_Call(node)
-
-
-def _rounding_used(kernels: list[TypedKernel]) -> list[str]:
-    """Which of floor, ceil and trunc the kernels apply to a float (in the order listed)."""
-    used = set()
-    for k in kernels:
-        for n in ast.walk(ast.Module(body=k.ir.body, type_ignores=[])):
-            if isinstance(n, ast.Call) and tg_name(n) in _ROUNDING:
-                t = k.types.get(id(n))
-                if isinstance(t, Scalar) and t.is_float:
-                    used.add(tg_name(n))
-    return [name for name in _ROUNDING if name in used]
 
 
 def lower_kernel(tk: TypedKernel) -> Lowered:
@@ -124,10 +87,11 @@ class _Writer(ModuleWriter):
         out.emit("import numpy as np", 0)
         out.emit("from numba import cuda", 0)
         callees = device_functions(self.tk)
-        for name in _rounding_used([self.tk, *callees]):
+        for row in helpers_used([self.tk, *callees], CUDALowering.target):
             out.blank()
             out.blank()
-            for line in _ROUNDING_HELPER.format(name=name).splitlines():
+            out.emit("@cuda.jit(device=True)", 0)
+            for line in helper_lines(row, CUDALowering.target):
                 out.emit(line, 0)
         for callee in callees:
             out.blank()

@@ -1,0 +1,160 @@
+"""Every row of the primitive table (tapegrad/lang/primitives.py), checked from the table alone:
+a row added there is tested here without a line of test code.
+
+One generated kernel applies every row to its own column of inputs, drawn from the row's
+domain; its values are checked against NumPy (or math) in float64 and float32, on each
+backend; its reverse-mode partials against float64 central differences of the kernel itself,
+and forward mode against reverse mode.  (The host's tracked and forward-mode scalars run every
+row in tests/ad/test_forward.py.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad.lang import primitives
+
+ROWS = list(primitives.MATH.values()) + [primitives.ABS]
+SMOOTH = [row for row in ROWS if row.differentiable]
+COLUMN = {row.name: k for k, row in enumerate(ROWS)}
+N = 8
+
+
+def _source() -> str:
+    lines = ["import tapegrad as tg", "", "", "@tg.kernel", "def every_row(B, A, C):",
+             "    i = tg.index()"]
+    for k, row in enumerate(ROWS):
+        args = ", ".join([f"A[i, {k}]", f"C[i, {k}]"][:row.arity])
+        call = f"abs({args})" if row is primitives.ABS else f"tg.{row.name}({args})"
+        if row.result == "bool":
+            call = f"tg.where({call}, 1.0, 0.0)"
+        lines.append(f"    B[i, {k}] = {call}")
+    return "\n".join(lines) + "\n"
+
+
+def load_every_row(directory) -> tg.Kernel:
+    """``every_row(B, A, C)``: ``B[i, k]`` is row k applied to ``A[i, k]`` (and ``C[i, k]``),
+    written as a module in ``directory`` (a kernel's source must be in a file)."""
+    path = Path(directory) / "every_row_kernel.py"
+    path.write_text(_source())
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module.every_row
+
+
+@pytest.fixture(scope="module")
+def every_row(tmp_path_factory):
+    return load_every_row(tmp_path_factory.mktemp("primitives"))
+
+
+def _inputs(dtype=np.float64, seed=0):
+    """A and C: each row's column drawn from its domain (the tests of inf and nan add some)."""
+    rng = np.random.default_rng(seed)
+    A, C = np.ones((N, len(ROWS))), np.ones((N, len(ROWS)))
+    for k, row in enumerate(ROWS):
+        for X, (lo, hi) in zip((A, C), row.domain):
+            X[:, k] = rng.uniform(lo, hi, N)
+        if row.result == "bool":
+            A[:, k] = [0.5, np.nan, np.inf, -np.inf, -2.0, np.nan, 1e30, 0.0][:N]
+    return A.astype(dtype), C.astype(dtype)
+
+
+def _reference(row, *args):
+    """float64 values from NumPy (or math, where NumPy has no such function)."""
+    args = [a.astype(np.float64) for a in args]
+    if row.numpy_name is None:
+        return np.vectorize(getattr(math, row.name))(*args)
+    return getattr(np, row.numpy_name)(*args).astype(np.float64)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=lambda d: d.__name__)
+def test_every_row_computes_what_numpy_computes(backend, every_row, dtype):
+    A, C = _inputs(dtype)
+    B = np.full(A.shape, -7.0, dtype)
+    every_row(backend, 4)(B, A, C, ndrange=N)
+    tolerance = dict(rtol=2e-6, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-14)
+    failed = []
+    for k, row in enumerate(ROWS):
+        expected = _reference(row, *(X[:, k] for X in (A, C)[:row.arity]))
+        if row.result == "bool":
+            expected = expected.astype(np.float64)
+        if not np.allclose(B[:, k].astype(np.float64), expected, equal_nan=True, **tolerance):
+            failed.append(f"{row.name}: {B[:, k]} != {expected}")
+    assert not failed, "\n".join(failed)
+
+
+def _partials_by_reverse(kernel, A, C, k):
+    """dB[:, k]/dA[:, k] and dB[:, k]/dC[:, k] (each output reads only its own inputs)."""
+    B = np.zeros_like(A)
+    dB = np.zeros_like(A)
+    dB[:, k] = 1.0
+    dA, dC = tg.make_zero(A), tg.make_zero(C)
+    tg.autodiff(tg.Reverse, kernel, tg.Const, tg.Duplicated(B, dB), tg.Duplicated(A.copy(), dA),
+                tg.Duplicated(C.copy(), dC), ndrange=N)
+    return dA[:, k], dC[:, k]
+
+
+def _partials_by_forward(kernel, A, C, k, which):
+    B, dB = np.zeros_like(A), np.zeros_like(A)
+    dA, dC = np.zeros_like(A), np.zeros_like(C)
+    (dA, dC)[which][:, k] = 1.0
+    tg.autodiff(tg.Forward, kernel, tg.Const, tg.Duplicated(B, dB), tg.Duplicated(A.copy(), dA),
+                tg.Duplicated(C.copy(), dC), ndrange=N)
+    return dB[:, k]
+
+
+@pytest.mark.parametrize("name", [row.name for row in SMOOTH])
+def test_every_rows_derivative_matches_finite_differences_in_both_modes(every_row, name):
+    row, k = primitives.lookup(name), COLUMN[name]
+    kernel = every_row(tg.CPU(), 4)
+    A, C = _inputs()
+    reverse = _partials_by_reverse(kernel, A, C, k)
+    h = 1e-6
+    for which, X in enumerate((A, C)[:row.arity]):
+        up, down = [X.copy() for _ in range(2)]
+        up[:, k] += h
+        down[:, k] -= h
+        values = []
+        for moved in (up, down):
+            B = np.zeros_like(A)
+            kernel(B, *((moved, C) if which == 0 else (A, moved)), ndrange=N)
+            values.append(B[:, k])
+        fd = (values[0] - values[1]) / (2 * h)
+        np.testing.assert_allclose(reverse[which], fd, rtol=1e-6, atol=1e-8,
+                                   err_msg=f"{name}: argument {which}, reverse mode")
+        forward = _partials_by_forward(kernel, A, C, k, which)
+        np.testing.assert_allclose(forward, reverse[which], rtol=1e-13, atol=1e-15,
+                                   err_msg=f"{name}: argument {which}, forward mode")
+    for which in range(row.arity, 2):          # a unary row leaves the other column alone
+        assert not reverse[which].any()
+
+
+def test_a_row_lowered_as_an_expression_becomes_a_helper_on_the_cpu(tmp_path, monkeypatch):
+    """A row may give its CPU lowering as an expression in x and y (when Numba has no such
+    function): the CPU module gets a helper function for it, and the values follow it."""
+    row = primitives.MATH["hypot"]
+    monkeypatch.setitem(primitives.MATH, "hypot", dataclasses.replace(
+        row, numba="math.sqrt(x * x + y * y) + 0.0 * 17.0"))
+    path = tmp_path / "hypot_kernel.py"
+    path.write_text("import tapegrad as tg\n\n\n@tg.kernel\ndef h(B, A, C):\n"
+                    "    i = tg.index()\n    B[i] = tg.hypot(A[i], C[i])\n")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    A, C = np.array([3.0, 5.0, 0.5]), np.array([4.0, 12.0, 1.5])
+    B = np.zeros(3)
+    backend = tg.CPU()
+    module.h(backend, 4)(B, A, C, ndrange=3)
+    np.testing.assert_allclose(B, np.hypot(A, C), rtol=1e-15)
+    text = module.h.source(backend=backend)
+    assert "def _tg_hypot(x, y):" in text and "0.0 * 17.0" in text
