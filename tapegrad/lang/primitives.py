@@ -131,6 +131,7 @@ MATH: dict[str, Primitive] = {p.name: p for p in [
     _row("atanh", "1.0 / (1.0 - x * x)", numpy="arctanh", domain=(_UNIT,)),
     _row("exp", "r", **_VECTORISED_ON_CPU),
     _row("expm1", "r + 1.0", **_VECTORISED_ON_CPU),
+    _row("exp2", "r * 0.6931471805599453", numba="np.exp2", numba_cuda="2.0 ** x"),
     _row("log", "1.0 / x", domain=(_POSITIVE,), **_VECTORISED_ON_CPU),
     _row("log1p", "1.0 / (1.0 + x)", domain=(_POSITIVE,), **_VECTORISED_ON_CPU),
     _row("log2", "1.0 / (x * 0.6931471805599453)", domain=(_POSITIVE,)),
