@@ -11,7 +11,7 @@ from tapegrad.errors import LaunchError
 from tapegrad.frontend.checks import check_syntax
 from tapegrad.lang.kernel import DeviceFunction, KernelFunction
 from tapegrad.runtime.launch import launch
-from tapegrad.runtime.show import source_of
+from tapegrad.runtime.show import passes_of, source_of
 
 
 class Func(DeviceFunction):
@@ -99,6 +99,22 @@ class Kernel(KernelFunction):
         the most recent launch (launch once first).
         """
         return source_of(self, mode, backend)
+
+    def passes(self, mode: str = "primal", backend: Any = None) -> str:
+        """What each of the CPU's optimisation passes did for the code the most recent launch
+        in ``mode`` on ``backend`` ran (``tapegrad.backends.cpu.passes``), one line each.
+
+        >>> import numpy as np, tapegrad as tg
+        >>> @tg.kernel
+        ... def double(B, A):
+        ...     i = tg.index()
+        ...     B[i] = 2.0 * A[i]
+        >>> cpu = tg.CPU()
+        >>> double(cpu)(np.zeros(4), np.ones(4), ndrange=4)
+        >>> print(double.passes(backend=cpu).splitlines()[2])
+        phases        no barriers
+        """
+        return passes_of(self, mode, backend)
 
     def __repr__(self) -> str:
         return f"<tg.kernel {self.name}>"

@@ -240,6 +240,85 @@ class ExprLowering:
         raise NotImplementedError(f"tg.{name} in an expression")
 
 
+class GridLowering(ExprLowering):
+    """What the CPU and GPU lowerings share: index intrinsics in the names both writers give
+    a work-item's place (``_g<d>`` its group, ``_l<d>`` its place in it, ``_n<d>`` the
+    ndrange), and short-circuit tests that need no branches."""
+
+    def __init__(self, tk: TypedKernel):
+        super().__init__(tk)
+        self.rank = tk.rank
+        self.W = tk.groupsize
+
+    def index_expr(self, name: str, node: ast.Call) -> ast.expr:
+        r, W = self.rank, self.W
+        glob = [f"(_g{d} * {W[d]} + _l{d})" for d in range(r)]
+        if name == "global_indices":
+            text = "(" + ", ".join(glob) + ",)"
+        elif name == "global_index":
+            text = glob[0] if r == 1 else row_major(glob, [f"_n{d}" for d in range(r)])
+        elif name == "local_indices":
+            text = "(" + ", ".join(f"_l{d}" for d in range(r)) + ",)"
+        elif name == "local_index":
+            text = row_major([f"_l{d}" for d in range(r)], [str(w) for w in W])
+        elif name == "group_indices":
+            text = "(" + ", ".join(f"_g{d}" for d in range(r)) + ",)"
+        elif name == "group_index":
+            text = "_g"
+        elif name == "ndrange":
+            text = "(" + ", ".join(f"_n{d}" for d in range(r)) + ",)"
+        else:  # groupsize
+            text = "(" + ", ".join(str(w) for w in W) + ",)"
+        return ast.parse(text, mode="eval").body
+
+
+    def expr_BoolOp(self, node: ast.BoolOp) -> ast.expr:
+        """``a and b`` of tests that are safe to evaluate in any case (comparisons of
+        indices, shapes, scalars) as ``(a) & (b)``: no branch per operand.  The tests that
+        guard an adjoint's reads near the edges of an array are such chains; in the scalar
+        loop over a stencil's edge work-items their branches cost a large part of the edges'
+        time (measured: docs/performance.md, 'Measurements behind the code')."""
+        if not all(self.eager_safe(v) for v in node.values):
+            return super().expr_BoolOp(node)
+        op = ast.BitAnd() if isinstance(node.op, ast.And) else ast.BitOr()
+        out = self.truth(node.values[0])
+        for v in node.values[1:]:
+            out = ast.BinOp(left=out, op=op, right=self.truth(v))
+        return out
+
+    def eager_safe(self, e: ast.expr) -> bool:
+        """Whether evaluating ``e`` can neither fail nor cost: names, constants, comparisons,
+        +, -, *, bit operations, shapes and tuple elements at constant indices (no array
+        loads, no calls, no division, no tuple index that an earlier test may be keeping in
+        range: short-circuiting may be guarding them)."""
+        if isinstance(e, (ast.Name, ast.Constant)):
+            return True
+        if isinstance(e, ast.Attribute):
+            return e.attr in ("shape", "size", "ndim") and self.eager_safe(e.value)
+        if isinstance(e, ast.Subscript):     # a tuple's element at a constant index (checked
+            k = e.slice                        # when typed: another index may be out of range)
+            if isinstance(k, ast.UnaryOp) and isinstance(k.op, ast.USub):
+                k = k.operand
+            return isinstance(self.tk.types.get(id(e.value)), TupleT) \
+                and isinstance(k, ast.Constant) and self.eager_safe(e.value)
+        if isinstance(e, ast.BinOp):
+            return isinstance(e.op, (ast.Add, ast.Sub, ast.Mult, ast.BitAnd, ast.BitOr,
+                                     ast.BitXor)) \
+                and self.eager_safe(e.left) and self.eager_safe(e.right)
+        if isinstance(e, (ast.Compare, ast.BoolOp, ast.UnaryOp)):
+            return all(self.eager_safe(c) for c in ast.iter_child_nodes(e)
+                       if isinstance(c, ast.expr))
+        return False
+
+
+def row_major(idx: list[str], dims: list[str]) -> str:
+    """The row-major linear index of ``idx`` in a box of extents ``dims``."""
+    text = idx[0]
+    for d in range(1, len(idx)):
+        text = f"({text}) * {dims[d]} + {idx[d]}"
+    return text
+
+
 def helpers_used(kernels: list[TypedKernel], target: str) -> list[Primitive]:
     """The primitives the kernels apply (floor and its kin to a float) whose lowering for
     ``target`` is an expression, in the table's order: each becomes a helper function."""

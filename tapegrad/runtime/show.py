@@ -55,6 +55,28 @@ def source_of(kernel: Any, mode: str, backend: Any) -> str:
     return launcher.source
 
 
+PASSES_HEADER = "The CPU passes:"
+
+
+def passes_of(kernel: Any, mode: str, backend: Any) -> str:
+    """``kern.passes(mode, backend)``: the notes the CPU writer put at the top of the module
+    (of each module, when a replay ran several)."""
+    if backend is None:
+        raise LaunchError("passes(backend=...): say which backend's launch to describe")
+    blocks, lines = [], source_of(kernel, mode, backend).splitlines()
+    for k, line in enumerate(lines):
+        if line.endswith(PASSES_HEADER):
+            notes = []
+            for note in lines[k + 1:]:
+                if not note.startswith("#   "):
+                    break
+                notes.append(note[4:])
+            blocks.append("\n".join(notes))
+    if not blocks:
+        raise LaunchError(f"{backend!r} has no optimisation passes to describe (the CPU has)")
+    return "\n\n".join(blocks)
+
+
 def _unparse(ir: Any) -> str:
     """Kernel IR as kernel-language source (what the frontend or a transform produced)."""
     fn = ast.FunctionDef(name=ir.name, args=ast.arguments(

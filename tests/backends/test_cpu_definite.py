@@ -32,7 +32,7 @@ def nest(s, x, n):
 
 def task_body(source: str) -> tuple[list[ast.stmt], set[str]]:
     """What a parallel task of a generated CPU kernel runs (the ``__task`` function, or the
-    ``prange`` loop's body with TAPEGRAD_OUTLINE=0) and the names it starts with."""
+    ``prange`` loop's body with tg.CPU(without=["outline"])) and the names it starts with."""
     tree = ast.parse(source)
     outlined = [n for n in tree.body if isinstance(n, ast.FunctionDef)
                 and n.name.endswith("__task")]
@@ -115,9 +115,8 @@ def test_a_recursion_in_numba_is_a_tapegrad_error(monkeypatch):
     loop, Numba's parallel-loop pass recurses without end on this adjoint; what the user
     sees is a tapegrad error saying what to do."""
     monkeypatch.setattr(lower, "unassigned_locals", lambda tk, body=None: {})
-    monkeypatch.setenv("TAPEGRAD_OUTLINE", "0")
     with pytest.raises(KernelCompileError, match="TAPEGRAD_BOUNDSCHECK=1") as info:
-        tg.autodiff(tg.Reverse, nest(CPU, 2), tg.Const, tg.Duplicated(np.zeros(8), np.ones(8)),
+        tg.autodiff(tg.Reverse, nest(tg.CPU(without=["outline"]), 2), tg.Const, tg.Duplicated(np.zeros(8), np.ones(8)),
                     tg.Duplicated(np.random.rand(8), np.zeros(8)), 32, ndrange=8)
     assert "parallel-loop analysis recursed" in str(info.value)
     assert "test_cpu_definite.py" in str(info.value)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numba
@@ -16,6 +16,7 @@ from tapegrad.backends.compiler_process import compile_elsewhere
 from tapegrad.backends.cpu.chain import ChainRunner
 from tapegrad.backends.cpu.index_report import REPLAY_ITEMS, report
 from tapegrad.backends.cpu.lower import Lowered, lower_kernel
+from tapegrad.backends.cpu.passes import NAMES, switched_off
 from tapegrad.backends.cpu.rows import with_cpu_groupsize
 from tapegrad.backends.cpu.threads import thread_count
 from tapegrad.backends.cpu.transposed import SUFFIX, transposed_operands
@@ -33,15 +34,28 @@ _POOLS_KEPT = 4           # ... and this many per kernel (larger ones: new memor
 class CPU(Backend):
     """The default backend: NumPy arrays, kernels compiled for all CPU cores by Numba.
 
+    ``without`` names optimisation passes to leave out (``tapegrad.backends.cpu.passes``
+    lists them; for debugging, or to measure what one gains); the results are the same.
+
     >>> import tapegrad as tg
     >>> tg.CPU()
     CPU()
+    >>> tg.CPU(without=["outline"])
+    CPU(without=('outline',))
     """
 
     name = "cpu"
 
+    def __init__(self, without: Iterable[str] = ()):
+        self.without = switched_off(without)
+
+    def key(self) -> tuple:
+        return (self.without,)
+
     def __repr__(self) -> str:
-        return "CPU()"
+        if not self.without:
+            return "CPU()"
+        return f"CPU(without={tuple(n for n in NAMES if n in self.without)!r})"
 
     def owns(self, x: Any) -> bool:
         return isinstance(x, np.ndarray)
@@ -70,6 +84,8 @@ class CPU(Backend):
                      ) -> tuple[Any, tuple]:
         """Transposed tiles read from a transposed array (``transposed.py``); the new
         parameters have their source's type."""
+        if "transposed" in self.without:
+            return ir, argtypes
         tuned = transposed_operands(ir, groupsize)
         if tuned is ir:
             return ir, argtypes
@@ -77,16 +93,17 @@ class CPU(Backend):
                                        for p in tuned.params[len(ir.params):])
 
     def compile(self, tk: TypedKernel) -> Callable[..., None]:
-        rows = with_cpu_groupsize(tk)      # rows of the CPU's choosing, where nothing can tell
+        # rows of the CPU's choosing, where nothing can tell
+        rows = tk if "rows" in self.without else with_cpu_groupsize(tk)
         if rows is tk:
-            return _compile(tk)
+            return _compile(tk, self.without)
         # both lowered now, from the kernel's IR as it is (a typed kernel refers to it node
         # by node); Numba compiles each variant on its first launch
-        return _ByLaunchSize(_compile(tk), _compile(rows))
+        return _ByLaunchSize(_compile(tk, self.without), _compile(rows, self.without))
 
 
-def _compile(tk: TypedKernel) -> _Launcher:
-    lowered = lower_kernel(tk)
+def _compile(tk: TypedKernel, without: frozenset[str]) -> _Launcher:
+    lowered = lower_kernel(tk, without)
     module, path = load_source(lowered.source, tk.name)
     return _Launcher(getattr(module, lowered.symbol), lowered, str(path), tk.groupsize)
 

@@ -25,23 +25,23 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from tapegrad.backends.cpu.definite import unassigned_locals
 from tapegrad.backends.cpu.outline import outline_task
-from tapegrad.backends.cpu.phases import merged_phases
-from tapegrad.backends.cpu.scaledsums import ScaledSum, scaled_sums
+from tapegrad.backends.cpu.passes import Plan, bounds_checked, is_integral, plan
 from tapegrad.backends.cpu.transposed import SUFFIX, derived_params
 from tapegrad.backends.cpu.versioning import Versions, plan_versions
 from tapegrad.backends.numba_lower import (
-    ExprLowering,
+    GridLowering,
     ModuleWriter,
     emit_statements,
     helper_lines,
     helpers_used,
+    row_major,
 )
 from tapegrad.backends.structure import (
     Barrier,
@@ -52,7 +52,7 @@ from tapegrad.backends.structure import (
     memory_decl,
 )
 from tapegrad.frontend.ir import tg_name
-from tapegrad.frontend.types import Array, Scalar, TupleT, TypedKernel
+from tapegrad.frontend.types import Array, Scalar, TypedKernel
 
 ATOMICS = ("atomic_add", "atomic_sub", "atomic_min", "atomic_max")
 BAND = 8      # rows of workgroups a tiled 2-D kernel runs down before the next column
@@ -70,19 +70,21 @@ class Lowered:
     # (argument position, ndim) of each array whose atomics add into per-thread copies: the
     # launcher passes those copies (all zero; the kernel leaves them zero)
     pools: tuple = ()
+    passes: str = ""      # what the CPU's passes did (passes.Plan.describe)
 
 
 _MERGE_BLOCK = 4096     # at most this many elements per parallel task merging 1-D copies
 
 
-class CPULowering(ExprLowering):
+class CPULowering(GridLowering):
+    """The CPU's expressions: promoted locals and private arrays in per-work-item slots,
+    float32 powers through vmath, plain adds for atomics on memory one thread owns."""
+
     def __init__(self, tk: TypedKernel, promoted: set[str] | None = None,
                  per_item: set[str] | None = None):
         super().__init__(tk)
         self.promoted = promoted or set()
         self.per_item = per_item or set()     # private arrays with a slot per work-item
-        self.rank = tk.rank
-        self.W = tk.groupsize
 
     def expr_Subscript(self, node: ast.Subscript) -> ast.expr:
         """``p[k]`` of a per-work-item private array is ``p__items[k, _li]``: indexing the
@@ -106,44 +108,6 @@ class CPULowering(ExprLowering):
 
     def atomic_symbol(self, name: str) -> str:
         return name
-
-    def expr_BoolOp(self, node: ast.BoolOp) -> ast.expr:
-        """``a and b`` of tests that are safe to evaluate in any case (comparisons of
-        indices, shapes, scalars) as ``(a) & (b)``: no branch per operand.  The tests that
-        guard an adjoint's reads near the edges of an array are such chains; in the scalar
-        loop over a stencil's edge work-items their branches cost a large part of the edges'
-        time (measured: docs/performance.md, 'Measurements behind the code')."""
-        if not all(self.eager_safe(v) for v in node.values):
-            return super().expr_BoolOp(node)
-        op = ast.BitAnd() if isinstance(node.op, ast.And) else ast.BitOr()
-        out = self.truth(node.values[0])
-        for v in node.values[1:]:
-            out = ast.BinOp(left=out, op=op, right=self.truth(v))
-        return out
-
-    def eager_safe(self, e: ast.expr) -> bool:
-        """Whether evaluating ``e`` can neither fail nor cost: names, constants, comparisons,
-        +, -, *, bit operations, shapes and tuple elements at constant indices (no array
-        loads, no calls, no division, no tuple index that an earlier test may be keeping in
-        range: short-circuiting may be guarding them)."""
-        if isinstance(e, (ast.Name, ast.Constant)):
-            return True
-        if isinstance(e, ast.Attribute):
-            return e.attr in ("shape", "size", "ndim") and self.eager_safe(e.value)
-        if isinstance(e, ast.Subscript):     # a tuple's element at a constant index (checked
-            k = e.slice                        # when typed: another index may be out of range)
-            if isinstance(k, ast.UnaryOp) and isinstance(k.op, ast.USub):
-                k = k.operand
-            return isinstance(self.tk.types.get(id(e.value)), TupleT) \
-                and isinstance(k, ast.Constant) and self.eager_safe(e.value)
-        if isinstance(e, ast.BinOp):
-            return isinstance(e.op, (ast.Add, ast.Sub, ast.Mult, ast.BitAnd, ast.BitOr,
-                                     ast.BitXor)) \
-                and self.eager_safe(e.left) and self.eager_safe(e.right)
-        if isinstance(e, (ast.Compare, ast.BoolOp, ast.UnaryOp)):
-            return all(self.eager_safe(c) for c in ast.iter_child_nodes(e)
-                       if isinstance(c, ast.expr))
-        return False
 
     vector_pow = True      # float32 x ** y through vmath.pow (CUDA keeps its own powf)
 
@@ -181,27 +145,6 @@ class CPULowering(ExprLowering):
                 return call
         return super().expr_Call(node)
 
-    def index_expr(self, name: str, node: ast.Call) -> ast.expr:
-        r, W = self.rank, self.W
-        glob = [f"(_g{d} * {W[d]} + _l{d})" for d in range(r)]
-        if name == "global_indices":
-            text = "(" + ", ".join(glob) + ",)"
-        elif name == "global_index":
-            text = glob[0] if r == 1 else _row_major(glob, [f"_n{d}" for d in range(r)])
-        elif name == "local_indices":
-            text = "(" + ", ".join(f"_l{d}" for d in range(r)) + ",)"
-        elif name == "local_index":
-            text = _row_major([f"_l{d}" for d in range(r)], [str(w) for w in W])
-        elif name == "group_indices":
-            text = "(" + ", ".join(f"_g{d}" for d in range(r)) + ",)"
-        elif name == "group_index":
-            text = "_g"
-        elif name == "ndrange":
-            text = "(" + ", ".join(f"_n{d}" for d in range(r)) + ",)"
-        else:  # groupsize
-            text = "(" + ", ".join(str(w) for w in W) + ",)"
-        return ast.parse(text, mode="eval").body
-
 
 @functools.cache
 def vmath_version() -> str:
@@ -212,26 +155,25 @@ def vmath_version() -> str:
         return hashlib.sha256(f.read()).hexdigest()[:12]
 
 
-def _row_major(idx: list[str], dims: list[str]) -> str:
-    text = idx[0]
-    for d in range(1, len(idx)):
-        text = f"({text}) * {dims[d]} + {idx[d]}"
-    return text
-
-
-def lower_kernel(tk: TypedKernel) -> Lowered:
-    """Generate the Numba module for one specialised kernel."""
-    return _KernelWriter(tk).write()
+def lower_kernel(tk: TypedKernel, off: frozenset[str] = frozenset()) -> Lowered:
+    """Generate the Numba module for one specialised kernel, without the passes in ``off``
+    (passes.py)."""
+    return _KernelWriter(tk, plan(tk, off)).write()
 
 
 class _KernelWriter(ModuleWriter):
+    """Writes the module as the passes' plan says (passes.py); what it keeps of its own is
+    where it is in the writing."""
+
     # arrays known, in the loop being written, to add into per-thread copies (True) or with
     # atomics (False); the others choose per statement
     known_private: dict[str, bool] = {}
-    scaled: dict[str, ScaledSum] = {}     # per-thread sums scaled in the merge (scaledsums.py)
-    banded = False                        # groups in bands of rows (open_group_loop)
     # edge-column passes to emit after the group loop (split_item_loop), where they may run
     column_passes: list[Callable[[int], None]] | None = None
+
+    def __init__(self, tk: TypedKernel, plan: Plan):
+        super().__init__(tk)
+        self.plan = plan
 
     # -- the whole module ---------------------------------------------------------------
     def write(self) -> Lowered:
@@ -242,7 +184,9 @@ class _KernelWriter(ModuleWriter):
             out.emit(f"# Launched with groupsize {self.tk.launch_groupsize}: the kernel cannot tell "
                      "its workgroups apart, so the CPU runs it in longer rows "
                      "(tapegrad/backends/cpu/rows.py).", 0)
-        out.emit("# Read it to see what runs; edits are overwritten.", 0)
+        out.emit("# Read it to see what runs; edits are overwritten.  The CPU passes:", 0)
+        for line in self.plan.describe().splitlines():
+            out.emit(f"#   {line}", 0)
         out.emit("import math", 0)
         out.emit("import numba", 0)
         out.emit("import numpy as np", 0)
@@ -265,8 +209,9 @@ class _KernelWriter(ModuleWriter):
         out.blank()
         out.blank()
         self.write_kernel()
-        pools = tuple((ir.params.index(a), nd) for a, nd in self.private_sums.items())
-        return Lowered(out.source(), ir.name, out.user_line, ir.filename, pools)
+        pools = tuple((ir.params.index(a), nd) for a, nd in self.plan.private_sums.items())
+        return Lowered(out.source(), ir.name, out.user_line, ir.filename, pools,
+                       self.plan.describe())
 
     def write_function(self, callee: TypedKernel) -> None:
         out = self.out
@@ -279,21 +224,11 @@ class _KernelWriter(ModuleWriter):
         run of workgroups, with its scratch memory (local memory, per-item slots, adjoint
         stacks) allocated once per task rather than once per group."""
         out, ir, r = self.out, self.ir, self.rank
-        debug = bool(_checks())   # bounds checks run serially: Numba cannot raise from threads
-        self.private_sums = {} if debug else self.privatizable(ir.body)
-        # tiled 2-D kernels (local memory) that add into per-thread copies run their groups
-        # in bands (open_group_loop); without copies, bands gain nothing alone and lose right
-        # after a gradient (a tiled product's primal; measured: docs/performance.md,
-        # 'Measurements behind the code')
-        self.banded = self.rank == 2 and bool(self.private_sums) and any(
-            memory_decl(s) == "localmem" for s in ir.body)
-        arrays = {p for p, t in zip(ir.params, self.tk.argtypes) if isinstance(t, Array)}
-        self.scaled = {} if any(contains_barrier(s) for s in ir.body) else scaled_sums(
-            ir, self.private_sums, arrays)
+        debug = bounds_checked()   # bounds checks run serially: Numba cannot raise from threads
         derived = derived_params(ir.params)     # made here, not passed (transposed.py)
         params = ([p for p in ir.params if p not in derived] + [f"_n{d}" for d in range(r)]
                   + [f"_groups{d}" for d in range(r)]
-                  + ["_nchunks"] + [f"{a}__pool" for a in self.private_sums])
+                  + ["_nchunks"] + [f"{a}__pool" for a in self.plan.private_sums])
         out.emit(f"@numba.njit(parallel={not debug}, cache=True, nogil=True{_checks()})", 0)
         out.emit(f"def {ir.name}({', '.join(params)}):", 0)
         for p in derived:
@@ -305,7 +240,7 @@ class _KernelWriter(ModuleWriter):
         loop = len(out.lines) - 1
         self.emit_unassigned(unassigned_locals(self.tk), "", 2)
 
-        body = self.without_needless_barriers(ir.body)
+        body = list(self.plan.body)
         self.group_sums = [n for n in ast.walk(ast.Module(body=body, type_ignores=[]))
                            if isinstance(n, ast.Expr) and tg_name(n.value) == "group_reduce_add"]
         decls = [s for s in body if memory_decl(s)]
@@ -321,12 +256,12 @@ class _KernelWriter(ModuleWriter):
             self.open_group_loop()
             stmts = [s for s in body if not memory_decl(s)]
             low = CPULowering(self.tk)
-            if self.scaled:
+            if self.plan.scaled:
                 out.emit("# the loop twice: adding each term without its scale (the value read at "
                          "the element it adds to, 1 here) into per-thread copies, which the merge "
                          "multiplies by it (scaledsums.py); or the terms as written", 3)
                 out.emit("if _scaled:", 3)
-                self.known_private = dict.fromkeys(self.scaled, True)
+                self.known_private = dict.fromkeys(self.plan.scaled, True)
                 ones: list[ast.Constant] = []
                 try:
                     self.versioned_item_loop(self.with_unit_scales(stmts, ones), low, 4)
@@ -339,7 +274,7 @@ class _KernelWriter(ModuleWriter):
             else:
                 # (only here: after the group loop, the split rows' edge columns run column
                 # by column, see split_item_loop)
-                self.column_passes = [] if not (self.group_sums or self.banded) else None
+                self.column_passes = [] if self.plan.edge_columns else None
                 self.versioned_item_loop(stmts, low, 3)
                 for column_pass in self.column_passes or ():
                     column_pass(2)
@@ -349,7 +284,7 @@ class _KernelWriter(ModuleWriter):
             arr, idx = call.value.args[0], call.value.args[1]
             out.emit(f"atomic_add({ast.unparse(low.expr(arr))}, {ast.unparse(low.index(idx))}, "
                      f"group_sum(_group_sum{k}))", 3)
-        if not debug and os.environ.get("TAPEGRAD_OUTLINE", "1") == "1":
+        if self.plan.outline:
             outline_task(out, loop, len(out.lines))
         self.privatize_merge()
 
@@ -362,18 +297,6 @@ class _KernelWriter(ModuleWriter):
                           "sees it (definite.py)", depth)
         for name, zero in zeros.items():
             self.out.emit(f"{name}{suffix} = {zero}", depth)
-
-    def without_needless_barriers(self, body: list[ast.stmt]) -> list[ast.stmt]:
-        """The body without barriers that order nothing when one thread runs the group
-        (phases.py)."""
-        if not any(contains_barrier(s) for s in body):
-            return body
-        shared = {s.targets[0].id for s in body if memory_decl(s) == "localmem"}
-        declared = {s.targets[0].id for s in body if memory_decl(s)}   # (private: per item)
-        params = {p for p, t in zip(self.ir.params, self.tk.argtypes) if isinstance(t, Array)}
-        aliases = {n for n, t in self.tk.locals.items()      # (tuples of arrays are refused)
-                   if isinstance(t, Array) and n not in declared}
-        return merged_phases(body, params | shared, aliases)
 
     def open_group_loop(self) -> None:
         """This task's run of workgroups; a group's position in the grid (row-major, or in
@@ -389,7 +312,7 @@ class _KernelWriter(ModuleWriter):
             out.emit(f"_group_sum{k} = aligned_empty(({total},), np.float64)", 2)
         out.emit("for _g in range(_c * _total // _nchunks, (_c + 1) * _total // _nchunks):", 2)
         rest = "_g"
-        if self.banded:
+        if self.plan.banded:
             # down a band of BAND rows of groups, then the next column: the tiles a group
             # reads and the slabs of the per-thread copies it adds to are used again by the
             # next groups while they are in cache (row by row, each row of groups went
@@ -419,46 +342,21 @@ class _KernelWriter(ModuleWriter):
             else:
                 out.emit(f"_group_sum{k}[:] = 0.0", 3)
 
-    # -- per-thread copies instead of atomics ---------------------------------------------
-    def privatizable(self, body: list[ast.stmt]) -> dict[str, int]:
-        """Argument arrays that the kernel updates only with atomic_add/atomic_sub statements
-        (their old values unused) and never reads or writes otherwise: each thread can add
-        into a private copy, merged after the launch, instead of contending on atomics.
-        Whether it pays is decided at run time (copies cost threads x size).  Any other use
-        of the array's name rules it out, also one that does not index it (``f(Y)``)."""
-        candidates: dict[str, int] = {}
-        harmless: set[int] = set()     # name nodes that add to the array or read its shape
-        tree = ast.Module(body=body, type_ignores=[])
-        statements = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)
-                      and tg_name(n.value) in ("atomic_add", "atomic_sub", "group_reduce_add")}
-        for n in ast.walk(tree):
-            if isinstance(n, ast.Call) and id(n) in statements \
-                    and isinstance(n.args[0], ast.Name):
-                t = self.tk.types.get(id(n.args[0]))
-                harmless.add(id(n.args[0]))
-                if tg_name(n) != "group_reduce_add" and isinstance(t, Array) \
-                        and t.space == "global" and t.dtype != "bool":
-                    candidates[n.args[0].id] = t.ndim
-            elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
-                harmless.add(id(n.value))          # X.shape, X.size
-        spoiled = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
-                   and id(n) not in harmless}
-        return {a: nd for a, nd in candidates.items() if a not in spoiled}
-
+    # -- per-thread copies instead of atomics (passes.py decides which) -----------------
     def privatize_start(self) -> None:
         out = self.out
-        if not self.private_sums:
+        if not self.plan.private_sums:
             return
-        for a in self.private_sums:
+        for a in self.plan.private_sums:
             # the launcher passes one zeroed copy per task when they pay (see _Launcher.pools),
             # else a single element: new memory on every launch would cost a page fault per 4 KiB
             out.emit(f"_private_{a} = {a}__pool.shape[0] == _nchunks and "
                      f"{a}__pool.size == _nchunks * {a}.size", 1)
             out.emit(f"{a}__priv = {a}__pool", 1)
-        if self.scaled:
+        if self.plan.scaled:
             out.emit("_scaled = " + " and ".join(
                 f"_private_{a} and {c.source}.shape == {a}.shape"
-                for a, c in self.scaled.items()), 1)
+                for a, c in self.plan.scaled.items()), 1)
 
     def with_unit_scales(self, stmts: list[ast.stmt], ones: list[ast.Constant]
                          ) -> list[ast.stmt]:
@@ -466,7 +364,7 @@ class _KernelWriter(ModuleWriter):
         constants, typed for the time they are lowered, go into ``ones``)."""
         out = []
         for s in stmts:
-            if any(s is c.assign for c in self.scaled.values()):
+            if any(s is c.assign for c in self.plan.scaled.values()):
                 one = ast.Constant(value=1.0)
                 self.tk.types[id(one)] = Scalar("float64")   # a literal: cast to the local's
                 ones.append(one)
@@ -480,7 +378,7 @@ class _KernelWriter(ModuleWriter):
         contiguous rows and LLVM vectorises it (with the tasks innermost it did not: 0.25-0.5
         ms of a 512^2 float32 matmul adjoint's 6)."""
         out = self.out
-        for a, nd in self.private_sums.items():
+        for a, nd in self.plan.private_sums.items():
             out.emit(f"if _private_{a}:", 1)
             idx = ", ".join(f"_m{d}" for d in range(nd))
             last = f"_m{nd - 1}"
@@ -498,17 +396,17 @@ class _KernelWriter(ModuleWriter):
             out.emit("for _t in range(_nchunks):", inner)
             out.emit(f"for {last} in {rows}:", inner + 1)
             term = f"{a}__priv[_t, {idx}]"
-            if a in self.scaled:
+            if a in self.plan.scaled:
                 # (an element no term went to stays as it was, also where its scale is inf
                 # or nan: 0 * inf would be nan)
                 out.emit(f"_p = {term}", inner + 2)
-                term = f"({self.scaled[a].source}[{idx}] * _p if _scaled and _p != 0 else _p)"
+                term = f"({self.plan.scaled[a].source}[{idx}] * _p if _scaled and _p != 0 else _p)"
             out.emit(f"{a}[{idx}] += {term}", inner + 2)
             out.emit(f"{a}__priv[_t, {idx}] = 0", inner + 2)   # zero again for the next launch
 
     def special(self, s: ast.stmt, depth: int, low: CPULowering) -> bool:
         if isinstance(s, ast.Expr) and tg_name(s.value) in ("atomic_add", "atomic_sub") \
-                and getattr(s.value.args[0], "id", None) in self.private_sums:
+                and getattr(s.value.args[0], "id", None) in self.plan.private_sums:
             arr, idx, value = s.value.args
             a = arr.id
             index = low.index(idx)
@@ -540,7 +438,7 @@ class _KernelWriter(ModuleWriter):
         sum; the slots' sum goes into arr[idx] with one atomic when the group is done."""
         if isinstance(s, ast.Expr) and tg_name(s.value) == "group_reduce_add":
             k = next(k for k, c in enumerate(self.group_sums) if c is s)
-            slot = _row_major([f"_l{d}" for d in range(self.rank)], [str(w) for w in self.W])
+            slot = row_major([f"_l{d}" for d in range(self.rank)], [str(w) for w in self.W])
             op = "=" if self.once_per_item(s) else "+="
             self.out.emit(f"_group_sum{k}[{slot}] {op} {ast.unparse(low.expr(s.value.args[2]))}",
                           depth)
@@ -564,7 +462,8 @@ class _KernelWriter(ModuleWriter):
     def versioned_item_loop(self, stmts: list[ast.stmt], low: CPULowering, depth: int) -> None:
         """The work-item loop, with its first ``if`` decided once per group where possible
         (see versioning.py)."""
-        plan = plan_versions(stmts, self.ir.params, self.rank, self.integral)
+        plan = plan_versions(stmts, self.ir.params, self.rank, partial(is_integral, self.tk)) \
+            if self.plan.versioning else None
         if plan is None:
             self.item_loop(stmts, low, depth, set())
             return
@@ -581,10 +480,6 @@ class _KernelWriter(ModuleWriter):
             self.item_loop(stmts_k, low, depth + 1, set())
             if not stmts_k:
                 out.emit("pass", depth + 1)
-
-    def integral(self, e: ast.expr) -> bool:
-        t = self.tk.types.get(id(e))
-        return isinstance(t, Scalar) and not t.is_float and t.dtype != "bool"
 
     def split_item_loop(self, plan: Versions, low: CPULowering, depth: int) -> None:
         """Range tests on the global index: each row of the group (its innermost index range)
@@ -713,7 +608,7 @@ class _KernelWriter(ModuleWriter):
         body_at = len(out.lines)
         needs_li = bool(low.promoted or rebind)
         if needs_li:
-            out.emit(f"_li = {_row_major([f'_l{d}' for d in range(r)], [str(w) for w in W])}",
+            out.emit(f"_li = {row_major([f'_l{d}' for d in range(r)], [str(w) for w in W])}",
                      inner)
         body = list(recompute) + list(stmts)
         indexed = {n.value for st in body for n in ast.walk(st) if isinstance(n, ast.Subscript)}
@@ -769,7 +664,7 @@ class _KernelWriter(ModuleWriter):
             self.allocate(s, per_item=memory_decl(s) == "private")
         self.open_group_loop()
         low = CPULowering(self.tk, promoted, private)
-        self.plan = plan
+        self.barrier_plan = plan
         self.private = private
         self.write_blocks(plan.blocks, low, 3)
 
@@ -782,8 +677,8 @@ class _KernelWriter(ModuleWriter):
                 continue   # the next segment is a new loop over the work-items
             if isinstance(b, Segment):
                 rebind = {n for n in self.private if n in b.uses}
-                recompute = self.plan.recomputed(b)
-                copies = [a for a in self.private_sums if a in b.uses]
+                recompute = self.barrier_plan.recomputed(b)
+                copies = [a for a in self.plan.private_sums if a in b.uses]
                 if not copies:
                     self.item_loop(b.stmts, low, depth, rebind, recompute)
                     continue
@@ -856,7 +751,7 @@ def _additive(e: ast.expr) -> str:
 
 def _checks() -> str:
     """``TAPEGRAD_BOUNDSCHECK=1`` compiles kernels with index checks (slower; for debugging)."""
-    return ", boundscheck=True" if os.environ.get("TAPEGRAD_BOUNDSCHECK") == "1" else ""
+    return ", boundscheck=True" if bounds_checked() else ""
 
 
 def _eliminate_returns(body: list[ast.stmt]) -> tuple[list[ast.stmt], bool]:

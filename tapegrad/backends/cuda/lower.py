@@ -26,13 +26,14 @@ from __future__ import annotations
 import ast
 import os
 
-from tapegrad.backends.cpu.lower import CPULowering, Lowered, _row_major
+from tapegrad.backends.cpu.lower import Lowered
 from tapegrad.backends.numba_lower import (
-    ExprLowering,
+    GridLowering,
     ModuleWriter,
     emit_statements,
     helper_lines,
     helpers_used,
+    row_major,
 )
 from tapegrad.backends.structure import (
     Barrier,
@@ -53,21 +54,13 @@ def simulated() -> bool:
     return os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
 
-class CUDALowering(CPULowering):
-    """Expressions as on the CPU (same index names), with CUDA's atomics and math."""
+class CUDALowering(GridLowering):
+    """Expressions with the CPU's index names, CUDA's atomics and math (libdevice)."""
 
-    vector_pow = False
     target = "numba_cuda"
 
     def atomic_symbol(self, name: str) -> str:
         return f"cuda.atomic.{name[len('atomic_'):]}"
-
-    def expr_Call(self, node: ast.Call) -> ast.expr:
-        name = tg_name(node)
-        if name and name.startswith("atomic_"):
-            # threads of a block share local memory: atomics stay atomic (unlike on the CPU)
-            return ExprLowering.expr_Call(self, node)
-        return super().expr_Call(node)
 
 
 def lower_kernel(tk: TypedKernel) -> Lowered:
@@ -114,7 +107,7 @@ class _Writer(ModuleWriter):
             out.emit(f"_l{d} = cuda.threadIdx.{axis}", 1)
             out.emit(f"_g{d} = cuda.blockIdx.{axis}", 1)
             out.emit(f"_groups{d} = cuda.gridDim.{axis}", 1)
-        out.emit(f"_g = {_row_major([f'_g{d}' for d in range(r)], [f'_groups{d}' for d in range(r)])}", 1)
+        out.emit(f"_g = {row_major([f'_g{d}' for d in range(r)], [f'_groups{d}' for d in range(r)])}", 1)
         valid = " and ".join(f"(_g{d} * {W[d]} + _l{d} < _n{d})" for d in range(r))
         out.emit(f"_valid = {valid}", 1)
         body = ir.body
@@ -131,7 +124,7 @@ class _Writer(ModuleWriter):
         stmts = [s for s in body if not memory_decl(s)]
         low = CUDALowering(self.tk)
         special = lambda s, d: self.special(s, d, low)  # noqa: E731
-        self.lid = _row_major([f"_l{d}" for d in range(r)], [str(w) for w in W])
+        self.lid = row_major([f"_l{d}" for d in range(r)], [str(w) for w in W])
         self.group_sums = [n for n in ast.walk(ast.Module(body=body, type_ignores=[]))
                            if isinstance(n, ast.Expr) and tg_name(n.value) == "group_reduce_add"]
         for k, _ in enumerate(self.group_sums):
