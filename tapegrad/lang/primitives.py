@@ -111,7 +111,7 @@ _ROUNDING_CUDA = ("math.copysign(float(math.{}(float(x))), x) "
 # copysign keeps -0.0; float(x) first: the simulator's numpy.float32 has no __floor__)
 
 # Numba's math calls do not vectorise: the CPU calls tapegrad's own SIMD-friendly versions
-# (tapegrad/backends/cpu/vmath.py, which says how accurate each is); GPUs have their own
+# (tapegrad/backends/cpu/vmath/, which says how accurate each is); GPUs have their own
 _VECTORISED_ON_CPU: dict[str, Any] = {"numba": "vmath.{}", "numba_cuda": "math.{}"}
 
 _ABS_PARTIAL = "tg.copysign(1.0, x) if x != 0.0 else 0.0 * x"

@@ -29,6 +29,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 from tapegrad.backends.cpu.definite import unassigned_locals
 from tapegrad.backends.cpu.outline import outline_task
@@ -148,11 +149,14 @@ class CPULowering(GridLowering):
 
 @functools.cache
 def vmath_version() -> str:
-    """A digest of vmath.py, written into every generated module: its functions are inlined
-    into the kernels, so a change to them must change the module (and Numba's cache key)."""
+    """A digest of the vmath package, written into every generated module: its functions
+    are inlined into the kernels, so a change to them must change the module (and Numba's
+    cache key)."""
     from tapegrad.backends.cpu import vmath
-    with open(vmath.__file__, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()[:12]
+    digest = hashlib.sha256()
+    for path in sorted(Path(vmath.__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def lower_kernel(tk: TypedKernel, off: frozenset[str] = frozenset()) -> Lowered:
