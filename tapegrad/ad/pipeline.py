@@ -10,11 +10,13 @@ import ast
 from typing import Any
 
 from tapegrad.ad.access import array_access
+from tapegrad.ad.adjoint import Adjoint
 from tapegrad.ad.deadcode import has_effects, names_read
 from tapegrad.ad.gather import split_gathers
 from tapegrad.ad.localgather import gather_local_updates
 from tapegrad.ad.normalize import normalize
-from tapegrad.ad.reverse import Adjoint, reverse_kernel, tidy
+from tapegrad.ad.reverse import reverse_kernel
+from tapegrad.ad.tidy import tidy
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import Array, Type, specialize
 

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import ast
 import copy
-from dataclasses import dataclass, field
 
 from tapegrad.ad import rules
 from tapegrad.ad.activity import Transform
+from tapegrad.ad.adjoint import Adjoint
 from tapegrad.ad.astutil import add as _add
 from tapegrad.ad.astutil import assign as _assign
 from tapegrad.ad.astutil import clone as _clone
@@ -31,28 +31,13 @@ from tapegrad.ad.astutil import mul as _mul
 from tapegrad.ad.astutil import name as _n
 from tapegrad.ad.astutil import neg as _neg
 from tapegrad.ad.astutil import walk as _walk
-from tapegrad.ad.deadcode import eliminate_dead_code
+from tapegrad.ad.ownership import own_index_reads, reassigned_locals
 from tapegrad.ad.recompute import recomputable_stores
+from tapegrad.ad.tidy import is_barrier, tidy
 from tapegrad.frontend.ir import KernelIR, tg_call, tg_name
 from tapegrad.frontend.types import Array, Scalar, TupleT, TypedKernel
 
 DEFAULT_STACK = 256
-
-
-@dataclass
-class Adjoint:
-    """The adjoint kernel and how to call it."""
-
-    ir: KernelIR
-    shadow_of: dict[str, str]          # shadow parameter -> primal parameter
-    active_scalars: list[str]          # primal scalar parameters whose derivative is returned
-    scratch: list[str]                 # array parameters to pass as copies of their old values
-    stack_depth: int                   # 0 when no stack is needed
-    uses_status: bool
-    notes: list[str] = field(default_factory=list)
-    gathers: list = field(default_factory=list)   # tapegrad.ad.gather.Gather, run first
-    contents_read: frozenset = frozenset()        # array parameters whose contents it reads
-    shadows_written: frozenset = frozenset()      # shadow parameters its kernels write
 
 
 def reverse_kernel(tk: TypedKernel, activity: tuple[str, ...], stack_depth: int | None = None,
@@ -108,33 +93,11 @@ class _Reverse(Transform):
                         and _stores_per_path(body, a) <= 1}
         self.activity_analysis()
         self.saved = self.saved_locals()
-        self.own = self.own_indices()
+        self.own = own_index_reads(self.body, self.memory_kind, self.tk.rank)
 
     def saved_locals(self) -> set[str]:
         """Locals whose old value must be saved when they are reassigned."""
-        counts: dict[str, int] = {}
-        in_loop: set[str] = set()
-
-        def visit(stmts: list[ast.stmt], looped: bool) -> None:
-            for s in stmts:
-                targets: list[ast.expr] = []
-                if isinstance(s, ast.Assign):
-                    t = s.targets[0]
-                    targets = t.elts if isinstance(t, ast.Tuple) else [t]
-                elif isinstance(s, ast.For):
-                    targets = [s.target]
-                for t in targets:
-                    if isinstance(t, ast.Name):
-                        counts[t.id] = counts.get(t.id, 0) + 1
-                        if looped:
-                            in_loop.add(t.id)
-                if isinstance(s, (ast.For, ast.While)):
-                    visit(s.body, True)
-                elif isinstance(s, ast.If):
-                    visit(s.body, looped)
-                    visit(s.orelse, looped)
-        visit(self.body, False)
-        saved = {n for n, c in counts.items() if c > 1 or n in in_loop}
+        saved = reassigned_locals(self.body)
         saved -= set(self.memory_kind)
         for n in saved:
             if isinstance(self.tk.locals.get(n), TupleT):
@@ -143,62 +106,6 @@ class _Reverse(Transform):
                 raise self.fail(node, f"{n} holds a tuple and is reassigned; differentiated "
                                       "kernels need it unpacked into scalars")
         return saved
-
-    def own_indices(self) -> dict[str, str]:
-        """For each array, 'plain' if every read uses this work-item's own index."""
-        counts: dict[str, int] = {}
-        for n in ast.walk(ast.Module(body=self.body, type_ignores=[])):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
-                counts[n.id] = counts.get(n.id, 0) + 1
-        linear: set[str] = set()
-        components: dict[str, int] = {}
-        tuples: set[str] = set()
-        local_linear: set[str] = set()
-        local_components: dict[str, int] = {}
-        for s in self.body:   # top-level, assigned once: fixed for the whole work-item
-            if not isinstance(s, ast.Assign):
-                continue
-            t, name = s.targets[0], tg_name(s.value)
-            if isinstance(t, ast.Name) and counts.get(t.id) == 1:
-                if name == "global_index":
-                    linear.add(t.id)
-                elif name == "global_indices":
-                    tuples.add(t.id)
-                elif name == "local_index":
-                    local_linear.add(t.id)
-            if isinstance(t, ast.Tuple) and name in ("global_indices", "local_indices") and all(
-                    isinstance(e, ast.Name) and counts.get(e.id) == 1 for e in t.elts):
-                target = components if name == "global_indices" else local_components
-                for k, e in enumerate(t.elts):
-                    target[e.id] = k
-        rank = self.tk.rank
-
-        def own(array: str, idx: ast.expr) -> bool:
-            is_local = self.memory_kind.get(array) == "localmem"
-            if self.memory_kind.get(array) == "private":
-                return True
-            lin = local_linear if is_local else linear
-            comp = local_components if is_local else components
-            call = "local_index" if is_local else "global_index"
-            if isinstance(idx, ast.Name) and (idx.id in lin or (rank == 1 and comp.get(idx.id) == 0)):
-                return True
-            if tg_name(idx) == call:
-                return True
-            if not is_local and isinstance(idx, ast.Name) and idx.id in tuples:
-                return True
-            if isinstance(idx, ast.Tuple) and len(idx.elts) == rank and all(
-                    isinstance(e, ast.Name) and comp.get(e.id) == k for k, e in enumerate(idx.elts)):
-                return True
-            return False
-
-        result: dict[str, str] = {}
-        for n in ast.walk(ast.Module(body=self.body, type_ignores=[])):
-            if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) \
-                    and isinstance(n.ctx, ast.Load):
-                a = n.value.id
-                ok = own(a, n.slice)
-                result[a] = "plain" if ok and result.get(a, "plain") == "plain" else "atomic"
-        return result
 
     # -- stacks -----------------------------------------------------------------------------
     def push(self, value: ast.expr, is_float: bool, saves: tuple | None = None
@@ -563,7 +470,7 @@ class _Reverse(Transform):
         recomputed = frozenset(st.targets[0].value.id for st in redo)
         if redo:     # each reverse iteration starts by loading again what its forward one did
             if any(self.memory_kind[st.targets[0].value.id] == "localmem" for st in redo) \
-                    and not (r_body and _is_barrier(r_body[0])):
+                    and not (r_body and is_barrier(r_body[0])):
                 redo.append(ast.Expr(value=tg_call("synchronize", [])))
             r_body = _at(redo, s) + r_body
         fwd: list[ast.stmt] = []
@@ -699,141 +606,6 @@ class _Reverse(Transform):
             if p is not None and self.active(arg):
                 out += self.backprop(arg, rules.term(p, args, e, _clone(g)))
         return out
-
-
-_STACK_NAMES = ("_fstack", "_istack", "_fsp", "_isp", "_stack_depth")
-
-
-def tidy(adjoint: Adjoint) -> Adjoint:
-    """Remove dead code (``tapegrad.ad.deadcode``), and the per-work-item stack when nothing
-    is pushed on it any more (its overflow check and ``_status`` with it).  Run after each
-    pass that can leave code dead (the reverse transform, the local-memory gathers)."""
-    body, still = eliminate_dead_code(adjoint.ir.body, set(), set(adjoint.scratch))
-    if _drop_unread_loads(body):
-        body, still = eliminate_dead_code(body, set(), set(adjoint.scratch))
-    body = _single_barriers(_count_idle_loops(body, body))
-    adjoint.scratch = [a for a in adjoint.scratch if a in still]
-    uses_stack = any(isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
-                     and n.value.id in ("_fstack", "_istack")
-                     for n in ast.walk(ast.Module(body=body, type_ignores=[])))
-    if adjoint.uses_status and not uses_stack:
-        body = _without_stack(body)
-        adjoint.uses_status, adjoint.stack_depth = False, 0
-        adjoint.ir.params = [p for p in adjoint.ir.params if p != "_status"]
-    adjoint.ir.body = body
-    return adjoint
-
-
-def _drop_unread_loads(body: list[ast.stmt]) -> bool:
-    """In the forward sweep's loops, drop the stores the reverse sweep redoes when nothing in
-    the forward sweep reads them (a tiled product's tiles, once its ``acc`` loop is dead)."""
-    changed = False
-    for loop in ast.walk(ast.Module(body=body, type_ignores=[])):
-        for memory in getattr(loop, "_tg_recomputed", ()):
-            stores = [s for s in loop.body if isinstance(s, ast.Assign)
-                      and isinstance(s.targets[0], ast.Subscript)
-                      and isinstance(s.targets[0].value, ast.Name)
-                      and s.targets[0].value.id == memory]
-            targets = {id(s.targets[0].value) for s in stores}
-            if any(isinstance(n, ast.Name) and n.id == memory and id(n) not in targets
-                   for n in ast.walk(loop)):
-                continue
-            loop.body = [s for s in loop.body if s not in stores] or [ast.Pass()]
-            changed = True
-    return changed
-
-
-def _count_idle_loops(stmts: list[ast.stmt], whole: list[ast.stmt]) -> list[ast.stmt]:
-    """A forward-sweep loop left with nothing but its trip count and barriers (its loads are
-    redone in reverse) becomes ``count = max(0, -((start - stop) // step))`` and one barrier:
-    the barriers separated nothing inside it, and each work-item need not run it."""
-    out = []
-    for s in stmts:
-        count = _idle_counting_loop(s, whole)
-        if count is not None:
-            start, stop, step = s.iter.args
-            trips = tg_call("max", [_c(0), _neg(ast.BinOp(
-                left=ast.BinOp(left=_clone(start), op=ast.Sub(), right=_clone(stop)),
-                op=ast.FloorDiv(), right=_clone(step)))])
-            out.append(ast.copy_location(_assign(count, _add(_n(count), trips)), s))
-            if any(_is_barrier(b) for b in _walk(s.body)):
-                # a loop holding barriers runs alike in every work-item of the group (it is
-                # group-level control flow): one barrier after it keeps what they separated
-                out.append(ast.copy_location(ast.Expr(value=tg_call("synchronize", [])), s))
-            continue
-        for attr in ("body", "orelse"):
-            if isinstance(s, (ast.If, ast.For, ast.While)) and getattr(s, attr):
-                setattr(s, attr, _count_idle_loops(getattr(s, attr), whole))
-        out.append(s)
-    return out
-
-
-def _idle_counting_loop(s: ast.stmt, whole: list[ast.stmt]) -> str | None:
-    """The trip counter of a forward-sweep loop ``for t in range(start, stop, step):`` whose
-    body is only ``count = count + 1`` and barriers, when nothing reads ``t`` before assigning
-    it again (the reverse loop sets ``t`` first); else None."""
-    if not (isinstance(s, ast.For) and hasattr(s, "_tg_recomputed") and not s.orelse
-            and isinstance(s.target, ast.Name) and len(s.iter.args) == 3):
-        return None
-    work = [b for b in s.body if not _is_barrier(b)]
-    if len(work) != 1 or not (isinstance(work[0], ast.Assign)
-                              and isinstance(work[0].targets[0], ast.Name)):
-        return None
-    count = work[0].targets[0].id
-    if ast.dump(work[0].value) != ast.dump(_add(_n(count), _c(1))):
-        return None
-    t = s.target.id
-    # reads of t are fine only in the body of a loop that sets t first (the reverse loop)
-    covered = set()
-    for loop in _walk(whole):
-        if isinstance(loop, (ast.For, ast.While)) and loop is not s and loop.body \
-                and isinstance(loop.body[0], ast.Assign) \
-                and isinstance(loop.body[0].targets[0], ast.Name) \
-                and loop.body[0].targets[0].id == t:
-            covered |= {id(m) for b in loop.body for m in ast.walk(b)}
-    inside = {id(m) for m in ast.walk(s)}
-    for m in _walk(whole):
-        if isinstance(m, ast.Name) and m.id == t and isinstance(m.ctx, ast.Load) \
-                and id(m) not in inside and id(m) not in covered:
-            return None
-    return count
-
-
-def _single_barriers(stmts: list[ast.stmt]) -> list[ast.stmt]:
-    """Consecutive barriers are one barrier (what moved code leaves between them is gone)."""
-    out: list[ast.stmt] = []
-    for s in stmts:
-        if _is_barrier(s) and out and _is_barrier(out[-1]):
-            continue
-        for attr in ("body", "orelse"):
-            if isinstance(s, (ast.If, ast.For, ast.While)) and getattr(s, attr):
-                setattr(s, attr, _single_barriers(getattr(s, attr)))
-        out.append(s)
-    return out
-
-
-
-def _without_stack(stmts: list[ast.stmt]) -> list[ast.stmt]:
-    """``stmts`` without the stack's declarations, pointer updates and overflow check."""
-    out = []
-    for s in stmts:
-        if isinstance(s, ast.Assign) and isinstance(s.targets[0], ast.Name) \
-                and s.targets[0].id in _STACK_NAMES:
-            continue
-        if isinstance(s, ast.If) and any(isinstance(n, ast.Name) and n.id == "_status"
-                                         for n in ast.walk(s)):
-            continue                                   # the overflow check
-        for attr in ("body", "orelse"):
-            if isinstance(s, (ast.If, ast.For, ast.While)):
-                setattr(s, attr, _without_stack(getattr(s, attr)))
-                if attr == "body" and not s.body:
-                    s.body = [ast.Pass()]
-        out.append(s)
-    return out
-
-
-def _is_barrier(s: ast.stmt) -> bool:
-    return isinstance(s, ast.Expr) and tg_name(s.value) == "synchronize"
 
 
 def _stores_per_path(stmts: list[ast.stmt], array: str) -> int:
