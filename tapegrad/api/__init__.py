@@ -1,0 +1,350 @@
+"""``tg.autodiff`` and friends: thin functions over the launchers and the tape."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tapegrad.api.launches import (
+    autodiff_kernel,
+    batch_width,
+    check_shadows_apart,
+    forward_annotation,
+    host_array,
+)
+from tapegrad.errors import AdjointStackOverflow, LaunchError, TapegradError  # noqa: F401
+from tapegrad.kernels import ConfiguredKernel, Kernel
+from tapegrad.tape.activity import (
+    Active,
+    Annotation,
+    BatchDuplicated,
+    Const,
+    Duplicated,
+    Forward,
+    ForwardWithPrimal,
+    Mode,
+    Reverse,
+    annotate,
+)
+from tapegrad.tape.arrays import is_array, zeros_like
+from tapegrad.tape.forward import ForwardContext
+from tapegrad.tape.modes import refuse_nested
+from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain, plain_value
+from tapegrad.tape.sweep import not_a_scalar
+from tapegrad.tape.tape import Tape
+
+
+def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = None,
+             accumulate: bool = True) -> tuple:
+    """Differentiate ``f`` with Enzyme's conventions.
+
+    ``f`` is a configured kernel (``kern(backend, workgroupsize)``; pass ``ndrange=``) or a
+    host function that launches kernels.  Reverse mode returns ``(derivs,)``, one entry per
+    argument: the derivative of an ``Active`` scalar, else None; shadows of ``Duplicated``
+    arrays are *added to*, and the shadow of an array the kernel overwrites is consumed.
+
+    ``accumulate=False`` (reverse mode, configured kernels) is the functional form, a
+    vector-Jacobian product: the shadows of the arrays the kernel writes are the seeds, read
+    and left as they are; the shadows of the arrays it only reads are *overwritten* with the
+    derivatives (no ``make_zero_`` first, and their old contents do not matter).  It moves
+    fewer bytes: no seed copy, no zeroing, no read-modify-write.
+
+    >>> import math, numpy as np, tapegrad as tg
+    >>> @tg.kernel
+    ... def sin_kernel(B, A):
+    ...     i = tg.index()
+    ...     B[i] = math.sin(A[i])
+    >>> A = np.linspace(0, 1, 8); B = np.zeros(8)
+    >>> dA, dB = tg.make_zero(A), np.ones(8)
+    >>> tg.autodiff(tg.Reverse, sin_kernel(tg.CPU()), tg.Const,
+    ...             tg.Duplicated(B, dB), tg.Duplicated(A, dA), ndrange=8)
+    ((None, None),)
+    >>> bool(np.allclose(dA, np.cos(A))), float(dB.sum())   # dB was consumed: B was overwritten
+    (True, 0.0)
+    >>> w = np.full(8, 2.0); dA = np.empty(8)     # any contents: accumulate=False overwrites
+    >>> _ = tg.autodiff(tg.Reverse, sin_kernel(tg.CPU()), tg.Const, tg.DuplicatedNoNeed(B, w),
+    ...                 tg.Duplicated(A, dA), ndrange=8, accumulate=False)
+    >>> bool(np.allclose(dA, 2 * np.cos(A))), float(w.sum())  # the seed w is left as it was
+    (True, 16.0)
+    """
+    if not isinstance(mode, Mode):
+        raise TapegradError(f"the first argument of tg.autodiff is a mode (tg.Reverse, "
+                            f"tg.Forward, ...), got {mode!r}")
+    if not accumulate and not mode.reverse:
+        raise TapegradError("accumulate=False is for reverse mode: forward mode writes its "
+                            "tangents, it never adds into them")
+    if not mode.reverse:
+        refuse_nested()
+    # (a configured kernel's shadows meet in one_object_per_memory, by parameter name)
+    check_shadows_apart(f, args, between_shadows=not isinstance(f, ConfiguredKernel))
+    if isinstance(f, ConfiguredKernel):
+        return autodiff_kernel(mode, f, ret_activity, args, ndrange, accumulate)
+    if isinstance(f, Kernel):
+        raise TapegradError("configure the kernel first: tg.autodiff(mode, kern(backend, "
+                            "workgroupsize), tg.Const, ..., ndrange=n)")
+    if not callable(f):
+        raise TapegradError(f"tg.autodiff differentiates a function or a configured kernel, "
+                            f"got {type(f).__name__}")
+    if ndrange is not None:
+        raise TapegradError("ndrange= is for configured kernels; a host function launches its "
+                            "kernels itself")
+    if not accumulate:
+        raise TapegradError("accumulate=False is for a configured kernel. For a host function, "
+                            "tg.gradient(f, x) and tg.vjp(f, x, w) return new gradients "
+                            "(nothing to zero first)")
+    return _autodiff_host(mode, f, ret_activity, args)
+
+
+def _autodiff_forward_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> tuple:
+    """Run ``f`` with tangents: kernels launch their tangent kernels, reductions carry duals."""
+    refuse_nested()
+    annotated = [annotate(a) for a in args]
+    width = batch_width(annotated)
+    ctx = ForwardContext(width)
+    call_args = []
+    for k, a in enumerate(annotated):
+        kind, dirs = forward_annotation(getattr(f, "__name__", "f"), f"argument {k}", a, width)
+        if kind == "dup":
+            ctx.seed(a.val, list(dirs))
+            call_args.append(a.val)
+        elif kind == "active":
+            call_args.append(DualScalar(float(a.val), dirs))
+        else:
+            call_args.append(a.val)
+    with ctx:
+        result = f(*call_args)
+    primal = plain_value(result) if isinstance(result, DualScalar) else result
+    if ret is Const or isinstance(ret, Const):
+        return (primal,) if mode.with_primal else ()
+    tangents = _result_tangents(ctx, result, width)
+    tangent = tangents[0] if width == 1 and not (
+        ret is BatchDuplicated or isinstance(ret, BatchDuplicated)) else tuple(tangents)
+    return (tangent, primal) if mode.with_primal else (tangent,)
+
+
+def _result_tangents(ctx: ForwardContext, result: Any, width: int) -> list[Any]:
+    if isinstance(result, DualScalar):
+        return list(result.tangents)
+    if is_array(result):
+        t = ctx.tangent_of(result)
+        return list(t) if t is not None else [zeros_like(result) for _ in range(width)]
+    if isinstance(result, (float, int, np.floating, np.integer)):
+        return [0.0] * width
+    raise TapegradError(f"forward mode needs f to return a scalar or an array, got "
+                        f"{type(result).__name__}")
+
+
+def _autodiff_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> tuple:
+    """Record ``f`` on a tape, then run the adjoints backwards (Enzyme's conventions)."""
+    if not mode.reverse:
+        return _autodiff_forward_host(mode, f, ret, args)
+    ret_kind = _return_kind(ret)
+    annotated = [annotate(a) for a in args]
+    given: dict[int, Any] = {}
+    for k, a in enumerate(annotated):
+        _check_host_annotation(f, k, a)
+        if isinstance(a, Duplicated) and given.setdefault(id(a.val), a.dval) is not a.dval:
+            raise TapegradError(
+                f"{getattr(f, '__name__', 'f')}: argument {k} is an array given before with "
+                "another shadow; an array has one shadow: pass the same dx each time")
+    tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
+    sources: list[Any] = []
+    with tape:
+        call_args = []
+        for a in annotated:
+            if isinstance(a, Active):
+                s = tape.new_node(float(plain(a.val)))
+                sources.append(s)
+                call_args.append(s)
+            else:
+                if isinstance(a, Duplicated):
+                    sources.append(a.val)
+                call_args.append(a.val)
+        result = f(*call_args)
+    shadows = {tape.key(a.val): a.dval for a in annotated if isinstance(a, Duplicated)}
+    seeded = [a.val for a in annotated if isinstance(a, Duplicated)]
+    if ret_kind == "active":
+        _check_scalar_result(tape, result)
+    sweep = tape.backward(result, shadows, sources, seed_target=ret_kind == "active",
+                          seeded=seeded)
+    derivs = []
+    scalar_sources = iter(s for s in sources if isinstance(s, TrackedScalar))
+    for a in annotated:
+        if isinstance(a, Active):
+            value = sweep.scalar_bar.get(next(scalar_sources).node_on(tape), 0.0)
+            derivs.append(type(a.val)(value) if isinstance(a.val, np.floating) else value)
+        else:
+            derivs.append(None)
+    if mode.with_primal:
+        primal = plain(result) if isinstance(result, TrackedScalar) else result
+        return tuple(derivs), primal
+    return (tuple(derivs),)
+
+
+def jvp(f: Callable[..., Any], x: Any, v: Any) -> tuple[Any, Any]:
+    """``(y, y_dot)`` with ``y = f(x)`` and ``y_dot = J(x) v``, in one forward-mode run.
+
+    >>> import numpy as np, tapegrad as tg
+    >>> y, y_dot = tg.jvp(lambda x: tg.dot(x, x), np.array([3.0, 1.0]), np.array([1.0, 0.0]))
+    >>> float(y), y_dot
+    (10.0, 6.0)
+    """
+    refuse_nested()      # (before float(x): x may be an outer run's dual scalar)
+    # (a copy of v: the run updates x's tangent along with x, and v is the caller's)
+    arg = Duplicated(x, v.copy()) if is_array(x) else Duplicated(float(plain(x)), float(plain(v)))
+    tangent, primal = _autodiff_forward_host(ForwardWithPrimal, f, Duplicated, (arg,))
+    return primal, tangent
+
+
+def hvp(f: Callable[..., Any], x: Any, v: Any) -> Any:
+    """Hessian-vector products (forward over reverse) are not available yet."""
+    raise TapegradError("tg.hvp is not available in this version: it needs forward mode through "
+                        "the tape's reverse sweep, which tapegrad does not do yet. For now, "
+                        "tg.jacobian(lambda x: tg.gradient(f, x)[0], x) is not differentiable "
+                        "either; use finite differences of tg.gradient if you must")
+
+
+def _return_kind(ret: Any) -> str:
+    if ret is Active or isinstance(ret, Active):
+        return "active"
+    if ret is Const or isinstance(ret, Const):
+        return "const"
+    raise TapegradError(f"the return activity is tg.Active (f returns a scalar to "
+                        f"differentiate) or tg.Const (seed the outputs' shadows yourself), got "
+                        f"{ret!r}")
+
+
+def _check_scalar_result(tape: Tape, result: Any) -> None:
+    if isinstance(result, TrackedScalar) and result.node_on(tape) is not None:
+        return
+    if is_array(result) and getattr(result, "size", 0) == 1 and tape.tracks(result):
+        return
+    if isinstance(result, (float, int, np.floating, np.integer)):
+        raise TapegradError(
+            f"the function returned the number {result!r}, but not from an operation tapegrad "
+            "recorded, so nothing connects it to the inputs; compute it with tg.sum, tg.dot, "
+            "tg.mean or tg.norm (and + - * / ** on their results)")
+    raise not_a_scalar(result)
+
+
+def _check_host_annotation(f: Any, k: int, a: Annotation) -> None:
+    name = getattr(f, "__name__", "f")
+    if isinstance(a, BatchDuplicated):
+        raise TapegradError(f"{name}: BatchDuplicated (several tangents at once) is for "
+                            "forward mode: use tg.autodiff(tg.Forward, ...); in reverse mode "
+                            "pass Duplicated(x, dx) and sweep once per seed")
+    if isinstance(a, Duplicated):
+        x, dx = a.val, a.dval
+        if not is_array(x):
+            raise TapegradError(f"{name}: argument {k} is Duplicated but is not an array; "
+                                "scalars are tg.Active(x) or tg.Const(x)")
+        if not is_array(dx) or dx.shape != x.shape or dx.dtype != x.dtype or \
+                type(dx) is not type(x):
+            got = (f"shape {dx.shape}, dtype {dx.dtype}" if is_array(dx) else type(dx).__name__)
+            raise LaunchError(f"{name}: the shadow of argument {k} must match it (shape "
+                              f"{x.shape}, dtype {x.dtype}, same device); got {got}. Make one "
+                              "with tg.make_zero(x)")
+    if isinstance(a, Active) and not isinstance(a.val, (float, np.floating)):
+        raise TapegradError(f"{name}: tg.Active(x) needs a float scalar, got "
+                            f"{type(a.val).__name__}; arrays are tg.Duplicated(x, dx)")
+
+
+def gradient(f: Callable[..., Any], *args: Any) -> tuple:
+    """The gradient of the scalar ``f(*args)`` with respect to each argument: a new array for
+    an array, a float for a float (``f`` gets a tape scalar in its place: pass it to kernels,
+    compute with it).
+
+    >>> import numpy as np, tapegrad as tg
+    >>> (g,) = tg.gradient(lambda x: tg.dot(x, x), np.array([1.0, 2.0]))
+    >>> g.tolist()
+    [2.0, 4.0]
+    >>> tg.gradient(lambda x, c: c * tg.sum(x), np.array([1.0, 2.0]), 0.5)[1]
+    3.0
+    """
+    for k, a in enumerate(args):
+        if not is_array(a) and (isinstance(a, bool) or not isinstance(a, (float, np.floating))):
+            raise TapegradError(
+                f"tg.gradient differentiates with respect to every argument, and argument {k} "
+                f"is a {type(a).__name__}, which has no derivative; pass it by closure instead "
+                "(tg.gradient(lambda x: f(x, n), x))")
+    tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
+    with tape:
+        sources = [tape.watch(a) for a in args]
+        result = f(*sources)
+    _check_scalar_result(tape, result)
+    return tuple(tape.gradient(result, sources))
+
+
+def vjp(f: Callable[..., Any], x: Any, w: Any) -> tuple[Any, Any]:
+    """``(y, x_bar)`` with ``y = f(x)`` and ``x_bar = J(x)^T w`` (a vector-Jacobian product;
+    several inputs and outputs: ``tape.vjp``).
+
+    >>> import numpy as np, tapegrad as tg
+    >>> y, x_bar = tg.vjp(lambda x: tg.dot(x, x), np.array([3.0]), 1.0)
+    >>> float(y), x_bar.tolist()
+    (9.0, [6.0])
+    """
+    tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
+    with tape:
+        y = f(x)
+    (x_bar,) = tape.vjp([_vjp_output(tape, y)], [w], [x])
+    return (plain(y) if isinstance(y, TrackedScalar) else y), x_bar
+
+
+def _vjp_output(tape: Tape, y: Any) -> Any:
+    if isinstance(y, TrackedScalar) or (is_array(y) and tape.tracks(y)):
+        return y
+    raise TapegradError("tg.vjp / tg.jacobian need f(x) to return an array its kernels "
+                        "wrote, or a scalar from tg.sum/tg.dot/...")
+
+
+def jacobian(f: Callable[..., Any], x: Any, mode: Mode = Reverse) -> Any:
+    """The Jacobian of ``f`` at ``x``, an array of shape ``(y.size, x.size)``: one reverse
+    sweep per output element over a single recording.
+
+    >>> import numpy as np, tapegrad as tg
+    >>> J = tg.jacobian(lambda x: tg.dot(x, x), np.array([1.0, 2.0]))
+    >>> J.tolist()
+    [[2.0, 4.0]]
+    """
+    if not mode.reverse:
+        return _jacobian_forward(f, x)
+    tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
+    with tape:
+        y = f(x)
+    y = _vjp_output(tape, y)
+    size = 1 if isinstance(y, TrackedScalar) else y.size
+    rows = []
+    for k in range(size):
+        if isinstance(y, TrackedScalar):
+            w = 1.0
+        else:
+            w = zeros_like(y).ravel()
+            w[k] = 1
+            w = w.reshape(y.shape)
+        (x_bar,) = tape.vjp([y], [w], [x])
+        rows.append(host_array(x_bar).ravel())
+    return np.stack(rows)
+
+
+def _jacobian_forward(f: Callable[..., Any], x: Any, width: int = 8) -> Any:
+    """Columns of the Jacobian in chunks of ``width`` directions (one batched run each)."""
+    columns = []
+    original = x.copy() if x.size > width else x   # f may change x: each run starts from it
+    for start in range(0, x.size, width):
+        count = min(width, x.size - start)
+        seeds = []
+        for k in range(count):
+            e = zeros_like(x).ravel()
+            e[start + k] = 1
+            seeds.append(e.reshape(x.shape))
+        at = x if start == 0 else original.copy()  # (x itself once, as in reverse mode)
+        (tangents,) = _autodiff_forward_host(Forward, f, BatchDuplicated,
+                                             (BatchDuplicated(at, tuple(seeds)),))
+        for t in tangents:
+            columns.append(np.ravel(host_array(t)) if is_array(t) else np.array([t]))
+    return np.stack(columns, axis=1)
+
+
