@@ -13,6 +13,7 @@ import linecache
 import os
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tapegrad.errors import KernelCompileError, KernelSyntaxError, located
@@ -351,6 +352,20 @@ def _constant_int(node: ast.expr) -> int | None:
     except ValueError:
         return None
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+@dataclass
+class Lowered:
+    """A generated module: its source, the kernel's symbol and the line map for errors."""
+
+    source: str
+    symbol: str
+    user_line: dict[int, int]
+    filename: str
+    # (argument position, ndim) of each array whose atomics add into per-thread copies: the
+    # launcher passes those copies (all zero; the kernel leaves them zero)
+    pools: tuple = ()
+    passes: str = ""      # what the CPU's passes did (passes.Plan.describe)
 
 
 class Printer:

@@ -15,13 +15,13 @@ from tapegrad.backends.cache import load_source
 from tapegrad.backends.compiler_process import compile_elsewhere
 from tapegrad.backends.cpu.chain import ChainRunner
 from tapegrad.backends.cpu.index_report import REPLAY_ITEMS, report
-from tapegrad.backends.cpu.lower import Lowered, lower_kernel
+from tapegrad.backends.cpu.lower import lower_kernel
 from tapegrad.backends.cpu.passes import NAMES, switched_off
 from tapegrad.backends.cpu.rows import with_cpu_groupsize
 from tapegrad.backends.cpu.threads import thread_count
 from tapegrad.backends.cpu.transposed import SUFFIX, transposed_operands
 from tapegrad.backends.notice import compiling
-from tapegrad.backends.numba_lower import compile_error
+from tapegrad.backends.numba_lower import Lowered, compile_error
 from tapegrad.errors import KernelCompileError, KernelIndexError
 from tapegrad.frontend.types import TypedKernel
 

@@ -23,21 +23,19 @@ Generated layout (1-D, groupsize 256):
 from __future__ import annotations
 
 import ast
-import functools
-import hashlib
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 
 from tapegrad.backends.cpu.definite import unassigned_locals
+from tapegrad.backends.cpu.expressions import CPULowering, vmath_version
+from tapegrad.backends.cpu.itemcode import additive, eliminate_returns, rename_assigned
 from tapegrad.backends.cpu.outline import outline_task
 from tapegrad.backends.cpu.passes import Plan, bounds_checked, is_integral, plan
+from tapegrad.backends.cpu.privatize import PrivateSums
 from tapegrad.backends.cpu.transposed import SUFFIX, derived_params
 from tapegrad.backends.cpu.versioning import Versions, plan_versions
 from tapegrad.backends.numba_lower import (
-    GridLowering,
+    Lowered,
     ModuleWriter,
     emit_statements,
     helper_lines,
@@ -53,110 +51,11 @@ from tapegrad.backends.structure import (
     memory_decl,
 )
 from tapegrad.frontend.ir import tg_name
-from tapegrad.frontend.types import Array, Scalar, TypedKernel
+from tapegrad.frontend.types import TypedKernel
 
 ATOMICS = ("atomic_add", "atomic_sub", "atomic_min", "atomic_max")
 BAND = 8      # rows of workgroups a tiled 2-D kernel runs down before the next column
 EDGE_COLUMNS = 32   # at most this many columns per row go to the column pass (split_item_loop)
-
-
-@dataclass
-class Lowered:
-    """A generated module: its source, the kernel's symbol and the line map for errors."""
-
-    source: str
-    symbol: str
-    user_line: dict[int, int]
-    filename: str
-    # (argument position, ndim) of each array whose atomics add into per-thread copies: the
-    # launcher passes those copies (all zero; the kernel leaves them zero)
-    pools: tuple = ()
-    passes: str = ""      # what the CPU's passes did (passes.Plan.describe)
-
-
-_MERGE_BLOCK = 4096     # at most this many elements per parallel task merging 1-D copies
-
-
-class CPULowering(GridLowering):
-    """The CPU's expressions: promoted locals and private arrays in per-work-item slots,
-    float32 powers through vmath, plain adds for atomics on memory one thread owns."""
-
-    def __init__(self, tk: TypedKernel, promoted: set[str] | None = None,
-                 per_item: set[str] | None = None):
-        super().__init__(tk)
-        self.promoted = promoted or set()
-        self.per_item = per_item or set()     # private arrays with a slot per work-item
-
-    def expr_Subscript(self, node: ast.Subscript) -> ast.expr:
-        """``p[k]`` of a per-work-item private array is ``p__items[k, _li]``: indexing the
-        slot directly, where a view per work-item would cost reference counting, with the
-        work-item index last so that consecutive work-items touch consecutive elements
-        (measured: docs/performance.md, 'Measurements behind the code')."""
-        base = node.value
-        if isinstance(base, ast.Name) and base.id in self.per_item:
-            idx = self.index(node.slice)
-            parts = idx.elts if isinstance(idx, ast.Tuple) else [idx]
-            return ast.Subscript(value=ast.Name(id=f"{base.id}__items", ctx=ast.Load()),
-                                 slice=ast.Tuple(elts=parts + [ast.Name(id="_li", ctx=ast.Load())],
-                                                 ctx=ast.Load()), ctx=ast.Load())
-        return super().expr_Subscript(node)
-
-    def load_name(self, node: ast.Name) -> ast.expr:
-        if node.id in self.promoted:
-            return ast.Subscript(value=ast.Name(id=f"{node.id}__items", ctx=ast.Load()),
-                                 slice=ast.Name(id="_li", ctx=ast.Load()), ctx=ast.Load())
-        return ast.Name(id=node.id, ctx=ast.Load())
-
-    def atomic_symbol(self, name: str) -> str:
-        return name
-
-    vector_pow = True      # float32 x ** y through vmath.pow (CUDA keeps its own powf)
-
-    def float32_pow(self, node: ast.expr, base: ast.expr, exponent: ast.expr) -> ast.expr | None:
-        """``vmath.pow(base, exponent)`` when ``node`` is a float32 power with a float
-        exponent (libm's powf is a call per element, which stops LLVM vectorising the loop);
-        None otherwise."""
-        t = self.T(node)
-        if not (self.vector_pow and isinstance(t, Scalar) and t.dtype == "float32"
-                and self.T(exponent).is_float):
-            return None
-        return ast.Call(func=ast.Attribute(value=ast.Name(id="vmath", ctx=ast.Load()),
-                                           attr="pow", ctx=ast.Load()),
-                        args=[self.coerce(base, t), self.coerce(exponent, t)], keywords=[])
-
-    def expr_BinOp(self, node: ast.BinOp) -> ast.expr:
-        if isinstance(node.op, ast.Pow) and not (
-                isinstance(node.right, ast.Constant) and node.right.value in (2, 3)):
-            call = self.float32_pow(node, node.left, node.right)
-            if call is not None:
-                return call
-        return super().expr_BinOp(node)
-
-    def expr_Call(self, node: ast.Call) -> ast.expr:
-        name = tg_name(node)
-        if name == "pow" and len(node.args) == 2:
-            call = self.float32_pow(node, node.args[0], node.args[1])
-            if call is not None:
-                return call
-        if name and name.startswith("atomic_"):
-            array_t = self.T(node.args[0])
-            if isinstance(array_t, Array) and array_t.space != "global":   # one thread per group
-                call = super().expr_Call(node)
-                call.func = ast.Name(id=f"plain_{name[len('atomic_'):]}", ctx=ast.Load())
-                return call
-        return super().expr_Call(node)
-
-
-@functools.cache
-def vmath_version() -> str:
-    """A digest of the vmath package, written into every generated module: its functions
-    are inlined into the kernels, so a change to them must change the module (and Numba's
-    cache key)."""
-    from tapegrad.backends.cpu import vmath
-    digest = hashlib.sha256()
-    for path in sorted(Path(vmath.__file__).parent.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:12]
 
 
 def lower_kernel(tk: TypedKernel, off: frozenset[str] = frozenset()) -> Lowered:
@@ -165,7 +64,7 @@ def lower_kernel(tk: TypedKernel, off: frozenset[str] = frozenset()) -> Lowered:
     return _KernelWriter(tk, plan(tk, off)).write()
 
 
-class _KernelWriter(ModuleWriter):
+class _KernelWriter(PrivateSums, ModuleWriter):
     """Writes the module as the passes' plan says (passes.py); what it keeps of its own is
     where it is in the writing."""
 
@@ -346,90 +245,6 @@ class _KernelWriter(ModuleWriter):
             else:
                 out.emit(f"_group_sum{k}[:] = 0.0", 3)
 
-    # -- per-thread copies instead of atomics (passes.py decides which) -----------------
-    def privatize_start(self) -> None:
-        out = self.out
-        if not self.plan.private_sums:
-            return
-        for a in self.plan.private_sums:
-            # the launcher passes one zeroed copy per task when they pay (see _Launcher.pools),
-            # else a single element: new memory on every launch would cost a page fault per 4 KiB
-            out.emit(f"_private_{a} = {a}__pool.shape[0] == _nchunks and "
-                     f"{a}__pool.size == _nchunks * {a}.size", 1)
-            out.emit(f"{a}__priv = {a}__pool", 1)
-        if self.plan.scaled:
-            out.emit("_scaled = " + " and ".join(
-                f"_private_{a} and {c.source}.shape == {a}.shape"
-                for a, c in self.plan.scaled.items()), 1)
-
-    def with_unit_scales(self, stmts: list[ast.stmt], ones: list[ast.Constant]
-                         ) -> list[ast.stmt]:
-        """``stmts`` with each scale of a per-thread sum (scaledsums.py) set to one (the new
-        constants, typed for the time they are lowered, go into ``ones``)."""
-        out = []
-        for s in stmts:
-            if any(s is c.assign for c in self.plan.scaled.values()):
-                one = ast.Constant(value=1.0)
-                self.tk.types[id(one)] = Scalar("float64")   # a literal: cast to the local's
-                ones.append(one)
-                s = ast.copy_location(ast.Assign(targets=s.targets, value=one), s)
-            out.append(s)
-        return out
-
-    def privatize_merge(self) -> None:
-        """Add the per-task copies into the arrays (and zero them for the next launch), the
-        tasks' loop outside the last dimension's, so that the innermost loop runs along
-        contiguous rows and LLVM vectorises it (with the tasks innermost it did not: 0.25-0.5
-        ms of a 512^2 float32 matmul adjoint's 6)."""
-        out = self.out
-        for a, nd in self.plan.private_sums.items():
-            out.emit(f"if _private_{a}:", 1)
-            idx = ", ".join(f"_m{d}" for d in range(nd))
-            last = f"_m{nd - 1}"
-            if nd == 1:       # blocks of the one dimension are the parallel tasks
-                out.emit(f"_mb = min({_MERGE_BLOCK}, max(1024, -(-{a}.shape[0] // _nchunks)))",
-                         2)        # (at least one block per thread when there is work for it)
-                out.emit(f"for _b in numba.prange(({a}.shape[0] + _mb - 1) // _mb):", 2)
-                rows = f"range(_b * _mb, min({a}.shape[0], (_b + 1) * _mb))"
-            else:
-                out.emit(f"for _m0 in numba.prange({a}.shape[0]):", 2)
-                for d in range(1, nd - 1):
-                    out.emit(f"for _m{d} in range({a}.shape[{d}]):", 2 + d)
-                rows = f"range({a}.shape[{nd - 1}])"
-            inner = 2 + max(nd - 1, 1)     # inside the prange and the middle dimensions
-            out.emit("for _t in range(_nchunks):", inner)
-            out.emit(f"for {last} in {rows}:", inner + 1)
-            term = f"{a}__priv[_t, {idx}]"
-            if a in self.plan.scaled:
-                # (an element no term went to stays as it was, also where its scale is inf
-                # or nan: 0 * inf would be nan)
-                out.emit(f"_p = {term}", inner + 2)
-                term = f"({self.plan.scaled[a].source}[{idx}] * _p if _scaled and _p != 0 else _p)"
-            out.emit(f"{a}[{idx}] += {term}", inner + 2)
-            out.emit(f"{a}__priv[_t, {idx}] = 0", inner + 2)   # zero again for the next launch
-
-    def special(self, s: ast.stmt, depth: int, low: CPULowering) -> bool:
-        if isinstance(s, ast.Expr) and tg_name(s.value) in ("atomic_add", "atomic_sub") \
-                and getattr(s.value.args[0], "id", None) in self.plan.private_sums:
-            arr, idx, value = s.value.args
-            a = arr.id
-            index = low.index(idx)
-            parts = index.elts if isinstance(index, ast.Tuple) else [index]
-            target = f"{a}__priv[_c, {', '.join(ast.unparse(p) for p in parts)}]"
-            op = "+=" if tg_name(s.value) == "atomic_add" else "-="
-            element = Scalar(self.tk.types[id(arr)].dtype)
-            add = f"{target} {op} {ast.unparse(low.coerce(value, element))}"
-            known = self.known_private.get(a)      # (decided outside this loop: write_blocks)
-            if known is not None:
-                self.out.emit(add if known else ast.unparse(low.expr(s.value)), depth)
-                return True
-            self.out.emit(f"if _private_{a}:", depth)
-            self.out.emit(add, depth + 1)
-            self.out.emit("else:", depth)
-            self.out.emit(ast.unparse(low.expr(s.value)), depth + 1)
-            return True
-        return self.special_group_sum(s, depth, low)
-
     def once_per_item(self, call: ast.stmt) -> bool:
         """Whether every work-item that runs runs ``call`` exactly once (a top-level
         statement of a body without ``return``): then it may store into its slot."""
@@ -503,7 +318,7 @@ class _KernelWriter(ModuleWriter):
         inner = depth + last
         rows, lows, highs = [], ["0"], [f"_lim{last}"]
         for t in plan.ranges:
-            bound = _additive(low.expr(t.bound))
+            bound = additive(low.expr(t.bound))
             shift = f" + {t.offset}" if t.offset > 0 else f" - {-t.offset}" if t.offset else ""
             if t.dim < last:      # decided per row
                 rows.append(f"(_g{t.dim} * {self.W[t.dim]} + _l{t.dim}{shift} {t.symbol} {bound})")
@@ -581,7 +396,7 @@ class _KernelWriter(ModuleWriter):
             # parallel-loop lowering into the same endless recursion)
             body_at = self.item_loop(plan.otherwise, low, d + 2, set(),
                                      last_loop=(header, None), guard=test)
-            _rename_assigned(out.lines, body_at, "__col")
+            rename_assigned(out.lines, body_at, "__col")
 
         self.column_passes.append(column_pass)
 
@@ -631,7 +446,7 @@ class _KernelWriter(ModuleWriter):
             low = CPULowering(self.tk, low.promoted - set(cached), low.per_item)
         for name in cached:
             out.emit(f"{name} = {name}__items[_li]", inner)
-        body, needs_flag = _eliminate_returns(body)
+        body, needs_flag = eliminate_returns(body)
         if needs_flag:
             out.emit("_returned = False", inner)
         emit_statements(body, low, out, inner, lambda s, d: self.special(s, d, low))
@@ -725,86 +540,6 @@ class _KernelWriter(ModuleWriter):
                     self.write_blocks(b.blocks[1], low, depth + 1)
 
 
-def _rename_assigned(lines: list[str], start: int, suffix: str) -> None:
-    """Give the names assigned in ``lines[start:]`` (generated code, comments aside) the
-    ``suffix`` there.  The column pass is a second copy of the rest's body in the same
-    function; with the same local names in both, Numba's parallel-loop lowering follows a
-    cycle of copies and recurses until Python stops it (``parfor.cyclic_lookup``)."""
-    assigned: set[str] = set()
-    for line in lines[start:]:
-        code = line.strip()
-        m = re.match(r"([A-Za-z_][\w, ]*?)\s*(?:[-+*/%&|^]|//|\*\*)?=(?!=)", code)
-        if m and not code.startswith(("#", "for ", "if ", "elif ", "while ")):
-            assigned.update(n.strip() for n in m.group(1).split(","))
-    if not assigned:
-        return
-    name = re.compile(r"\b(" + "|".join(sorted(map(re.escape, assigned))) + r")\b")
-    for k in range(start, len(lines)):
-        if not lines[k].lstrip().startswith("#"):
-            lines[k] = name.sub(lambda m: m.group(1) + suffix, lines[k])
-
-
-def _additive(e: ast.expr) -> str:
-    """``e`` as source that stays one term when ``- x`` is appended."""
-    text = ast.unparse(e)
-    simple = isinstance(e, (ast.Name, ast.Constant, ast.Attribute, ast.Subscript, ast.Call)) or (
-        isinstance(e, ast.BinOp) and isinstance(e.op, (ast.Add, ast.Sub, ast.Mult, ast.Div,
-                                                        ast.FloorDiv, ast.Mod, ast.Pow)))
-    return text if simple else f"({text})"
-
-
 def _checks() -> str:
     """``TAPEGRAD_BOUNDSCHECK=1`` compiles kernels with index checks (slower; for debugging)."""
     return ", boundscheck=True" if bounds_checked() else ""
-
-
-def _eliminate_returns(body: list[ast.stmt]) -> tuple[list[ast.stmt], bool]:
-    """Turn ``return`` in a work-item's code into leaving the work-item loop iteration.
-
-    At loop depth 0 a return becomes ``continue`` (of the work-item loop); inside the user's
-    loops it sets ``_returned`` and breaks, and each enclosing loop is followed by a check.
-    """
-    needs_flag = False
-
-    def mark(node: ast.stmt) -> ast.stmt:
-        node._tg_item_exit = True
-        return node
-
-    def rewrite(stmts: list[ast.stmt], depth: int) -> tuple[list[ast.stmt], bool]:
-        nonlocal needs_flag
-        out: list[ast.stmt] = []
-        found = False
-        for s in stmts:
-            if isinstance(s, ast.Return):
-                found = True
-                if depth == 0:
-                    out.append(ast.copy_location(mark(ast.Continue()), s))
-                else:
-                    needs_flag = True
-                    flag = ast.parse("_returned = True").body[0]
-                    out.append(ast.copy_location(flag, s))
-                    out.append(ast.copy_location(ast.Break(), s))
-                continue
-            if isinstance(s, ast.If):
-                body, f1 = rewrite(s.body, depth)
-                orelse, f2 = rewrite(s.orelse, depth)
-                new = ast.copy_location(ast.If(test=s.test, body=body, orelse=orelse), s)
-                out.append(new)
-                found |= f1 or f2
-            elif isinstance(s, (ast.For, ast.While)):
-                body, f = rewrite(s.body, depth + 1)
-                new = (ast.For(target=s.target, iter=s.iter, body=body, orelse=[])
-                       if isinstance(s, ast.For) else ast.While(test=s.test, body=body, orelse=[]))
-                out.append(ast.copy_location(new, s))
-                if f:
-                    found = True
-                    exit_stmt = mark(ast.Continue()) if depth == 0 else ast.Break()
-                    check = ast.If(test=ast.Name(id="_returned", ctx=ast.Load()),
-                                   body=[ast.copy_location(exit_stmt, s)], orelse=[])
-                    out.append(ast.copy_location(check, s))
-            else:
-                out.append(s)
-        return out, found
-
-    new_body, _ = rewrite(body, 0)
-    return new_body, needs_flag

@@ -13,9 +13,8 @@ import numpy as np
 
 from tapegrad.backends.base import Backend
 from tapegrad.backends.cache import load_source
-from tapegrad.backends.cpu.lower import Lowered
 from tapegrad.backends.cuda.lower import lower_kernel, simulated
-from tapegrad.backends.numba_lower import compile_error
+from tapegrad.backends.numba_lower import Lowered, compile_error
 from tapegrad.errors import BackendError, KernelCompileError
 from tapegrad.frontend.types import TypedKernel
 

@@ -26,9 +26,9 @@ from __future__ import annotations
 import ast
 import os
 
-from tapegrad.backends.cpu.lower import Lowered
 from tapegrad.backends.numba_lower import (
     GridLowering,
+    Lowered,
     ModuleWriter,
     emit_statements,
     helper_lines,
