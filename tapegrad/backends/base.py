@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tapegrad.backends.registry import ArrayKind
 from tapegrad.frontend.types import TypedKernel
 
 
@@ -16,26 +17,28 @@ class Backend:
     name = "backend"
     max_group_items: int | None = None   # the most work-items a workgroup may have, if limited
 
-    # arrays
+    # arrays: by default those of its kind of array (backends/registry.py)
+    arrays: ArrayKind
+
     def owns(self, x: Any) -> bool:
         """True if ``x`` is an array living on this backend."""
-        raise NotImplementedError
+        return self.arrays.owns(x)
 
     def allocate(self, dtype: Any, shape: tuple[int, ...]) -> Any:
-        raise NotImplementedError
+        return self.arrays.new(shape, dtype, zeroed=False)
 
     def zeros(self, dtype: Any, shape: tuple[int, ...]) -> Any:
-        raise NotImplementedError
+        return self.arrays.new(shape, dtype, zeroed=True)
 
     def ones(self, dtype: Any, shape: tuple[int, ...]) -> Any:
-        raise NotImplementedError
+        return self.arrays.module().ones(shape, dtype)
 
     def asarray(self, x: Any) -> Any:
         """Copy host data (anything ``numpy.asarray`` accepts) to this backend."""
         raise NotImplementedError
 
     def to_numpy(self, x: Any) -> Any:
-        raise NotImplementedError
+        return self.arrays.to_numpy(x)
 
     def synchronize(self) -> None:
         """Wait for everything launched on this backend."""

@@ -23,7 +23,6 @@ class NumpyArrays(ArrayKind):
     def module(self) -> Any:
         return np
 
-
     def address(self, x: Any) -> int:
         return x.__array_interface__["data"][0]
 

@@ -13,6 +13,7 @@ import numpy as np
 from tapegrad.backends.base import Backend
 from tapegrad.backends.cache import load_source
 from tapegrad.backends.compiler_process import compile_elsewhere
+from tapegrad.backends.cpu.arrays import NUMPY
 from tapegrad.backends.cpu.chain import ChainRunner
 from tapegrad.backends.cpu.index_report import REPLAY_ITEMS, report
 from tapegrad.backends.cpu.lower import lower_kernel
@@ -45,6 +46,7 @@ class CPU(Backend):
     """
 
     name = "cpu"
+    arrays = NUMPY
 
     def __init__(self, without: Iterable[str] = ()):
         self.without = switched_off(without)
@@ -57,25 +59,10 @@ class CPU(Backend):
             return "CPU()"
         return f"CPU(without={tuple(n for n in NAMES if n in self.without)!r})"
 
-    def owns(self, x: Any) -> bool:
-        return isinstance(x, np.ndarray)
-
-    def allocate(self, dtype: Any, shape: Any) -> np.ndarray:
-        return np.empty(shape, dtype)
-
-    def zeros(self, dtype: Any, shape: Any) -> np.ndarray:
-        return np.zeros(shape, dtype)
-
-    def ones(self, dtype: Any, shape: Any) -> np.ndarray:
-        return np.ones(shape, dtype)
-
     def asarray(self, x: Any) -> np.ndarray:
         if hasattr(x, "__cuda_array_interface__") and hasattr(x, "get"):
             x = x.get()
         return np.array(x, copy=True)
-
-    def to_numpy(self, x: Any) -> np.ndarray:
-        return np.asarray(x)
 
     def default_groupsize(self, rank: int) -> tuple[int, ...]:
         return _DEFAULT_GROUPSIZE[rank]

@@ -25,12 +25,13 @@ class CudaArrays(ArrayKind):
         import cupy
         return cupy
 
-
     def address(self, x: Any) -> int:
         return x.__cuda_array_interface__["data"][0]
 
     def to_numpy(self, x: Any) -> np.ndarray:
-        return x.get() if hasattr(x, "get") else np.asarray(x)
+        if hasattr(x, "get"):
+            return x.get()
+        return self.module().asnumpy(self.module().asarray(x))   # (any CUDA array, no copy)
 
 
 CUDA_ARRAYS = CudaArrays()

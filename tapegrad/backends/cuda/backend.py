@@ -13,8 +13,11 @@ import numpy as np
 
 from tapegrad.backends.base import Backend
 from tapegrad.backends.cache import load_source
+from tapegrad.backends.cpu.arrays import NUMPY
+from tapegrad.backends.cuda.arrays import CUDA_ARRAYS
 from tapegrad.backends.cuda.lower import lower_kernel, simulated
 from tapegrad.backends.numba_lower import Lowered, compile_error
+from tapegrad.backends.registry import ArrayKind
 from tapegrad.errors import BackendError, KernelCompileError
 from tapegrad.frontend.types import TypedKernel
 
@@ -63,35 +66,28 @@ class CUDA(Backend):
     def __repr__(self) -> str:
         return f"CUDA({self.device}{', simulated' if self.sim else ''})"
 
-    # arrays
-    def owns(self, x: Any) -> bool:
-        if self.sim:
-            return isinstance(x, np.ndarray)
-        return hasattr(x, "__cuda_array_interface__")
-
-    def _xp(self) -> Any:
-        return np if self.sim else _cupy()
+    # arrays: NumPy's on the simulator, else CuPy's (and other CUDA arrays)
+    @property
+    def arrays(self) -> ArrayKind:
+        return NUMPY if self.sim else CUDA_ARRAYS
 
     def allocate(self, dtype: Any, shape: Any) -> Any:
         with self._on_device():
-            return self._xp().empty(shape, dtype)
+            return super().allocate(dtype, shape)
 
     def zeros(self, dtype: Any, shape: Any) -> Any:
         with self._on_device():
-            return self._xp().zeros(shape, dtype)
+            return super().zeros(dtype, shape)
 
     def ones(self, dtype: Any, shape: Any) -> Any:
         with self._on_device():
-            return self._xp().ones(shape, dtype)
+            return super().ones(dtype, shape)
 
     def asarray(self, x: Any) -> Any:
         if self.sim:
             return np.array(x.get() if hasattr(x, "get") else x, copy=True)
         with self._on_device():
             return _cupy().array(x, copy=True)
-
-    def to_numpy(self, x: Any) -> np.ndarray:
-        return np.asarray(x) if isinstance(x, np.ndarray) else _cupy().asnumpy(x)
 
     def synchronize(self) -> None:
         if not self.sim:
