@@ -16,9 +16,10 @@ from tapegrad.backends.cpu.arrays import NUMPY
 from tapegrad.backends.cpu.backend import CPU
 from tapegrad.backends.cuda.arrays import CUDA_ARRAYS
 
-# each backend's kind of array: a new backend is its folder and one line here
-registry.register(NUMPY)
-registry.register(CUDA_ARRAYS)
+# each backend's kind of array, and the backend such an array is on: a new backend is its
+# folder and one line here
+registry.register(NUMPY, lambda x: CPU())
+registry.register(CUDA_ARRAYS, lambda x: CUDA(CUDA_ARRAYS.device(x)))
 
 __all__ = ["Backend", "CPU", "CUDA", "get_backend", "allocate", "zeros", "ones", "asarray",
            "to_numpy", "synchronize_backend"]
@@ -32,7 +33,7 @@ def get_backend(x: Any) -> Backend:
     >>> tg.get_backend(np.zeros(3))
     CPU()
     """
-    return registry.array_kind(x, "tg.get_backend").backend(x)
+    return registry.backend_of(x, "tg.get_backend")
 
 
 def CUDA(device: int = 0) -> Backend:  # noqa: N802 - the public name is tg.CUDA

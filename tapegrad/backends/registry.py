@@ -16,6 +16,7 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,10 +31,6 @@ class ArrayKind:
     host = False          # its memory is the host's (addresses of host and device never meet)
 
     def owns(self, x: Any) -> bool:
-        raise NotImplementedError
-
-    def backend(self, x: Any) -> Any:
-        """The backend ``x`` lives on."""
         raise NotImplementedError
 
     def address(self, x: Any) -> int:
@@ -59,13 +56,21 @@ class ArrayKind:
 
 _KINDS: list[ArrayKind] = []
 _BY_TYPE: dict[type, ArrayKind | None] = {}    # answers so far, per Python type
+_BACKEND_OF: dict[int, Callable[[Any], Any]] = {}  # id(kind) -> the backend an array is on
 
 
-def register(kind: ArrayKind) -> ArrayKind:
-    """Register a backend's kind of array."""
+def register(kind: ArrayKind, backend_of: Callable[[Any], Any]) -> ArrayKind:
+    """Register a backend's kind of array, with ``backend_of(x)``: the backend an array of
+    that kind lives on (given here, so that the kind needs no import of its backend)."""
     _KINDS.append(kind)
+    _BACKEND_OF[id(kind)] = backend_of
     _BY_TYPE.clear()
     return kind
+
+
+def backend_of(x: Any, who: str = "tapegrad") -> Any:
+    """The backend the array ``x`` lives on (a :class:`BackendError` if none owns it)."""
+    return _BACKEND_OF[id(array_kind(x, who))](x)
 
 
 def kind_of(x: Any) -> ArrayKind | None:

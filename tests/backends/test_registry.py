@@ -56,9 +56,6 @@ def test_a_registered_kind_is_asked(monkeypatch):
         def owns(self, x):
             return isinstance(x, Foreign)
 
-        def backend(self, x):
-            return tg.CPU()
-
         def module(self):
             return np
 
@@ -67,7 +64,8 @@ def test_a_registered_kind_is_asked(monkeypatch):
 
     monkeypatch.setattr(registry, "_KINDS", list(registry._KINDS))
     monkeypatch.setattr(registry, "_BY_TYPE", {})
-    registry.register(ForeignArrays())
+    monkeypatch.setattr(registry, "_BACKEND_OF", dict(registry._BACKEND_OF))
+    registry.register(ForeignArrays(), lambda x: tg.CPU())
     A = Foreign([1.0, 2.0])
     assert registry.kind_of(A).name == "foreign"
     assert tg.get_backend(A) == tg.CPU()

@@ -16,10 +16,6 @@ class NumpyArrays(ArrayKind):
     def owns(self, x: Any) -> bool:
         return isinstance(x, np.ndarray)
 
-    def backend(self, x: Any) -> Any:
-        from tapegrad.backends.cpu.backend import CPU
-        return CPU()
-
     def module(self) -> Any:
         return np
 

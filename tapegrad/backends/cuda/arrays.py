@@ -16,10 +16,10 @@ class CudaArrays(ArrayKind):
     def owns(self, x: Any) -> bool:
         return hasattr(x, "__cuda_array_interface__")
 
-    def backend(self, x: Any) -> Any:
-        from tapegrad.backends.cuda.backend import CUDA  # (imports numba.cuda)
+    def device(self, x: Any) -> int:
+        """The index of the GPU ``x`` lives on (CuPy's ``device.id``, PyTorch's ``.index``)."""
         device = getattr(x, "device", None)
-        return CUDA(getattr(device, "id", getattr(device, "index", 0)) or 0)
+        return getattr(device, "id", getattr(device, "index", 0)) or 0
 
     def module(self) -> Any:
         import cupy
