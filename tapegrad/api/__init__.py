@@ -9,6 +9,7 @@ import numpy as np
 
 from tapegrad.api.launches import (
     autodiff_kernel,
+    batch_in_reverse,
     batch_width,
     check_shadows_apart,
     forward_annotation,
@@ -232,9 +233,7 @@ def _check_scalar_result(tape: Tape, result: Any) -> None:
 def _check_host_annotation(f: Any, k: int, a: Annotation) -> None:
     name = getattr(f, "__name__", "f")
     if isinstance(a, BatchDuplicated):
-        raise TapegradError(f"{name}: BatchDuplicated (several tangents at once) is for "
-                            "forward mode: use tg.autodiff(tg.Forward, ...); in reverse mode "
-                            "pass Duplicated(x, dx) and sweep once per seed")
+        raise batch_in_reverse(name)
     if isinstance(a, Duplicated):
         x, dx = a.val, a.dval
         if not is_array(x):

@@ -331,11 +331,16 @@ def _primal_needed(kernel: Any, params: list[str], annotated: list[Annotation]) 
     return any(not isinstance(annotated[params.index(p)], DuplicatedNoNeed) for p in written)
 
 
+def batch_in_reverse(owner: str) -> TapegradError:
+    """The refusal of ``BatchDuplicated`` in reverse mode (``owner``: the kernel or function)."""
+    return TapegradError(f"{owner}: BatchDuplicated (several tangents at once) is for forward "
+                         "mode: use tg.autodiff(tg.Forward, ...); in reverse mode pass "
+                         "Duplicated(x, dx) and sweep once per seed")
+
+
 def _check_annotation(kernel: Any, backend: Any, name: str, a: Annotation) -> str:
     if isinstance(a, BatchDuplicated):
-        raise TapegradError(f"{kernel.name}: BatchDuplicated (several tangents at once) is "
-                            "for forward mode: use tg.autodiff(tg.Forward, ...); in reverse mode "
-                            "pass Duplicated(x, dx) and sweep once per seed")
+        raise batch_in_reverse(kernel.name)
     if isinstance(a, Duplicated):
         x, dx = a.val, a.dval
         if not hasattr(x, "shape"):
