@@ -17,6 +17,7 @@ from tapegrad.backends import (
                                CPU,
                                CUDA,
                                Backend,
+                               OpenCL,
                                allocate,
                                asarray,
                                get_backend,
@@ -63,7 +64,7 @@ __all__ = [
     "index", "groupsize", "ndrange", "localmem", "private", "synchronize",
     "atomic_add", "atomic_sub", "atomic_min", "atomic_max", "where",
     "Global", "Local", "Group", "Linear", "NTuple",
-    "Backend", "CPU", "CUDA", "get_backend", "allocate", "zeros", "ones", "asarray", "to_numpy",
+    "Backend", "CPU", "CUDA", "OpenCL", "get_backend", "allocate", "zeros", "ones", "asarray", "to_numpy",
     "TapegradError", "KernelError", "KernelSyntaxError", "KernelTypeError", "KernelCompileError",
     "KernelIndexError", "LaunchError", "BackendError", "OutsideKernelError",
 ] + sorted(MATH_FUNCTIONS)

@@ -15,13 +15,15 @@ from tapegrad.backends.base import Backend
 from tapegrad.backends.cpu.arrays import NUMPY
 from tapegrad.backends.cpu.backend import CPU
 from tapegrad.backends.cuda.arrays import CUDA_ARRAYS
+from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
 
 # each backend's kind of array, and the backend such an array is on: a new backend is its
 # folder and one line here
 registry.register(NUMPY, lambda x: CPU())
 registry.register(CUDA_ARRAYS, lambda x: CUDA(CUDA_ARRAYS.device(x)))
+registry.register(OPENCL_ARRAYS, lambda x: OpenCL(index_of(OPENCL_ARRAYS.device(x))))
 
-__all__ = ["Backend", "CPU", "CUDA", "get_backend", "allocate", "zeros", "ones", "asarray",
+__all__ = ["Backend", "CPU", "CUDA", "OpenCL", "get_backend", "allocate", "zeros", "ones", "asarray",
            "to_numpy", "synchronize_backend"]
 
 
@@ -40,6 +42,17 @@ def CUDA(device: int = 0) -> Backend:  # noqa: N802 - the public name is tg.CUDA
     """An NVIDIA GPU backend: ``tg.CUDA()`` (needs numba-cuda and CuPy, or the simulator)."""
     from tapegrad.backends.cuda.backend import CUDA as _CUDA  # imports numba.cuda lazily
     return _CUDA(device)
+
+
+def OpenCL(device: int = 0) -> Backend:  # noqa: N802 - the public name is tg.OpenCL
+    """An OpenCL device: ``tg.OpenCL()`` (needs PyOpenCL and a driver, PoCL on the CPU)."""
+    from tapegrad.backends.opencl.backend import OpenCL as _OpenCL  # imports pyopencl
+    return _OpenCL(device)
+
+
+def index_of(device: Any) -> int:
+    from tapegrad.backends.opencl.device import index_of as _index_of
+    return _index_of(device)
 
 
 def _shape(shape: Any) -> tuple[int, ...]:

@@ -13,8 +13,9 @@ A row says everything the rest of tapegrad needs to know about ``tg.<name>``:
   argument's own type, as NumPy's floor; ``"bool"``; ``"abs"``: ints stay ints).
 - ``numpy``: NumPy's function of that name on the host (arrays, and ``np.<f>`` written in a
   kernel); ``None`` when NumPy has none (then ``math``'s is used on host scalars).
-- ``numba`` / ``numba_cuda``: what a CPU (Numba) or numba-cuda kernel calls: a dotted name,
-  or an expression in ``x`` and ``y`` that the backend writes once per module as a helper.
+- ``numba`` / ``numba_cuda`` / ``c``: what a CPU (Numba), numba-cuda or C (OpenCL, CUDA C++)
+  kernel calls: a dotted name, or an expression in ``x`` and ``y`` that the backend writes once
+  per module as a helper; C's default is the function of its own name.
 - ``domain``: where the function is smooth and finite, one interval per argument (for the
   tests that check every row against finite differences, and for the docs).
 
@@ -51,6 +52,7 @@ class Primitive:
     numpy: str | None = ""
     numba: str = ""
     numba_cuda: str = ""
+    c: str = ""
     domain: tuple[tuple[float, float], ...] = ()
     host: Callable[..., Any] | None = field(default=None, compare=False)
 
@@ -72,6 +74,12 @@ class Primitive:
         if target == "numba_cuda" and self.numba_cuda:
             return self.numba_cuda
         return self.numba or f"math.{self.name}"
+
+    @property
+    def lowering_c(self) -> str:
+        """What a C kernel (OpenCL C, CUDA C++) calls: a function of C's math library, which
+        both dialects overload for float, or an expression in x and y (a helper)."""
+        return self.c or self.name
 
     def host_function(self) -> Callable[..., Any]:
         """The function that computes it on host scalars (NumPy's, where math's is missing)."""
@@ -164,7 +172,8 @@ MATH: dict[str, Primitive] = {p.name: p for p in [
     _row("logaddexp", "tg.exp(x - r)", "tg.exp(y - r)",
          numba="np.logaddexp",
          numba_cuda="x + 0.6931471805599453 if x == y else "
-                    "max(x, y) + math.log1p(math.exp(-abs(x - y)))"),
+                    "max(x, y) + math.log1p(math.exp(-abs(x - y)))",
+         c="x == y ? x + 0.6931471805599453 : fmax(x, y) + log1p(exp(-fabs(x - y)))"),
 ]}
 
 # ``abs`` is Python's builtin (an int stays an int), so it is no tg.<name> on the host

@@ -394,6 +394,8 @@ def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
     if name == "square":
         return inputs[0] * inputs[0]
     if name in _UFUNCS:
+        if not lookup(_UFUNCS[name]).differentiable:   # np.floor(s), np.isnan(s): NumPy's
+            return ufunc(*(plain(v) for v in inputs)).item()    # value, as a Python number
         return scalar_math(_UFUNCS[name], inputs)
     raise TapegradError(f"numpy.{name} of a tracked scalar is not differentiable; use "
                         "tg.sqrt/exp/log/... and + - * / **")

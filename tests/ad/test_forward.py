@@ -233,7 +233,9 @@ def _both_modes_match_differences(f, x, v, rel):
     np.arctan, np.sinh, np.cosh, np.tanh, np.arcsinh, np.arctanh, np.expm1, np.log1p,
     np.absolute, np.fabs, lambda m: np.arccosh(1.0 + m), lambda m: np.hypot(m, 0.3),
     lambda m: np.hypot(0.3, m), lambda m: np.arctan2(m, 0.7), lambda m: np.arctan2(0.7, m),
-    lambda m: np.copysign(m, -1.0), lambda m: np.fmod(3.0, m), lambda m: np.hypot(m, m * m)],
+    lambda m: np.copysign(m, -1.0), lambda m: np.fmod(3.0, m), lambda m: np.hypot(m, m * m),
+    np.cbrt, np.exp2, lambda m: np.logaddexp(m, 0.2), lambda m: np.logaddexp(0.2, m),
+    lambda m: m + np.floor(2.0 * m) + np.isnan(m)],
     ids=lambda f: getattr(f, "__name__", "f"))
 def test_numpy_ufuncs_of_host_scalars_in_both_modes(f):
     """Every NumPy ufunc with a derivative rule, on a scalar from tg.mean: forward mode and

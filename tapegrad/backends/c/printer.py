@@ -1,0 +1,577 @@
+"""Print a typed kernel as C, in the OpenCL C or CUDA C++ dialect, with Python's semantics.
+
+One printer serves both dialects; a ``Dialect`` says only what the two spell differently
+(qualifiers, the work-item's coordinates, barriers).  What Python means is kept exactly:
+``//`` and ``%`` round towards minus infinity (for floats too), ``max(a, b)`` is ``b if b > a
+else a`` (NaN as Python gives it), ``int(x)`` truncates, an ``int ** int`` is an integer, float
+literals take the data's precision, ``and``/``or`` short-circuit, indices are 64-bit.
+
+Generated layout (OpenCL, 1-D, groupsize 256): the ndrange's last dimension runs along the
+device's dimension 0, work-items past the ndrange return at once.
+
+    __kernel void saxpy(__global double *Y, const long Y_shape0, const double a, ...,
+                        const long _n0) {
+        const long _l0 = get_local_id(0);
+        const long _g0 = get_group_id(0);
+        if (!(_g0 * 256 + _l0 < _n0)) return;
+        // file.py:3
+        Y[(_g0 * 256 + _l0)] = ((a * X[(_g0 * 256 + _l0)]) + Y[(_g0 * 256 + _l0)]);
+    }
+
+This first version prints kernels without barriers, local or private memory and atomics;
+those say so with a clear error.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+from tapegrad.errors import KernelSyntaxError, located
+from tapegrad.frontend.ir import tg_name
+from tapegrad.frontend.types import Array, DType, Scalar, TupleT, Type, TypedKernel, arith
+from tapegrad.lang import primitives
+from tapegrad.lang.primitives import is_expression
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What OpenCL C and CUDA C++ spell differently."""
+
+    name: str
+    kernel: str              # what starts a kernel's definition
+    function: str            # ... and a device function's
+    global_ptr: str          # the qualifier of a pointer to global memory
+    int64: str
+    preamble: str            # pragmas and includes
+    local_id: str            # "{}" is the device dimension
+    group_id: str
+
+    def ctype(self, dtype: str) -> str:
+        return {"float64": "double", "float32": "float", "int64": self.int64,
+                "int32": "int", "bool": "bool"}[dtype]
+
+    def element_type(self, dtype: str) -> str:
+        """An array's element type (bool arrays hold bytes)."""
+        return "uchar" if dtype == "bool" and self.name == "opencl" else \
+            "unsigned char" if dtype == "bool" else self.ctype(dtype)
+
+
+OPENCL = Dialect(
+    name="opencl", kernel="__kernel void", function="static", global_ptr="__global ",
+    int64="long",
+    # (no contraction into fma: the results are the CPU's and Python's, rounded per operation)
+    preamble="#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#pragma OPENCL FP_CONTRACT OFF",
+    local_id="get_local_id({})", group_id="get_group_id({})")
+
+CUDA = Dialect(
+    name="cuda", kernel='extern "C" __global__ void', function="static __device__",
+    global_ptr="", int64="long long", preamble="",
+    local_id="threadIdx.{}", group_id="blockIdx.{}")
+
+_CUDA_AXES = "xyz"
+
+# Python's semantics where C's differ, written once into each module that uses them
+_HELPERS = {
+    "floordiv_i": """{f} {i} tg_floordiv_i({i} a, {i} b) {{
+    {i} q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}}""",
+    "mod_i": """{f} {i} tg_mod_i({i} a, {i} b) {{
+    {i} r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}}""",
+    "mod_f": """{f} {T} tg_mod_{T}({T} a, {T} b) {{
+    {T} r = fmod(a, b);
+    if (r != 0 && ((r < 0) != (b < 0))) r += b;
+    return r != 0 ? r : copysign(({T})0, b);
+}}""",
+    # (CPython's float floor division: from fmod, exact where floor(a / b) is not)
+    "floordiv_f": """{f} {T} tg_floordiv_{T}({T} a, {T} b) {{
+    {T} m = fmod(a, b);
+    {T} d = (a - m) / b;
+    if (m != 0 && ((b < 0) != (m < 0))) d -= 1;
+    if (d == 0) return copysign(({T})0, a / b);
+    {T} f = floor(d);
+    return d - f > ({T})0.5 ? f + 1 : f;
+}}""",
+    "pow_i": """{f} {i} tg_pow_i({i} a, {i} b) {{
+    if (b < 0) return (a == 1) ? 1 : (a == -1) ? ((b & 1) ? -1 : 1) : 0;
+    {i} r = 1;
+    while (b) {{ if (b & 1) r *= a; a *= a; b >>= 1; }}
+    return r;
+}}""",
+}
+
+_C_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.BitAnd: "&", ast.BitOr: "|",
+          ast.BitXor: "^", ast.LShift: "<<", ast.RShift: ">>"}
+_C_CMP = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+
+
+def _bare(text: str) -> str:
+    """``text`` without one pair of parentheses around all of it (``if ((a == b))`` draws a
+    compiler warning)."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return text
+    depth = 0
+    for k, ch in enumerate(text):
+        depth += ch == "("
+        depth -= ch == ")"
+        if depth == 0 and k < len(text) - 1:
+            return text                     # (a) && (b): the first pair closes early
+    return text[1:-1]
+
+
+class CPrinter:
+    """Prints one typed kernel (and the device functions it calls) in one dialect."""
+
+    def __init__(self, tk: TypedKernel, dialect: Dialect):
+        self.tk, self.d = tk, dialect
+        self.helpers: dict[str, str] = {}
+        self.lines: list[str] = []
+        self.user_line: dict[int, int] = {}
+
+    # -- the module ------------------------------------------------------------------------
+    def module(self, callees: list[TypedKernel]) -> str:
+        body: list[str] = []
+        for callee in callees:
+            body += CPrinter._function(callee, self) + [""]
+        body += self._kernel()
+        head = [f"// Generated by tapegrad from {self.tk.name} ({self.tk.ir.filename}:"
+                f"{self.tk.ir.lineno}) for {self.d.name}: rank {self.tk.rank}, groupsize "
+                f"{self.tk.groupsize}.", "// Read it to see what runs; edits are overwritten."]
+        if self.d.preamble:
+            head.append(self.d.preamble)
+        return "\n".join(head + [""] + list(self.helpers.values()) + [""] + body) + "\n"
+
+    def _kernel(self) -> list[str]:
+        tk, d = self.tk, self.d
+        self._refuse_unsupported(tk)
+        params = self._params(tk) + [f"const {d.int64} _n{k}" for k in range(tk.rank)]
+        out = [f"{d.kernel} {tk.name}({', '.join(params)}) {{"]
+        r, W = tk.rank, tk.groupsize
+        for k in range(r):
+            axis = r - 1 - k                  # the last dimension runs along the device's first
+            where = axis if d.name == "opencl" else _CUDA_AXES[axis]
+            out.append(f"    const {d.int64} _l{k} = {d.local_id.format(where)};")
+            out.append(f"    const {d.int64} _g{k} = {d.group_id.format(where)};")
+        valid = " && ".join(f"_g{k} * {W[k]} + _l{k} < _n{k}" for k in range(r))
+        out.append(f"    if (!({valid})) return;")
+        out += self._declarations(tk, 1)
+        sub = _Body(self, tk)
+        sub.statements(tk.ir.body, 1)
+        out += sub.lines
+        out.append("}")
+        return out
+
+    @staticmethod
+    def _function(callee: TypedKernel, parent: CPrinter) -> list[str]:
+        d = parent.d
+        parent._refuse_unsupported(callee)
+        ret = callee.return_type
+        rtype = d.ctype(ret.dtype) if isinstance(ret, Scalar) else "void"
+        out = [f"{d.function} {rtype} {callee.symbol}({', '.join(parent._params(callee))}) {{"]
+        out += parent._declarations(callee, 1)
+        sub = _Body(parent, callee)
+        sub.statements(callee.ir.body, 1)
+        out += sub.lines
+        out.append("}")
+        return out
+
+    def _params(self, tk: TypedKernel) -> list[str]:
+        out = []
+        for p, t in zip(tk.ir.params, tk.argtypes):
+            if isinstance(t, Array):
+                out.append(f"{self.d.global_ptr}{self.d.element_type(t.dtype)} *{p}")
+                out += [f"const {self.d.int64} {p}_shape{k}" for k in range(t.ndim)]
+            elif isinstance(t, Scalar):
+                ctype = "int" if t.dtype == "bool" else self.d.ctype(t.dtype)
+                out.append(f"const {ctype} {p}")
+            else:
+                raise self._fail(tk, tk.ir.body[0] if tk.ir.body else None,
+                                 f"argument {p} ({t}) cannot be passed to a C kernel yet")
+        return out
+
+    def _declarations(self, tk: TypedKernel, depth: int) -> list[str]:
+        out = []
+        params = set(tk.ir.params)
+        for name, t in sorted(tk.locals.items()):
+            if name in params:
+                continue
+            if isinstance(t, Scalar):
+                out.append("    " * depth + f"{self.d.ctype(t.dtype)} {name} = 0;")
+            elif isinstance(t, TupleT):
+                for k, item in enumerate(t.items):
+                    if not isinstance(item, Scalar):
+                        raise self._fail(tk, None, f"{name} holds a tuple of {item}: only tuples "
+                                                   "of numbers are printed as C so far")
+                    out.append("    " * depth + f"{self.d.ctype(item.dtype)} {name}_{k} = 0;")
+        return out
+
+    def _refuse_unsupported(self, tk: TypedKernel) -> None:
+        for n in ast.walk(ast.Module(body=tk.ir.body, type_ignores=[])):
+            name = tg_name(n)
+            if name in ("synchronize", "localmem", "private", "group_reduce_add") or (
+                    name or "").startswith("atomic_"):
+                raise self._fail(tk, n, f"tg.{name} is not printed as {self.d.name} C yet "
+                                        "(this backend runs kernels without barriers, local "
+                                        "memory and atomics so far); run it on tg.CPU()")
+
+    def _fail(self, tk: TypedKernel, node: ast.AST | None, message: str) -> KernelSyntaxError:
+        return located(node if node is not None else ast.Pass(lineno=tk.ir.lineno,
+                                                              col_offset=0),
+                       tk.ir.filename, message)
+
+    def helper(self, key: str, dtype: str | None = None) -> str:
+        """The name of a helper (``_HELPERS``), written into the module on first use."""
+        T = self.d.ctype(dtype) if dtype else ""
+        name = f"tg_{key}" if key.endswith("_i") else f"tg_{key[:-2]}_{T}"
+        if name not in self.helpers:
+            self.helpers[name] = _HELPERS[key].format(
+                f="static inline" if self.d.name == "opencl" else "static __device__ inline",
+                i=self.d.int64, T=T)
+        return name
+
+    def primitive_helper(self, row: primitives.Primitive, dtype: str, lowering: str) -> str:
+        name = f"tg_{row.name}_{self.d.ctype(dtype)}".replace(" ", "_")
+        if name not in self.helpers:
+            T = self.d.ctype(dtype)
+            params = ", ".join(f"{T} {v}" for v in "xy"[:row.arity])
+            fn = "static inline" if self.d.name == "opencl" else "static __device__ inline"
+            self.helpers[name] = f"{fn} {T} {name}({params}) {{ return {lowering}; }}"
+        return name
+
+
+class _Body:
+    """Statements and expressions of one function body."""
+
+    def __init__(self, printer: CPrinter, tk: TypedKernel):
+        self.p, self.tk, self.d = printer, tk, printer.d
+        self.lines: list[str] = []
+
+    def T(self, node: ast.AST) -> Type:
+        return self.tk.types[id(node)]
+
+    def emit(self, text: str, depth: int) -> None:
+        self.lines.append("    " * depth + text)
+
+    # -- statements -------------------------------------------------------------------------
+    def statements(self, body: list[ast.stmt], depth: int) -> None:
+        for s in body:
+            self.statement(s, depth)
+
+    def statement(self, s: ast.stmt, depth: int) -> None:
+        self.emit(f"// {self.tk.ir.filename.rsplit('/', 1)[-1]}:{s.lineno}", depth) \
+            if hasattr(s, "lineno") and not isinstance(s, (ast.Break, ast.Continue)) else None
+        if isinstance(s, ast.Assign):
+            self.assign(s.targets[0], s.value, depth)
+        elif isinstance(s, ast.AugAssign):
+            combined = ast.BinOp(left=s.target, op=s.op, right=s.value)
+            t = self.T(s.target)
+            self.tk.types[id(combined)] = arith(s.op, t, self.T(s.value))
+            try:
+                self.emit(f"{self.target(s.target)} = {self.coerce(combined, t)};", depth)
+            finally:
+                del self.tk.types[id(combined)]
+        elif isinstance(s, ast.Expr):
+            if not isinstance(s.value, ast.Constant):
+                self.emit(f"{self.expr(s.value)};", depth)
+        elif isinstance(s, ast.If):
+            self.emit(f"if ({_bare(self.truth(s.test))}) {{", depth)
+            self.statements(s.body, depth + 1)
+            if s.orelse:
+                self.emit("} else {", depth)
+                self.statements(s.orelse, depth + 1)
+            self.emit("}", depth)
+        elif isinstance(s, ast.While):
+            self.emit(f"while ({_bare(self.truth(s.test))}) {{", depth)
+            self.statements(s.body, depth + 1)
+            self.emit("}", depth)
+        elif isinstance(s, ast.For):
+            self.for_range(s, depth)
+        elif isinstance(s, ast.Return):
+            if s.value is None or not self.tk.ir.params or self.tk.ir.is_kernel:
+                self.emit("return;", depth)
+            else:
+                self.emit(f"return {self.coerce(s.value, self.tk.return_type)};", depth)
+        elif isinstance(s, ast.Break):
+            self.emit("break;", depth)
+        elif isinstance(s, ast.Continue):
+            self.emit("continue;", depth)
+        elif isinstance(s, ast.Pass):
+            pass
+        else:
+            raise self.p._fail(self.tk, s, f"{type(s).__name__} is not printed as C")
+
+    def for_range(self, s: ast.For, depth: int) -> None:
+        args = s.iter.args
+        if len(args) == 1:
+            start, stop, step = "0", self.expr(args[0]), "1"
+        elif len(args) == 2:
+            start, stop, step = self.expr(args[0]), self.expr(args[1]), "1"
+        else:
+            start, stop, step = (self.expr(a) for a in args)
+        i, n = s.target.id, f"_stop_{s.target.id}_{s.lineno}"
+        # (range's bounds are evaluated once, as in Python; a negative step counts down)
+        constant_step = isinstance(args[2], ast.Constant) if len(args) == 3 else True
+        self.emit("{", depth)
+        self.emit(f"const {self.d.int64} {n} = {stop};", depth + 1)
+        if constant_step:
+            test = f"{i} < {n}" if not step.startswith("-") else f"{i} > {n}"
+        else:
+            st = f"_step_{i}_{s.lineno}"
+            self.emit(f"const {self.d.int64} {st} = {step};", depth + 1)
+            test, step = f"({st} > 0 ? {i} < {n} : {i} > {n})", st
+        self.emit(f"for ({i} = {start}; {test}; {i} += {step}) {{", depth + 1)
+        self.statements(s.body, depth + 2)
+        self.emit("}", depth + 1)
+        self.emit("}", depth)
+
+    def assign(self, target: ast.expr, value: ast.expr, depth: int) -> None:
+        if isinstance(target, ast.Tuple):
+            parts = self.tuple_parts(value)
+            for e, part in zip(target.elts, parts):
+                t = self.T(e)
+                self.emit(f"{self.target(e)} = {self.cast_text(part[0], part[1], t)};", depth)
+            return
+        t = self.T(target)
+        if isinstance(t, TupleT):
+            for k, (text, src) in enumerate(self.tuple_parts(value)):
+                self.emit(f"{target.id}_{k} = {self.cast_text(text, src, t.items[k])};", depth)
+            return
+        self.emit(f"{self.target(target)} = {self.coerce(value, t)};", depth)
+
+    def target(self, node: ast.expr) -> str:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Subscript):
+            return self.subscript(node)
+        raise self.p._fail(self.tk, node, "this assignment target is not printed as C")
+
+    # -- tuples: each component printed on its own ------------------------------------------
+    def tuple_parts(self, node: ast.expr) -> list[tuple[str, Type]]:
+        t = self.T(node)
+        name = tg_name(node)
+        r, W = self.tk.rank, self.tk.groupsize
+        if name == "global_indices":
+            return [(f"(_g{k} * {W[k]} + _l{k})", Scalar("int64")) for k in range(r)]
+        if name == "local_indices":
+            return [(f"_l{k}", Scalar("int64")) for k in range(r)]
+        if name == "group_indices":
+            return [(f"_g{k}", Scalar("int64")) for k in range(r)]
+        if name == "ndrange":
+            return [(f"_n{k}", Scalar("int64")) for k in range(r)]
+        if name == "groupsize":
+            return [(str(w), Scalar("int64")) for w in W]
+        if isinstance(node, ast.Attribute) and node.attr == "shape":
+            a = node.value.id
+            return [(f"{a}_shape{k}", Scalar("int64")) for k in range(self.T(node.value).ndim)]
+        if isinstance(node, ast.Name):
+            return [(f"{node.id}_{k}", item) for k, item in enumerate(t.items)]
+        if isinstance(node, ast.Tuple):
+            return [(self.expr(e), self.T(e)) for e in node.elts]
+        raise self.p._fail(self.tk, node, "this tuple is not printed as C yet")
+
+    # -- expressions ------------------------------------------------------------------------
+    def expr(self, node: ast.expr) -> str:
+        method = getattr(self, "expr_" + type(node).__name__, None)
+        if method is None:
+            raise self.p._fail(self.tk, node, f"{type(node).__name__} is not printed as C")
+        return method(node)
+
+    def coerce(self, node: ast.expr, to: Type | None) -> str:
+        """``node`` as a value of type ``to`` (float literals take its precision)."""
+        if isinstance(to, Scalar) and isinstance(node, ast.Constant) \
+                and not isinstance(node.value, bool):
+            return self.literal(node.value, to.dtype)
+        return self.cast_text(self.expr(node), self.tk.types.get(id(node)), to)
+
+    def cast_text(self, text: str, src: Type | None, to: Type | None) -> str:
+        if not (isinstance(to, Scalar) and isinstance(src, Scalar)) or src.dtype == to.dtype:
+            return text
+        if to.dtype == "bool":
+            return f"({text} != 0)"
+        return f"(({self.d.ctype(to.dtype)})({text}))"
+
+    def literal(self, value: object, dtype: str) -> str:
+        if dtype == "bool":
+            return "true" if value else "false"
+        if dtype in ("float32", "float64"):
+            text = repr(float(value))
+            if text in ("inf", "-inf", "nan"):
+                text = {"inf": "INFINITY", "-inf": "(-INFINITY)", "nan": "NAN"}[text]
+                return f"(({self.d.ctype(dtype)}){text})"
+            if "e" not in text and "." not in text:
+                text += ".0"
+            return text + ("f" if dtype == "float32" else "")
+        v = int(value)
+        return f"{v}L" if dtype == "int64" and abs(v) >= 2 ** 31 else str(v)
+
+    def truth(self, node: ast.expr) -> str:
+        t = self.tk.types.get(id(node))
+        text = self.expr(node)
+        return text if t == Scalar("bool") else f"({text} != 0)"
+
+    def expr_Constant(self, node: ast.Constant) -> str:
+        t = self.T(node)
+        return self.literal(node.value, t.dtype) if isinstance(t, Scalar) else repr(node.value)
+
+    def expr_Name(self, node: ast.Name) -> str:
+        t = self.tk.types.get(id(node))
+        if isinstance(t, Scalar) and t.dtype == "bool" and node.id in self.tk.ir.params:
+            return f"({node.id} != 0)"
+        return node.id
+
+    def expr_Attribute(self, node: ast.Attribute) -> str:
+        base = self.T(node.value)
+        if isinstance(base, Array) and node.attr == "size":
+            return "(" + " * ".join(f"{node.value.id}_shape{k}"
+                                    for k in range(base.ndim)) + ")"
+        if isinstance(base, Array) and node.attr == "ndim":
+            return str(base.ndim)
+        raise self.p._fail(self.tk, node, f".{node.attr} is not printed as C")
+
+    def subscript(self, node: ast.Subscript) -> str:
+        a = node.value.id
+        t = self.T(node.value)
+        idx = node.slice
+        if isinstance(idx, ast.Tuple):
+            parts = [(self.expr(e), self.T(e)) for e in idx.elts]
+        elif isinstance(self.T(idx), TupleT):
+            parts = self.tuple_parts(idx)
+        else:
+            parts = [(self.expr(idx), self.T(idx))]
+        flat = f"({parts[0][0]})"
+        for k in range(1, len(parts)):
+            flat = f"({flat} * {a}_shape{k} + ({parts[k][0]}))"
+        if len(parts) != t.ndim:
+            raise self.p._fail(self.tk, node, f"{a} has {t.ndim} dimensions: index each")
+        return f"{a}[{flat}]"
+
+    def expr_Subscript(self, node: ast.Subscript) -> str:
+        base = self.T(node.value)
+        if isinstance(base, TupleT):
+            k = ast.literal_eval(node.slice)
+            parts = self.tuple_parts(node.value)
+            return parts[k % len(parts)][0]
+        text = self.subscript(node)
+        return f"({text} != 0)" if base.dtype == "bool" else text
+
+    def expr_BinOp(self, node: ast.BinOp) -> str:
+        t = self.T(node)
+        op = type(node.op)
+        lt, rt = self.T(node.left), self.T(node.right)
+        if op is ast.Div:
+            to = t if t.dtype != "float64" or (lt.is_float or rt.is_float) else Scalar("float64")
+            return f"({self.coerce(node.left, to)} / {self.coerce(node.right, to)})"
+        if op is ast.Pow:
+            if isinstance(node.right, ast.Constant) and node.right.value in (2, 3) \
+                    and not isinstance(node.right.value, bool):
+                base = self.coerce(node.left, t)
+                return "(" + " * ".join([base] * int(node.right.value)) + ")"
+            if not t.is_float:
+                return f"{self.p.helper('pow_i')}({self.expr(node.left)}, {self.expr(node.right)})"
+            return f"pow({self.coerce(node.left, t)}, {self.coerce(node.right, t)})"
+        if op in (ast.FloorDiv, ast.Mod):
+            key = ("floordiv" if op is ast.FloorDiv else "mod") + ("_f" if t.is_float else "_i")
+            fn = self.p.helper(key, t.dtype if t.is_float else None)
+            return f"{fn}({self.coerce(node.left, t)}, {self.coerce(node.right, t)})"
+        if op in (ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift, ast.RShift):
+            return f"({self.expr(node.left)} {_C_OPS[op]} {self.expr(node.right)})"
+        return f"({self.coerce(node.left, t)} {_C_OPS[op]} {self.coerce(node.right, t)})"
+
+    def expr_UnaryOp(self, node: ast.UnaryOp) -> str:
+        if isinstance(node.op, ast.Not):
+            return f"(!{self.truth(node.operand)})"
+        t = self.T(node)
+        operand = self.coerce(node.operand, t) if isinstance(t, Scalar) else self.expr(node.operand)
+        return {ast.USub: f"(-{operand})", ast.UAdd: operand,
+                ast.Invert: f"(~{operand})"}[type(node.op)]
+
+    def expr_BoolOp(self, node: ast.BoolOp) -> str:
+        op = " && " if isinstance(node.op, ast.And) else " || "
+        return "(" + op.join(self.truth(v) for v in node.values) + ")"
+
+    def expr_Compare(self, node: ast.Compare) -> str:
+        operands = [node.left] + node.comparators
+        kinds = [self.T(o) for o in operands]
+        f32 = any(isinstance(k, Scalar) and k.dtype == "float32" for k in kinds)
+        texts = [self.coerce(o, Scalar("float32")) if f32 and isinstance(k, Scalar) and (
+            k.weak or not k.is_float) else self.expr(o) for o, k in zip(operands, kinds)]
+        terms = [f"({texts[k]} {_C_CMP[type(op)]} {texts[k + 1]})"
+                 for k, op in enumerate(node.ops)]
+        return terms[0] if len(terms) == 1 else "(" + " && ".join(terms) + ")"
+
+    def expr_IfExp(self, node: ast.IfExp) -> str:
+        t = self.T(node)
+        return (f"({self.truth(node.test)} ? {self.coerce(node.body, t)} : "
+                f"{self.coerce(node.orelse, t)})")
+
+    def expr_Call(self, node: ast.Call) -> str:
+        name = tg_name(node)
+        t = self.tk.types.get(id(node))
+        args = node.args
+        if name is None:                            # a device function
+            callee = self.tk.callees[id(node)]
+            texts = []
+            for a, at in zip(args, callee.argtypes):
+                if isinstance(at, Array):
+                    texts += [a.id] + [f"{a.id}_shape{k}" for k in range(at.ndim)]
+                else:
+                    texts.append(self.coerce(a, at))
+            return f"{callee.symbol}({', '.join(texts)})"
+        r, W = self.tk.rank, self.tk.groupsize
+        if name == "global_index":
+            text = f"(_g0 * {W[0]} + _l0)"
+            for k in range(1, r):
+                text = f"({text} * _n{k} + (_g{k} * {W[k]} + _l{k}))"
+            return text
+        if name == "local_index":
+            text = "_l0"
+            for k in range(1, r):
+                text = f"({text} * {W[k]} + _l{k})"
+            return text
+        if name == "group_index":
+            text = "_g0"
+            for k in range(1, r):
+                text = f"({text} * ((_n{k} + {W[k] - 1}) / {W[k]}) + _g{k})"
+            return text
+        if name in ("float32", "float64", "int32", "int64", "bool"):
+            src = self.T(args[0])
+            if name == "bool":
+                return self.truth(args[0])
+            if isinstance(src, DType):
+                raise self.p._fail(self.tk, node, "a dtype as a value is not printed as C")
+            return f"(({self.d.ctype(name)})({self.expr(args[0])}))"
+        if name == "where":
+            return (f"({self.truth(args[0])} ? {self.coerce(args[1], t)} : "
+                    f"{self.coerce(args[2], t)})")
+        if name in ("min", "max"):
+            out = self.coerce(args[0], t)
+            for a in args[1:]:          # Python's: the first of equal ones, NaN as it falls
+                b = self.coerce(a, t)
+                op = ">" if name == "max" else "<"
+                out = f"(({b}) {op} ({out}) ? ({b}) : ({out}))"
+            return out
+        if name == "len":
+            return f"{args[0].id}_shape0"
+        row = primitives.lookup(name)
+        if row is not None:
+            return self.primitive(row, node, t)
+        raise self.p._fail(self.tk, node, f"tg.{name} is not printed as C yet")
+
+    def primitive(self, row: primitives.Primitive, node: ast.Call, t: Type) -> str:
+        args = node.args
+        if row.result == "rounded" and not t.is_float:
+            return self.expr(args[0])
+        if row.name == "abs":
+            x = self.coerce(args[0], t)
+            return f"fabs({x})" if t.is_float else f"(({x}) < 0 ? -({x}) : ({x}))"
+        if row.result == "bool":
+            return f"({row.name}({self.expr(args[0])}) != 0)"
+        at = t if isinstance(t, Scalar) and t.is_float else Scalar("float64")
+        texts = [self.coerce(a, at) for a in args]
+        lowering = row.lowering_c
+        if is_expression(lowering):
+            return f"{self.p.primitive_helper(row, at.dtype, lowering)}({', '.join(texts)})"
+        return f"{lowering}({', '.join(texts)})"

@@ -1,0 +1,34 @@
+"""The OpenCL backend's arrays: PyOpenCL's ``pyopencl.array.Array``, on the backend's queue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tapegrad.backends.registry import ArrayKind
+
+
+class OpenCLArrays(ArrayKind):
+    name = "opencl"
+
+    def owns(self, x: Any) -> bool:
+        # (by module, so that asking costs no import of pyopencl where it is not installed)
+        return type(x).__module__.startswith("pyopencl") and hasattr(x, "base_data")
+
+    def device(self, x: Any) -> Any:
+        """The OpenCL device ``x`` lives on (its queue's)."""
+        return x.queue.device
+
+    def module(self) -> Any:
+        from tapegrad.backends.opencl.device import default_arrays
+        return default_arrays()
+
+    def address(self, x: Any) -> int:
+        return x.base_data.int_ptr + x.offset
+
+    def to_numpy(self, x: Any) -> np.ndarray:
+        return x.get()
+
+
+OPENCL_ARRAYS = OpenCLArrays()

@@ -1,0 +1,109 @@
+"""``tg.OpenCL()``: kernels printed as OpenCL C (``tapegrad.backends.c.printer``) and run by
+PyOpenCL on AMD, Intel and Apple GPUs, or on the CPU through PoCL."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tapegrad.backends.base import Backend
+from tapegrad.backends.c.printer import OPENCL, CPrinter
+from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
+from tapegrad.backends.opencl.device import arrays_on, devices, queue
+from tapegrad.backends.registry import ArrayKind
+from tapegrad.backends.structure import device_functions
+from tapegrad.errors import KernelCompileError, LaunchError
+from tapegrad.frontend.types import Array, Scalar, TypedKernel
+
+_DEFAULT_GROUPSIZE = {1: (256,), 2: (16, 16), 3: (4, 8, 8)}
+_SCALAR_TYPES = {"float64": np.float64, "float32": np.float32, "int64": np.int64,
+                 "int32": np.int32, "bool": np.int32}
+
+
+class OpenCL(Backend):
+    """An OpenCL device: ``tg.OpenCL()`` is the first GPU, else the first device (PoCL's CPU
+    device where no GPU driver is installed); ``tg.OpenCL(k)`` the k-th of
+    ``tapegrad.backends.opencl.device.devices()``.  Arrays are ``pyopencl.array.Array``.
+    """
+
+    name = "opencl"
+    arrays: ArrayKind = OPENCL_ARRAYS
+
+    def __init__(self, device: int = 0):
+        self.device = int(device)
+        self.queue = queue(self.device)
+        self.max_group_items = self.queue.device.max_work_group_size
+
+    def key(self) -> tuple:
+        return (self.device,)
+
+    def __repr__(self) -> str:
+        return f"OpenCL({self.device}: {self.queue.device.name.strip()})"
+
+    def owns(self, x: Any) -> bool:
+        return OPENCL_ARRAYS.owns(x) and x.queue.device == self.queue.device
+
+    def allocate(self, dtype: Any, shape: Any) -> Any:
+        return arrays_on(self.device).empty(shape, dtype)
+
+    def zeros(self, dtype: Any, shape: Any) -> Any:
+        return arrays_on(self.device).zeros(shape, dtype)
+
+    def ones(self, dtype: Any, shape: Any) -> Any:
+        return arrays_on(self.device).ones(shape, dtype)
+
+    def asarray(self, x: Any) -> Any:
+        import pyopencl.array as cla
+        host = x.get() if hasattr(x, "get") else np.array(x, copy=True)
+        return cla.to_device(self.queue, np.ascontiguousarray(host))
+
+    def synchronize(self) -> None:
+        self.queue.finish()
+
+    def default_groupsize(self, rank: int) -> tuple[int, ...]:
+        return _DEFAULT_GROUPSIZE[rank]
+
+    def compile(self, tk: TypedKernel) -> _Launcher:
+        source = CPrinter(tk, OPENCL).module(device_functions(tk))
+        import pyopencl as cl
+        try:
+            program = cl.Program(self.queue.context, source).build()
+        except cl.RuntimeError as e:
+            raise KernelCompileError(
+                f"{tk.name}: the OpenCL compiler refused the generated code ({e}); this is "
+                f"tapegrad's bug: please report it with kern.source(backend=...)") from None
+        return _Launcher(getattr(program, tk.name), source, tk, self.queue)
+
+
+def opencl_devices() -> list[str]:
+    """The names of the OpenCL devices ``tg.OpenCL(k)`` can take, in order."""
+    return [d.name.strip() for d in devices()]
+
+
+class _Launcher:
+    """Sets a compiled kernel's arguments and enqueues it (no wait for it to finish)."""
+
+    def __init__(self, kernel: Any, source: str, tk: TypedKernel, q: Any):
+        self.kernel, self.source, self.queue = kernel, source, q
+        self.groupsize = tk.groupsize
+        self.params = list(zip(tk.ir.params, tk.argtypes))
+
+    def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
+        values: list[Any] = []
+        for (name, t), a in zip(self.params, args):
+            if isinstance(t, Array):
+                if not (a.flags.c_contiguous and a.offset == 0):
+                    raise LaunchError(f"argument {name}: OpenCL kernels take contiguous arrays "
+                                      f"from the start of their buffer; pass {name}.copy()")
+                values.append(a.base_data)
+                values += [np.int64(n) for n in a.shape]
+            elif isinstance(t, Scalar):
+                values.append(_SCALAR_TYPES[t.dtype](a))
+        values += [np.int64(n) for n in ndrange]
+        r, W = len(ndrange), self.groupsize
+        # the ndrange's last dimension is the device's first (consecutive work-items touch
+        # consecutive elements of row-major arrays)
+        local = tuple(W[r - 1 - k] for k in range(r))
+        global_ = tuple(-(-ndrange[r - 1 - k] // W[r - 1 - k]) * W[r - 1 - k] for k in range(r))
+        self.kernel(self.queue, global_, local, *values)

@@ -1,0 +1,196 @@
+"""Kernels printed as OpenCL C and run for real on PoCL (tg.OpenCL()): the same results as
+the CPU backend and as Python, at sizes that need several workgroups and ragged edges."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyopencl.array as cla
+import pytest
+
+import tapegrad as tg
+from tests.test_primitives import ROWS, _inputs, _reference, load_every_row
+
+CPU = tg.CPU()
+
+
+@pytest.fixture(scope="module")
+def cl():
+    return tg.OpenCL()
+
+
+def on(cl, x):
+    return cla.to_device(cl.queue, np.ascontiguousarray(x))
+
+
+@tg.func
+def square(x):
+    return x * x
+
+
+@tg.kernel
+def saxpy(Y, a, X):
+    i = tg.index()
+    Y[i] = a * X[i] + Y[i]
+
+
+@tg.kernel
+def control_flow(B, A, k):
+    """Loops, branches, a device function, Python's // and % on negative ints and floats,
+    max with a constant, ** of a float, tuple indices and shapes."""
+    i, j = tg.index(tg.Global, tg.NTuple)
+    n, m = A.shape
+    x = A[i, j]
+    s = 0.0
+    for t in range(k):
+        s += math.sin(x * t) + square(x) // 0.3 + (i - 5) // 3 + (j - 3) % 4 + (x - 0.5) % 0.3
+    w = 0
+    while w < i % 3:
+        w += 1
+        if w == 2:
+            break
+    if i > 0 and j < m - 1:
+        s = s + max(x, 0.5) + min(x, 0.2, 0.9) + abs(-i) + w
+    else:
+        s = -s if x > 0.5 else x ** 2.5
+    B[i, j] = s
+
+
+def test_a_saxpy_over_ragged_workgroups(cl):
+    X, Y = np.random.default_rng(0).random((2, 1000))
+    Xd, Yd = on(cl, X), on(cl, Y)
+    saxpy(cl)(Yd, 2.0, Xd, ndrange=1000)          # 1000 = 3 groups of 256 and a part
+    np.testing.assert_array_equal(Yd.get(), 2.0 * X + Y)
+    assert tg.get_backend(Yd) == cl and tg.to_numpy(Yd).shape == (1000,)
+    assert "__kernel void saxpy(" in saxpy.source(backend=cl)
+
+
+def test_control_flow_and_pythons_arithmetic_agree_with_the_cpu(cl):
+    A = np.random.default_rng(1).random((37, 21))
+    B = np.zeros_like(A)
+    control_flow(CPU, (4, 8))(B, A, 5, ndrange=A.shape)
+    Bd = on(cl, np.zeros_like(A))
+    control_flow(cl, (4, 8))(Bd, on(cl, A), 5, ndrange=A.shape)
+    np.testing.assert_allclose(Bd.get(), B, rtol=1e-13, atol=1e-13)
+
+
+@tg.kernel
+def python_arithmetic(F, N, a, b, x, y):
+    F[0] = x // y
+    F[1] = x % y
+    F[2] = float(a ** b)
+    N[0] = a // b
+    N[1] = a % b
+    N[2] = a ** b
+    N[3] = int(x)
+
+
+@pytest.mark.parametrize("a, b", [(7, 2), (-7, 2), (7, -2), (-7, -2), (2, 10), (-1, -3),
+                                  (2, -1), (0, 5)])
+@pytest.mark.parametrize("x, y", [(7.5, 2.0), (-7.5, 2.0), (7.5, -2.0), (-0.0, 3.0),
+                                  (1e300, 1e-300), (5.0, math.inf)])
+def test_floor_division_modulo_and_powers_are_pythons(cl, a, b, x, y):
+    F, N = on(cl, np.zeros(3)), on(cl, np.zeros(4, np.int64))
+    python_arithmetic(cl, 1)(F, N, a, b, x, y, ndrange=1)
+    # (an int ** a negative int is 0 in a kernel unless the base is 1 or -1: docs/language.md)
+    int_pow = a ** b if b >= 0 else (1 if a == 1 else (-1) ** b if a == -1 else 0)
+    expected_f = [x // y, x % y, float(int_pow)]
+    ints = N.get()
+    assert list(ints[:3]) == [a // b, a % b, int_pow]
+    if abs(x) < 2 ** 62:                    # (beyond int64, int(x) has no kernel value)
+        assert ints[3] == int(x)
+    got = F.get()
+    for g, e in zip(got, expected_f):
+        assert g == e and math.copysign(1, g) == math.copysign(1, e), (got, expected_f)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=lambda d: d.__name__)
+def test_every_row_of_the_primitive_table(cl, tmp_path_factory, dtype):
+    kernel = load_every_row(tmp_path_factory.mktemp("opencl_rows"))
+    A, C = _inputs(dtype)
+    B = on(cl, np.full(A.shape, -7.0, dtype))
+    kernel(cl, 4)(B, on(cl, A), on(cl, C), ndrange=A.shape[0])
+    got = B.get()
+    tolerance = dict(rtol=2e-6, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-13,
+                                                                            atol=1e-14)
+    failed = []
+    for k, row in enumerate(ROWS):
+        expected = _reference(row, *(X[:, k] for X in (A, C)[:row.arity])).astype(np.float64)
+        if not np.allclose(got[:, k].astype(np.float64), expected, equal_nan=True, **tolerance):
+            failed.append(f"{row.name}: {got[:, k]} != {expected}")
+    assert not failed, "\n".join(failed)
+
+
+@tg.kernel
+def float32_literals(B, A):
+    i = tg.index()
+    B[i] = A[i] * 0.1 + 1e-3
+
+
+def test_float_literals_take_the_datas_precision(cl):
+    A = np.linspace(0, 1, 300, dtype=np.float32)
+    Bd = on(cl, np.zeros_like(A))
+    float32_literals(cl)(Bd, on(cl, A), ndrange=A.size)
+    B = np.zeros_like(A)
+    float32_literals(CPU)(B, A, ndrange=A.size)
+    np.testing.assert_array_equal(Bd.get(), B)
+    assert "0.1f" in float32_literals.source(backend=cl)
+
+
+@tg.kernel
+def with_barrier(B, A):
+    i = tg.index()
+    B[i] = A[i]
+    tg.synchronize()
+
+
+def test_what_is_not_printed_yet_says_so(cl):
+    A = on(cl, np.zeros(8))
+    with pytest.raises(tg.KernelError, match="tg.synchronize is not printed as opencl C yet"):
+        with_barrier(cl, 8)(A, A, ndrange=8)
+
+
+def test_arrays_of_another_backend_are_refused(cl):
+    with pytest.raises(tg.LaunchError, match="does not live on OpenCL"):
+        saxpy(cl)(np.zeros(4), 1.0, np.zeros(4), ndrange=4)
+
+
+@tg.kernel
+def sin_times(B, A):
+    i = tg.index()
+    B[i] = math.sin(A[i]) * A[i]
+
+
+def test_a_kernels_derivatives_in_both_modes(cl):
+    """The adjoint and the tangent kernels are printed and run like the primal: against the
+    closed form d/dx x sin x = sin x + x cos x."""
+    An = np.random.default_rng(2).random(1000)
+    exact = np.sin(An) + An * np.cos(An)
+    A, B, dA, dB = on(cl, An), on(cl, np.zeros(1000)), on(cl, np.zeros(1000)), on(cl, np.ones(1000))
+    tg.autodiff(tg.Reverse, sin_times(cl), tg.Const, tg.Duplicated(B, dB), tg.Duplicated(A, dA),
+                ndrange=1000)
+    np.testing.assert_allclose(dA.get(), exact, rtol=1e-13)
+    assert not dB.get().any()                   # B was overwritten: its shadow consumed
+    t = on(cl, np.ones(1000))
+    B, dB = on(cl, np.zeros(1000)), on(cl, np.zeros(1000))
+    tg.autodiff(tg.Forward, sin_times(cl), tg.Const, tg.Duplicated(B, dB), tg.Duplicated(A, t),
+                ndrange=1000)
+    np.testing.assert_allclose(dB.get(), exact, rtol=1e-13)
+
+
+def test_a_gradient_through_a_tape_with_host_reductions(cl):
+    """tg.gradient of a host function on OpenCL arrays, with tg.sum and tg.dot (whose
+    cotangent is an array times a scale), against the closed form."""
+    An = np.random.default_rng(3).random(700)
+    W = on(cl, np.linspace(-1, 1, 700))
+
+    def f(A):
+        B = tg.zeros(cl, np.float64, 700)
+        sin_times(cl)(B, A, ndrange=700)
+        return tg.sum(B) + 0.5 * tg.dot(B, W)
+
+    (g,) = tg.gradient(f, on(cl, An))
+    exact = (np.sin(An) + An * np.cos(An)) * (1.0 + 0.5 * np.linspace(-1, 1, 700))
+    assert tg.get_backend(g) == cl
+    np.testing.assert_allclose(tg.to_numpy(g), exact, rtol=1e-12)
