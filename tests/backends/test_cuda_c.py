@@ -16,6 +16,8 @@ from tapegrad.backends.structure import device_functions
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import specialize
 from tapegrad.runtime.arguments import check_args
+from tests.ad.test_reverse import TILE
+from tests.ad.test_reverse import matmul as tiled_matmul
 from tests.backends import test_opencl as corpus
 from tests.test_primitives import ROWS, load_every_row
 
@@ -26,6 +28,9 @@ CASES = {
     "float32_literals": (corpus.float32_literals,
                          (np.zeros(3, np.float32), np.zeros(3, np.float32)), 1, (64,)),
     "saxpy": (corpus.saxpy, (np.zeros(3), 1.0, np.zeros(3)), 1, (256,)),
+    "tree_sums": (corpus.tree_sums, (np.zeros(2), np.zeros(128)), 1, (64,)),
+    "private_slots": (corpus.private_slots, (np.zeros(3), np.zeros(3)), 1, (64,)),
+    "tiled_matmul": (tiled_matmul, (np.zeros((8, 8)),) * 3, 2, (TILE, TILE)),
 }
 
 
@@ -69,6 +74,8 @@ def _as_cuda(opencl: str) -> str:
     text = text.replace("__kernel void", 'extern "C" __global__ void')
     text = text.replace("static inline", "static __device__ inline")
     text = re.sub(r"^static (\w+ \w+\()", r"static __device__ \1", text, flags=re.M)
+    text = text.replace("__local ", "__shared__ ")
+    text = text.replace("barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);", "__syncthreads();")
     text = re.sub(r"\blong\b", "long long", text)
     text = re.sub(r"\buchar\b", "unsigned char", text)
     axes = "xyz"

@@ -139,16 +139,15 @@ def test_float_literals_take_the_datas_precision(cl):
 
 
 @tg.kernel
-def with_barrier(B, A):
+def histogram(H, idx):
     i = tg.index()
-    B[i] = A[i]
-    tg.synchronize()
+    tg.atomic_add(H, idx[i], 1.0)
 
 
 def test_what_is_not_printed_yet_says_so(cl):
-    A = on(cl, np.zeros(8))
-    with pytest.raises(tg.KernelError, match="tg.synchronize is not printed as opencl C yet"):
-        with_barrier(cl, 8)(A, A, ndrange=8)
+    H, idx = on(cl, np.zeros(4)), on(cl, np.zeros(8, np.int64))
+    with pytest.raises(tg.KernelError, match="tg.atomic_add is not printed as opencl C yet"):
+        histogram(cl, 8)(H, idx, ndrange=8)
 
 
 def test_arrays_of_another_backend_are_refused(cl):
@@ -194,3 +193,57 @@ def test_a_gradient_through_a_tape_with_host_reductions(cl):
     exact = (np.sin(An) + An * np.cos(An)) * (1.0 + 0.5 * np.linspace(-1, 1, 700))
     assert tg.get_backend(g) == cl
     np.testing.assert_allclose(tg.to_numpy(g), exact, rtol=1e-12)
+
+
+@tg.kernel
+def tree_sums(S, X):
+    """A workgroup's sum by halving steps through local memory: barriers inside a loop whose
+    condition every work-item computes alike."""
+    i = tg.index()
+    li = tg.index(tg.Local)
+    g = tg.index(tg.Group)
+    buf = tg.localmem(X.dtype, (64,))
+    buf[li] = X[i]
+    tg.synchronize()
+    step = 32
+    while step > 0:
+        if li < step:
+            buf[li] += buf[li + step]
+        tg.synchronize()
+        step = step // 2
+    if li == 0:
+        S[g] = buf[0]
+
+
+@tg.kernel
+def private_slots(B, A):
+    i = tg.index()
+    p = tg.private(A.dtype, (3,))
+    for k in range(3):
+        p[k] = A[i] * (k + 1)
+    B[i] = p[2] - p[0] * p[1]
+
+
+def test_local_memory_barriers_and_private_arrays(cl):
+    X = np.random.default_rng(4).random(64 * 7)
+    S = on(cl, np.zeros(7))
+    tree_sums(cl, 64)(S, on(cl, X), ndrange=X.size)
+    np.testing.assert_allclose(S.get(), X.reshape(7, 64).sum(axis=1), rtol=1e-13)
+    B = on(cl, np.zeros(X.size))
+    private_slots(cl)(B, on(cl, X), ndrange=X.size)       # (448 = one group and a part)
+    np.testing.assert_allclose(B.get(), 3 * X - 2 * X * X, rtol=1e-13)
+
+
+def test_a_tiled_product_and_its_tangent(cl):
+    """Local-memory tiles between barriers (tests/ad/test_reverse.py's matmul), and its
+    tangent kernel, against NumPy: d(AB) = dA B + A dB."""
+    from tests.ad.test_reverse import TILE, matmul
+    rng = np.random.default_rng(5)
+    A, B, dA, dB = rng.random((36, 48)), rng.random((48, 28)), rng.random((36, 48)), \
+        rng.random((48, 28))
+    C, dC = on(cl, np.zeros((36, 28))), on(cl, np.zeros((36, 28)))
+    tg.autodiff(tg.Forward, matmul(cl, (TILE, TILE)), tg.Const, tg.Duplicated(C, dC),
+                tg.Duplicated(on(cl, A), on(cl, dA)), tg.Duplicated(on(cl, B), on(cl, dB)),
+                ndrange=(36, 28))
+    np.testing.assert_allclose(C.get(), A @ B, rtol=1e-13)
+    np.testing.assert_allclose(dC.get(), dA @ B + A @ dB, rtol=1e-13)

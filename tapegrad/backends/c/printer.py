@@ -18,8 +18,9 @@ device's dimension 0, work-items past the ndrange return at once.
         Y[(_g0 * 256 + _l0)] = ((a * X[(_g0 * 256 + _l0)]) + Y[(_g0 * 256 + _l0)]);
     }
 
-This first version prints kernels without barriers, local or private memory and atomics;
-those say so with a clear error.
+Kernels with barriers keep every work-item alive (each must reach each barrier) and guard
+the statements between barriers with ``_valid``, as ``structure.BarrierPlan`` splits them.
+Atomics are not printed yet: they say so with a clear error.
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from tapegrad.backends.structure import (
+    Barrier,
+    BarrierPlan,
+    GroupStmt,
+    Segment,
+    contains_barrier,
+    memory_decl,
+)
 from tapegrad.errors import KernelSyntaxError, located
 from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import Array, DType, Scalar, TupleT, Type, TypedKernel, arith
@@ -46,6 +55,8 @@ class Dialect:
     preamble: str            # pragmas and includes
     local_id: str            # "{}" is the device dimension
     group_id: str
+    local_memory: str        # the qualifier of workgroup-shared memory
+    barrier: str
 
     def ctype(self, dtype: str) -> str:
         return {"float64": "double", "float32": "float", "int64": self.int64,
@@ -62,12 +73,14 @@ OPENCL = Dialect(
     int64="long",
     # (no contraction into fma: the results are the CPU's and Python's, rounded per operation)
     preamble="#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#pragma OPENCL FP_CONTRACT OFF",
-    local_id="get_local_id({})", group_id="get_group_id({})")
+    local_id="get_local_id({})", group_id="get_group_id({})", local_memory="__local ",
+    barrier="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);")
 
 CUDA = Dialect(
     name="cuda", kernel='extern "C" __global__ void', function="static __device__",
     global_ptr="", int64="long long", preamble="",
-    local_id="threadIdx.{}", group_id="blockIdx.{}")
+    local_id="threadIdx.{}", group_id="blockIdx.{}", local_memory="__shared__ ",
+    barrier="__syncthreads();")
 
 _CUDA_AXES = "xyz"
 
@@ -156,12 +169,38 @@ class CPrinter:
             out.append(f"    const {d.int64} _l{k} = {d.local_id.format(where)};")
             out.append(f"    const {d.int64} _g{k} = {d.group_id.format(where)};")
         valid = " && ".join(f"_g{k} * {W[k]} + _l{k} < _n{k}" for k in range(r))
-        out.append(f"    if (!({valid})) return;")
-        out += self._declarations(tk, 1)
+        body = tk.ir.body
+        decls = [st for st in body if memory_decl(st)]
         sub = _Body(self, tk)
-        sub.statements(tk.ir.body, 1)
-        out += sub.lines
-        out.append("}")
+        if not any(contains_barrier(st) for st in body):
+            out.append(f"    if (!({valid})) return;")
+            out += self._memory(tk, decls) + self._declarations(tk, 1)
+            sub.statements([st for st in body if not memory_decl(st)], 1)
+            return out + sub.lines + ["}"]
+        # work-items past the ndrange stay: every one must reach each barrier
+        out.append(f"    const bool _valid = {valid};")
+        out += self._memory(tk, decls) + self._declarations(tk, 1)
+        plan = BarrierPlan(tk, [st for st in body if not memory_decl(st)], decls)
+        if plan.runtime_values:
+            out.append(f"    {d.local_memory}{d.int64} _group_values"
+                       f"[{len(plan.runtime_values)}];")
+        sub.blocks(plan, plan.blocks, 1)
+        return out + sub.lines + ["}"]
+
+    def _memory(self, tk: TypedKernel, decls: list[ast.stmt]) -> list[str]:
+        """Local memory (one per workgroup) and private arrays (one per work-item), flat, with
+        their extents as constants (indexed like arguments)."""
+        out = []
+        for st in decls:
+            name = st.targets[0].id
+            dtype, shape = tk.static_shapes[id(st.value)]
+            size = 1
+            for n in shape:
+                size *= n
+            where = self.d.local_memory if memory_decl(st) == "localmem" else ""
+            out.append(f"    {where}{self.d.ctype(dtype)} {name}[{size}];")
+            out += [f"    const {self.d.int64} {name}_shape{k} = {n};"
+                    for k, n in enumerate(shape)]
         return out
 
     @staticmethod
@@ -211,11 +250,17 @@ class CPrinter:
     def _refuse_unsupported(self, tk: TypedKernel) -> None:
         for n in ast.walk(ast.Module(body=tk.ir.body, type_ignores=[])):
             name = tg_name(n)
-            if name in ("synchronize", "localmem", "private", "group_reduce_add") or (
-                    name or "").startswith("atomic_"):
+            if name == "group_reduce_add" or (name or "").startswith("atomic_"):
                 raise self._fail(tk, n, f"tg.{name} is not printed as {self.d.name} C yet "
-                                        "(this backend runs kernels without barriers, local "
-                                        "memory and atomics so far); run it on tg.CPU()")
+                                        "(this backend runs kernels without atomics so far); "
+                                        "run it on tg.CPU()")
+            if isinstance(n, ast.Return) and any(contains_barrier(st) for st in tk.ir.body):
+                raise self._fail(tk, n, f"return in a kernel with barriers is not printed as "
+                                        f"{self.d.name} C yet; run it on tg.CPU()")
+        for p, t in zip(tk.ir.params, tk.argtypes):
+            if isinstance(t, Array) and t.space != "global":
+                raise self._fail(tk, None, f"{tk.name}: passing local or private memory ({p}) "
+                                           "to a device function is not printed as C yet")
 
     def _fail(self, tk: TypedKernel, node: ast.AST | None, message: str) -> KernelSyntaxError:
         return located(node if node is not None else ast.Pass(lineno=tk.ir.lineno,
@@ -249,6 +294,67 @@ class _Body:
         self.p, self.tk, self.d = printer, tk, printer.d
         self.lines: list[str] = []
 
+    # -- kernels with barriers: segments per work-item, loops and branches per group --------
+    def blocks(self, plan: BarrierPlan, blocks: list, depth: int) -> None:
+        slots = list(plan.runtime_values)
+        lid = "_l0"
+        for k in range(1, self.tk.rank):
+            lid = f"({lid} * {self.tk.groupsize[k]} + _l{k})"
+        for b in blocks:
+            if isinstance(b, Barrier):
+                self.emit(self.d.barrier, depth)
+            elif isinstance(b, Segment):
+                if not b.stmts:
+                    continue
+                self.emit("if (_valid) {", depth)
+                self.statements(b.stmts, depth + 1)
+                self.emit("}", depth)
+                if b.evaluates:       # work-item 0 shares the values group-level code needs
+                    self.emit(f"if ({lid} == 0) {{", depth)
+                    for v in b.evaluates:
+                        self.emit(f"_group_values[{slots.index(v)}] = {v};", depth + 1)
+                    self.emit("}", depth)
+                    self.emit(self.d.barrier, depth)
+            else:
+                self.group(plan, b, depth)
+
+    def group(self, plan: BarrierPlan, b: GroupStmt, depth: int) -> None:
+        s = b.stmt
+        if isinstance(s, (ast.Assign, ast.AugAssign)):
+            self.statement(s, depth)
+            return
+        shared = [f"_group_values[{list(plan.runtime_values).index(v)}]" for v in b.values]
+        if isinstance(s, ast.For):
+            if shared:
+                bounds = (["0"] + shared + ["1"])[:3] if len(shared) == 1 else \
+                    (shared + ["1"])[:3]
+                start, stop, step = bounds
+            else:
+                start, stop, step = self.range_bounds(s.iter.args)
+            i = s.target.id
+            test = f"{i} < {stop}" if not step.startswith("-") else f"{i} > {stop}"
+            if not (step.lstrip("-").isdigit()):
+                test = f"(({step}) > 0 ? {i} < {stop} : {i} > {stop})"
+            self.emit(f"for ({i} = {start}; {test}; {i} += {step}) {{", depth)
+        elif isinstance(s, ast.While):
+            test = f"{shared[0]} != 0" if shared else _bare(self.truth(s.test))
+            self.emit(f"while ({test}) {{", depth)
+        else:
+            test = f"{shared[0]} != 0" if shared else _bare(self.truth(s.test))
+            self.emit(f"if ({test}) {{", depth)
+        self.blocks(plan, b.blocks[0], depth + 1)
+        if len(b.blocks) > 1 and b.blocks[1]:
+            self.emit("} else {", depth)
+            self.blocks(plan, b.blocks[1], depth + 1)
+        self.emit("}", depth)
+
+    def range_bounds(self, args: list[ast.expr]) -> tuple[str, str, str]:
+        if len(args) == 1:
+            return "0", self.expr(args[0]), "1"
+        if len(args) == 2:
+            return self.expr(args[0]), self.expr(args[1]), "1"
+        return tuple(self.expr(a) for a in args)
+
     def T(self, node: ast.AST) -> Type:
         return self.tk.types[id(node)]
 
@@ -274,7 +380,9 @@ class _Body:
             finally:
                 del self.tk.types[id(combined)]
         elif isinstance(s, ast.Expr):
-            if not isinstance(s.value, ast.Constant):
+            if tg_name(s.value) == "synchronize":
+                self.emit(self.d.barrier, depth)
+            elif not isinstance(s.value, ast.Constant):
                 self.emit(f"{self.expr(s.value)};", depth)
         elif isinstance(s, ast.If):
             self.emit(f"if ({_bare(self.truth(s.test))}) {{", depth)
@@ -305,12 +413,7 @@ class _Body:
 
     def for_range(self, s: ast.For, depth: int) -> None:
         args = s.iter.args
-        if len(args) == 1:
-            start, stop, step = "0", self.expr(args[0]), "1"
-        elif len(args) == 2:
-            start, stop, step = self.expr(args[0]), self.expr(args[1]), "1"
-        else:
-            start, stop, step = (self.expr(a) for a in args)
+        start, stop, step = self.range_bounds(args)
         i, n = s.target.id, f"_stop_{s.target.id}_{s.lineno}"
         # (range's bounds are evaluated once, as in Python; a negative step counts down)
         constant_step = isinstance(args[2], ast.Constant) if len(args) == 3 else True
