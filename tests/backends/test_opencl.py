@@ -139,15 +139,66 @@ def test_float_literals_take_the_datas_precision(cl):
 
 
 @tg.kernel
-def histogram(H, idx):
+def histograms(H, N, M, idx, X):
+    """Every kind of atomic under contention (many work-items, few bins)."""
     i = tg.index()
-    tg.atomic_add(H, idx[i], 1.0)
+    tg.atomic_add(H, idx[i], X[i])
+    tg.atomic_add(N, idx[i], 1)
+    tg.atomic_max(M, idx[i], X[i])
+    tg.atomic_sub(H, idx[i], 0.25)
+    tg.atomic_min(N, idx[i], 1000000)
 
 
-def test_what_is_not_printed_yet_says_so(cl):
-    H, idx = on(cl, np.zeros(4)), on(cl, np.zeros(8, np.int64))
-    with pytest.raises(tg.KernelError, match="tg.atomic_add is not printed as opencl C yet"):
-        histogram(cl, 8)(H, idx, ndrange=8)
+@pytest.mark.parametrize("ftype, itype", [(np.float64, np.int64), (np.float32, np.int32)],
+                         ids=["float64-int64", "float32-int32"])
+def test_atomics_under_contention(cl, ftype, itype):
+    rng = np.random.default_rng(6)
+    n, m = 100_000, 7
+    X, idx = rng.random(n).astype(ftype), rng.integers(0, m, n)
+    H, N, M = on(cl, np.zeros(m, ftype)), on(cl, np.zeros(m, itype)), on(cl, np.zeros(m, ftype))
+    histograms(cl)(H, N, M, on(cl, idx), on(cl, X), ndrange=n)
+    counts = np.bincount(idx, None, m)
+    sums = np.bincount(idx, X.astype(np.float64), m) - 0.25 * counts
+    np.testing.assert_allclose(H.get(), sums, rtol=1e-12 if ftype == np.float64 else 1e-5)
+    np.testing.assert_array_equal(N.get(), counts)
+    np.testing.assert_array_equal(M.get(), [X[idx == k].max() for k in range(m)])
+
+
+@tg.kernel
+def squares_of_gathered(Y, X, idx):
+    i = tg.index()
+    Y[i] = X[idx[i]] ** 2
+
+
+@tg.kernel
+def scaled(Y, a, X):
+    i = tg.index()
+    Y[i] = a * X[i]
+
+
+def test_adjoints_that_add_with_atomics(cl):
+    """A gather's adjoint (atomics into its shadow), an Active scalar's sum, and a tiled
+    product's adjoint (atomics into local-memory shadow tiles), against closed forms."""
+    from tests.ad.test_reverse import TILE, matmul
+    rng = np.random.default_rng(7)
+    X, idx = rng.random(50), rng.integers(0, 50, 2000)
+    dX = on(cl, np.zeros(50))
+    tg.autodiff(tg.Reverse, squares_of_gathered(cl), tg.Const,
+                tg.Duplicated(on(cl, np.zeros(2000)), on(cl, np.ones(2000))),
+                tg.Duplicated(on(cl, X), dX), on(cl, idx), ndrange=2000)
+    np.testing.assert_allclose(dX.get(), 2 * X * np.bincount(idx, None, 50), rtol=1e-12)
+    Z = rng.random(1000)
+    (_, da, _) = tg.autodiff(tg.Reverse, scaled(cl), tg.Const,
+                             tg.Duplicated(on(cl, np.zeros(1000)), on(cl, np.ones(1000))),
+                             tg.Active(2.0), on(cl, Z), ndrange=1000)[0]
+    assert da == pytest.approx(Z.sum(), rel=1e-12)
+    A, B, W = rng.random((16, 24)), rng.random((24, 12)), rng.random((16, 12))
+    dA, dB = on(cl, np.zeros_like(A)), on(cl, np.zeros_like(B))
+    tg.autodiff(tg.Reverse, matmul(cl, (TILE, TILE)), tg.Const,
+                tg.DuplicatedNoNeed(on(cl, np.zeros((16, 12))), on(cl, W)),
+                tg.Duplicated(on(cl, A), dA), tg.Duplicated(on(cl, B), dB), ndrange=(16, 12))
+    np.testing.assert_allclose(dA.get(), W @ B.T, rtol=1e-12)
+    np.testing.assert_allclose(dB.get(), A.T @ W, rtol=1e-12)
 
 
 def test_arrays_of_another_backend_are_refused(cl):

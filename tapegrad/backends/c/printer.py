@@ -20,7 +20,7 @@ device's dimension 0, work-items past the ndrange return at once.
 
 Kernels with barriers keep every work-item alive (each must reach each barrier) and guard
 the statements between barriers with ``_valid``, as ``structure.BarrierPlan`` splits them.
-Atomics are not printed yet: they say so with a clear error.
+Atomics call a helper per operation, type and memory (``CPrinter.atomic_helper``).
 """
 
 from __future__ import annotations
@@ -141,6 +141,7 @@ class CPrinter:
     def __init__(self, tk: TypedKernel, dialect: Dialect):
         self.tk, self.d = tk, dialect
         self.helpers: dict[str, str] = {}
+        self.pragmas: set[str] = set()        # OpenCL extensions the module's code uses
         self.lines: list[str] = []
         self.user_line: dict[int, int] = {}
 
@@ -155,6 +156,7 @@ class CPrinter:
                 f"{self.tk.groupsize}.", "// Read it to see what runs; edits are overwritten."]
         if self.d.preamble:
             head.append(self.d.preamble)
+        head += [f"#pragma OPENCL EXTENSION {e} : enable" for e in sorted(self.pragmas)]
         return "\n".join(head + [""] + list(self.helpers.values()) + [""] + body) + "\n"
 
     def _kernel(self) -> list[str]:
@@ -249,11 +251,6 @@ class CPrinter:
 
     def _refuse_unsupported(self, tk: TypedKernel) -> None:
         for n in ast.walk(ast.Module(body=tk.ir.body, type_ignores=[])):
-            name = tg_name(n)
-            if name == "group_reduce_add" or (name or "").startswith("atomic_"):
-                raise self._fail(tk, n, f"tg.{name} is not printed as {self.d.name} C yet "
-                                        "(this backend runs kernels without atomics so far); "
-                                        "run it on tg.CPU()")
             if isinstance(n, ast.Return) and any(contains_barrier(st) for st in tk.ir.body):
                 raise self._fail(tk, n, f"return in a kernel with barriers is not printed as "
                                         f"{self.d.name} C yet; run it on tg.CPU()")
@@ -275,6 +272,67 @@ class CPrinter:
             self.helpers[name] = _HELPERS[key].format(
                 f="static inline" if self.d.name == "opencl" else "static __device__ inline",
                 i=self.d.int64, T=T)
+        return name
+
+    def atomic_helper(self, op: str, dtype: str, space: str) -> str:
+        """``tg_atomic_<op>_<type>_<space>(p, v)``: the old value, ``*p`` updated atomically
+        (plainly in private memory, which one work-item owns); a compare-and-swap loop where
+        the dialect has no such instruction (floats on OpenCL; float min and max on CUDA)."""
+        T = self.d.ctype(dtype)
+        name = f"tg_atomic_{op}_{dtype}_{space}"
+        if name in self.helpers:
+            return name
+        opencl = self.d.name == "opencl"
+        qualifier = {"global": "__global ", "local": "__local ", "private": ""}[space] \
+            if opencl else ""
+        # (OpenCL's atomic built-ins take volatile pointers; CUDA's take plain ones)
+        ptr = f"{'volatile ' if opencl and space != 'private' else ''}{qualifier}{T} *p"
+        fn = "static inline" if opencl else "static __device__ inline"
+        new = {"add": "old + v", "sub": "old - v", "min": "(v < old ? v : old)",
+               "max": "(v > old ? v : old)"}[op]
+        if space == "private":
+            body = f"{T} old = *p; *p = {new}; return old;"
+        elif dtype in ("int32", "int64") and (opencl or op in ("add", "min", "max")
+                                              or dtype == "int32"):
+            if opencl:
+                call = "atomic" if dtype == "int32" else "atom"
+                if dtype == "int64":
+                    self.pragmas.add("cl_khr_int64_base_atomics")
+                    self.pragmas.add("cl_khr_int64_extended_atomics")
+                body = f"return {call}_{op}(p, v);"
+            elif dtype == "int32":
+                body = "return atomicAdd(p, -v);" if op == "sub" else \
+                    f"return atomic{op.capitalize()}(p, v);"
+            elif op == "add":
+                body = ("return (long long)atomicAdd((unsigned long long *)p, "
+                        "(unsigned long long)v);")
+            else:
+                body = f"return atomic{op.capitalize()}(p, v);"
+        elif not opencl and op in ("add", "sub") and dtype != "int64":
+            body = "return atomicAdd(p, v);" if op == "add" else "return atomicAdd(p, -v);"
+        elif not opencl and dtype == "int64":      # (sub: add the negation, two's complement)
+            body = ("return (long long)atomicAdd((unsigned long long *)p, "
+                    "(unsigned long long)(-v));")
+        else:                                      # compare-and-swap on the bits
+            wide = dtype in ("float64", "int64")
+            if opencl:
+                U = "ulong" if wide else "uint"
+                if wide:
+                    self.pragmas.add("cl_khr_int64_base_atomics")
+                cas = f"{'atom' if wide else 'atomic'}_cmpxchg((volatile {qualifier}{U} *)p, " \
+                      "seen.u, next.u)"
+                body = (f"union {{ {U} u; {T} f; }} seen, next; "
+                        f"do {{ seen.f = *p; {T} old = seen.f; next.f = {new}; }} "
+                        f"while ({cas} != seen.u); return seen.f;")
+            else:
+                U = "unsigned long long" if wide else "unsigned int"
+                to_bits = "__double_as_longlong" if dtype == "float64" else "__float_as_uint"
+                from_bits = "__longlong_as_double" if dtype == "float64" else "__uint_as_float"
+                body = (f"{U} *q = ({U} *)p; {U} seen = *q, was; "
+                        f"do {{ was = seen; {T} old = {from_bits}(was); "
+                        f"seen = atomicCAS(q, was, ({U}){to_bits}({new})); }} "
+                        f"while (seen != was); return {from_bits}(was);")
+        self.helpers[name] = f"{fn} {T} {name}({ptr}, {T} v) {{ {body} }}"
         return name
 
     def primitive_helper(self, row: primitives.Primitive, dtype: str, lowering: str) -> str:
@@ -658,6 +716,13 @@ class _Body:
             return out
         if name == "len":
             return f"{args[0].id}_shape0"
+        if name.startswith("atomic_") or name == "group_reduce_add":
+            arr, idx, value = args
+            at = self.T(arr)
+            op = "add" if name == "group_reduce_add" else name[len("atomic_"):]
+            element = self.subscript(ast.Subscript(value=arr, slice=idx, ctx=ast.Load()))
+            fn = self.p.atomic_helper(op, at.dtype, at.space)
+            return f"{fn}(&{element}, {self.coerce(value, Scalar(at.dtype))})"
         row = primitives.lookup(name)
         if row is not None:
             return self.primitive(row, node, t)
