@@ -298,3 +298,38 @@ def test_a_tiled_product_and_its_tangent(cl):
                 ndrange=(36, 28))
     np.testing.assert_allclose(C.get(), A @ B, rtol=1e-13)
     np.testing.assert_allclose(dC.get(), dA @ B + A @ dB, rtol=1e-13)
+
+
+def _adjoint(backend, move, kernel, args, wrt):
+    """Reverse mode of ``kernel`` with ones as the output's (argument 0's) shadow; the shadows
+    of the ``wrt`` arguments, as NumPy arrays."""
+    shadows, annotated = {}, []
+    for k, a in enumerate(args):
+        if k == 0 or k in wrt:
+            shadows[k] = move(np.ones(a.shape) if k == 0 else np.zeros(a.shape))
+            annotated.append(tg.Duplicated(move(a.copy()), shadows[k]))
+        else:
+            annotated.append(move(a.copy()) if isinstance(a, np.ndarray) else a)
+    tg.autodiff(tg.Reverse, kernel(backend, 32), tg.Const, *annotated, ndrange=args[0].shape[0])
+    return [tg.to_numpy(shadows[k]) for k in wrt]
+
+
+@pytest.mark.parametrize("name", ["loops", "fibonacci", "newton_sqrt", "early_exit", "stencil",
+                                  "uses_softplus", "dense_tanh"])
+def test_adjoints_with_stacks_early_exits_and_rules_agree_with_the_cpu(cl, name):
+    """Adjoints that save values on the per-work-item stack (loops), leave early, call
+    hand-written rules: the same as the CPU backend's (which tests/ad checks against finite
+    differences)."""
+    from tests.ad import test_reverse as R
+    rng = np.random.default_rng(8)
+    n = 100
+    args = {"loops": (np.zeros(n), rng.random(n), 3), "fibonacci": (np.zeros(n), rng.random(n), 4),
+            "newton_sqrt": (np.zeros(n), rng.random(n) + 0.5),
+            "early_exit": (np.zeros(n), rng.random(n)), "stencil": (np.zeros(n), rng.random(n)),
+            "uses_softplus": (np.zeros(n), rng.random(n)),
+            "dense_tanh": (np.zeros(n), rng.random((n, 3)), rng.random(3), rng.random(n))}[name]
+    wrt = [1, 2, 3] if name == "dense_tanh" else [1]
+    kernel = getattr(R, name)
+    for got, expected in zip(_adjoint(cl, lambda x: on(cl, x), kernel, args, wrt),
+                             _adjoint(CPU, lambda x: x, kernel, args, wrt)):
+        np.testing.assert_allclose(got, expected, rtol=1e-13, atol=1e-14)
