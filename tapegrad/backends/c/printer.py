@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from tapegrad.backends.returns import eliminate_returns
 from tapegrad.backends.structure import (
     Barrier,
     BarrierPlan,
@@ -56,6 +57,7 @@ class Dialect:
     local_id: str            # "{}" is the device dimension
     group_id: str
     local_memory: str        # the qualifier of workgroup-shared memory
+    local_ptr: str           # ... of a pointer to it (CUDA's pointers are generic)
     barrier: str
 
     def ctype(self, dtype: str) -> str:
@@ -74,13 +76,13 @@ OPENCL = Dialect(
     # (no contraction into fma: the results are the CPU's and Python's, rounded per operation)
     preamble="#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#pragma OPENCL FP_CONTRACT OFF",
     local_id="get_local_id({})", group_id="get_group_id({})", local_memory="__local ",
-    barrier="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);")
+    local_ptr="__local ", barrier="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);")
 
 CUDA = Dialect(
     name="cuda", kernel='extern "C" __global__ void', function="static __device__",
     global_ptr="", int64="long long", preamble="",
     local_id="threadIdx.{}", group_id="blockIdx.{}", local_memory="__shared__ ",
-    barrier="__syncthreads();")
+    local_ptr="", barrier="__syncthreads();")
 
 _CUDA_AXES = "xyz"
 
@@ -161,7 +163,6 @@ class CPrinter:
 
     def _kernel(self) -> list[str]:
         tk, d = self.tk, self.d
-        self._refuse_unsupported(tk)
         params = self._params(tk) + [f"const {d.int64} _n{k}" for k in range(tk.rank)]
         out = [f"{d.kernel} {tk.name}({', '.join(params)}) {{"]
         r, W = tk.rank, tk.groupsize
@@ -179,10 +180,14 @@ class CPrinter:
             out += self._memory(tk, decls) + self._declarations(tk, 1)
             sub.statements([st for st in body if not memory_decl(st)], 1)
             return out + sub.lines + ["}"]
-        # work-items past the ndrange stay: every one must reach each barrier
-        out.append(f"    const bool _valid = {valid};")
+        # work-items past the ndrange stay: every one must reach each barrier; one that
+        # returns stays too, invalid from there on (returns.py)
+        out.append(f"    bool _valid = {valid};")
         out += self._memory(tk, decls) + self._declarations(tk, 1)
         plan = BarrierPlan(tk, [st for st in body if not memory_decl(st)], decls)
+        if any(isinstance(n, ast.Return) for n in ast.walk(ast.Module(body=body,
+                                                                      type_ignores=[]))):
+            out.append("    bool _returned = false;")
         if plan.runtime_values:
             out.append(f"    {d.local_memory}{d.int64} _group_values"
                        f"[{len(plan.runtime_values)}];")
@@ -208,10 +213,15 @@ class CPrinter:
     @staticmethod
     def _function(callee: TypedKernel, parent: CPrinter) -> list[str]:
         d = parent.d
-        parent._refuse_unsupported(callee)
         ret = callee.return_type
         rtype = d.ctype(ret.dtype) if isinstance(ret, Scalar) else "void"
-        out = [f"{d.function} {rtype} {callee.symbol}({', '.join(parent._params(callee))}) {{"]
+        out = []
+        if isinstance(ret, TupleT):          # a tuple comes back as a struct of its items
+            rtype = f"tg_tuple_{callee.symbol}"
+            fields = " ".join(f"{d.ctype(item.dtype)} v{k};" for k, item in enumerate(ret.items))
+            out.append(f"typedef struct {{ {fields} }} {rtype};")
+        out.append(f"{d.function} {rtype} {callee.symbol}({', '.join(parent._params(callee))}) "
+                   "{")
         out += parent._declarations(callee, 1)
         sub = _Body(parent, callee)
         sub.statements(callee.ir.body, 1)
@@ -223,11 +233,19 @@ class CPrinter:
         out = []
         for p, t in zip(tk.ir.params, tk.argtypes):
             if isinstance(t, Array):
-                out.append(f"{self.d.global_ptr}{self.d.element_type(t.dtype)} *{p}")
+                qualifier = {"global": self.d.global_ptr, "local": self.d.local_ptr,
+                             "private": ""}[t.space]
+                element = self.d.element_type(t.dtype) if t.space == "global" else \
+                    self.d.ctype(t.dtype)
+                out.append(f"{qualifier}{element} *{p}")
                 out += [f"const {self.d.int64} {p}_shape{k}" for k in range(t.ndim)]
             elif isinstance(t, Scalar):
                 ctype = "int" if t.dtype == "bool" else self.d.ctype(t.dtype)
                 out.append(f"const {ctype} {p}")
+            elif isinstance(t, TupleT) and not tk.ir.is_kernel and all(
+                    isinstance(item, Scalar) for item in t.items):
+                out += [f"const {self.d.ctype(item.dtype)} {p}_{k}"
+                        for k, item in enumerate(t.items)]
             else:
                 raise self._fail(tk, tk.ir.body[0] if tk.ir.body else None,
                                  f"argument {p} ({t}) cannot be passed to a C kernel yet")
@@ -248,16 +266,6 @@ class CPrinter:
                                                    "of numbers are printed as C so far")
                     out.append("    " * depth + f"{self.d.ctype(item.dtype)} {name}_{k} = 0;")
         return out
-
-    def _refuse_unsupported(self, tk: TypedKernel) -> None:
-        for n in ast.walk(ast.Module(body=tk.ir.body, type_ignores=[])):
-            if isinstance(n, ast.Return) and any(contains_barrier(st) for st in tk.ir.body):
-                raise self._fail(tk, n, f"return in a kernel with barriers is not printed as "
-                                        f"{self.d.name} C yet; run it on tg.CPU()")
-        for p, t in zip(tk.ir.params, tk.argtypes):
-            if isinstance(t, Array) and t.space != "global":
-                raise self._fail(tk, None, f"{tk.name}: passing local or private memory ({p}) "
-                                           "to a device function is not printed as C yet")
 
     def _fail(self, tk: TypedKernel, node: ast.AST | None, message: str) -> KernelSyntaxError:
         return located(node if node is not None else ast.Pass(lineno=tk.ir.lineno,
@@ -364,9 +372,17 @@ class _Body:
             elif isinstance(b, Segment):
                 if not b.stmts:
                     continue
-                self.emit("if (_valid) {", depth)
-                self.statements(b.stmts, depth + 1)
-                self.emit("}", depth)
+                stmts, _ = eliminate_returns(b.stmts)
+                if stmts != b.stmts or any(isinstance(n, ast.Return) for st in b.stmts
+                                           for n in ast.walk(st)):
+                    # (continue leaves the do-while: the rest of the segment is skipped)
+                    self.emit("if (_valid) do {", depth)
+                    self.statements(stmts, depth + 1)
+                    self.emit("} while (0);", depth)
+                else:
+                    self.emit("if (_valid) {", depth)
+                    self.statements(b.stmts, depth + 1)
+                    self.emit("}", depth)
                 if b.evaluates:       # work-item 0 shares the values group-level code needs
                     self.emit(f"if ({lid} == 0) {{", depth)
                     for v in b.evaluates:
@@ -427,7 +443,9 @@ class _Body:
     def statement(self, s: ast.stmt, depth: int) -> None:
         self.emit(f"// {self.tk.ir.filename.rsplit('/', 1)[-1]}:{s.lineno}", depth) \
             if hasattr(s, "lineno") and not isinstance(s, (ast.Break, ast.Continue)) else None
-        if isinstance(s, ast.Assign):
+        if isinstance(s, ast.Assign) and getattr(s.targets[0], "id", None) == "_returned":
+            self.emit("_returned = true;", depth)        # (returns.py: leaving a loop)
+        elif isinstance(s, ast.Assign):
             self.assign(s.targets[0], s.value, depth)
         elif isinstance(s, ast.AugAssign):
             combined = ast.BinOp(left=s.target, op=s.op, right=s.value)
@@ -456,13 +474,20 @@ class _Body:
         elif isinstance(s, ast.For):
             self.for_range(s, depth)
         elif isinstance(s, ast.Return):
-            if s.value is None or not self.tk.ir.params or self.tk.ir.is_kernel:
+            ret = self.tk.return_type
+            if s.value is None or self.tk.ir.is_kernel:
                 self.emit("return;", depth)
+            elif isinstance(ret, TupleT):
+                items = ", ".join(self.cast_text(text, src, item) for (text, src), item
+                                  in zip(self.tuple_parts(s.value), ret.items))
+                self.emit(f"{{ tg_tuple_{self.tk.symbol} _r = {{{items}}}; return _r; }}", depth)
             else:
-                self.emit(f"return {self.coerce(s.value, self.tk.return_type)};", depth)
+                self.emit(f"return {self.coerce(s.value, ret)};", depth)
         elif isinstance(s, ast.Break):
             self.emit("break;", depth)
         elif isinstance(s, ast.Continue):
+            if getattr(s, "_tg_item_exit", False):     # a return: invalid from here on
+                self.emit("_valid = false;", depth)
             self.emit("continue;", depth)
         elif isinstance(s, ast.Pass):
             pass
@@ -489,8 +514,30 @@ class _Body:
         self.emit("}", depth)
 
     def assign(self, target: ast.expr, value: ast.expr, depth: int) -> None:
+        if isinstance(value, ast.Call) and tg_name(value) is None \
+                and isinstance(self.T(value), TupleT):       # a device function's tuple
+            callee = self.tk.callees[id(value)]
+            self.emit("{", depth)
+            self.emit(f"const tg_tuple_{callee.symbol} _t = {self.expr(value)};", depth + 1)
+            names = [self.target(e) for e in target.elts] if isinstance(target, ast.Tuple) \
+                else [f"{target.id}_{k}" for k in range(len(self.T(value).items))]
+            for k, name in enumerate(names):
+                self.emit(f"{name} = _t.v{k};", depth + 1)
+            self.emit("}", depth)
+            return
         if isinstance(target, ast.Tuple):
             parts = self.tuple_parts(value)
+            if isinstance(value, ast.Tuple) and len(parts) > 1:
+                # a, b = b, a: every value is read before any name is assigned
+                self.emit("{", depth)
+                for k, (e, part) in enumerate(zip(target.elts, parts)):
+                    t = self.T(e)
+                    self.emit(f"const {self.d.ctype(t.dtype)} _swap{k} = "
+                              f"{self.cast_text(part[0], part[1], t)};", depth + 1)
+                for k, e in enumerate(target.elts):
+                    self.emit(f"{self.target(e)} = _swap{k};", depth + 1)
+                self.emit("}", depth)
+                return
             for e, part in zip(target.elts, parts):
                 t = self.T(e)
                 self.emit(f"{self.target(e)} = {self.cast_text(part[0], part[1], t)};", depth)
@@ -612,9 +659,15 @@ class _Body:
     def expr_Subscript(self, node: ast.Subscript) -> str:
         base = self.T(node.value)
         if isinstance(base, TupleT):
-            k = ast.literal_eval(node.slice)
             parts = self.tuple_parts(node.value)
-            return parts[k % len(parts)][0]
+            try:
+                return parts[ast.literal_eval(node.slice) % len(parts)][0]
+            except ValueError:         # an index known at run time: pick the component
+                k = self.expr(node.slice)
+                out = parts[-1][0]
+                for j in range(len(parts) - 2, -1, -1):
+                    out = f"({k} == {j} ? {parts[j][0]} : {out})"
+                return out
         text = self.subscript(node)
         return f"({text} != 0)" if base.dtype == "bool" else text
 
@@ -678,6 +731,9 @@ class _Body:
             for a, at in zip(args, callee.argtypes):
                 if isinstance(at, Array):
                     texts += [a.id] + [f"{a.id}_shape{k}" for k in range(at.ndim)]
+                elif isinstance(at, TupleT):
+                    texts += [self.cast_text(text, src, item) for (text, src), item
+                              in zip(self.tuple_parts(a), at.items)]
                 else:
                     texts.append(self.coerce(a, at))
             return f"{callee.symbol}({', '.join(texts)})"

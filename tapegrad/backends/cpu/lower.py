@@ -28,7 +28,7 @@ from functools import partial
 
 from tapegrad.backends.cpu.definite import unassigned_locals
 from tapegrad.backends.cpu.expressions import CPULowering, vmath_version
-from tapegrad.backends.cpu.itemcode import additive, eliminate_returns, rename_assigned
+from tapegrad.backends.cpu.itemcode import additive, rename_assigned
 from tapegrad.backends.cpu.outline import outline_task
 from tapegrad.backends.cpu.passes import Plan, bounds_checked, is_integral, plan
 from tapegrad.backends.cpu.privatize import PrivateSums
@@ -42,6 +42,7 @@ from tapegrad.backends.numba_lower import (
     helpers_used,
     row_major,
 )
+from tapegrad.backends.returns import eliminate_returns
 from tapegrad.backends.structure import (
     Barrier,
     BarrierPlan,
