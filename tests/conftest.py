@@ -11,6 +11,9 @@ import os
 
 if os.environ.get("TAPEGRAD_TEST_GPU") != "1":
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")   # before numba.cuda is imported
+# PoCL runs a launch on every core; the suite runs two test processes side by side, so each
+# OpenCL launch takes one core (as each process's share)
+os.environ.setdefault("POCL_MAX_PTHREAD_COUNT", "1")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

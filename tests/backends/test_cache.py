@@ -123,8 +123,9 @@ def test_second_process_loads_from_disk_cache(tmp_path):
 
     second, log2 = _run(tmp_path, cache_dir)
     assert second["ok"] and second["hits"] > 0
-    assert second["first_launch_s"] < 1.0, second
-    assert second["first_launch_s"] < first["first_launch_s"], (first, second)
+    # (relative, not in seconds: on a machine the other test worker keeps busy both runs
+    # slow down; idle, it is ~0.8 s against ~4.4 s)
+    assert second["first_launch_s"] < first["first_launch_s"] / 2, (first, second)
     # no recompilation: everything was loaded, nothing saved, no cache file rewritten or added
     assert "data loaded from" in log2
     assert "data saved to" not in log2 and "index saved to" not in log2
