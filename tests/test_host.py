@@ -142,7 +142,10 @@ def _reference(name):
 def test_math_alias_on_host_scalars(name):
     fn = getattr(tg, name)
     args = _args(name)
-    assert fn(*args) == pytest.approx(_reference(name)(*args), rel=1e-15, abs=0)
+    if hasattr(math, name) and name not in _CLOSED_FORMS:
+        assert fn(*args) == getattr(math, name)(*args)          # math's own, bit for bit
+    else:
+        assert fn(*args) == pytest.approx(_reference(name)(*args), rel=1e-15, abs=0)
     assert name in tg.__all__
 
 
