@@ -365,7 +365,6 @@ class Lowered:
     # (argument position, ndim) of each array whose atomics add into per-thread copies: the
     # launcher passes those copies (all zero; the kernel leaves them zero)
     pools: tuple = ()
-    passes: str = ""      # what the CPU's passes did (passes.Plan.describe)
 
 
 class Printer:

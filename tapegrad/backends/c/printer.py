@@ -144,8 +144,6 @@ class CPrinter:
         self.tk, self.d = tk, dialect
         self.helpers: dict[str, str] = {}
         self.pragmas: set[str] = set()        # OpenCL extensions the module's code uses
-        self.lines: list[str] = []
-        self.user_line: dict[int, int] = {}
 
     # -- the module ------------------------------------------------------------------------
     def module(self, callees: list[TypedKernel]) -> str:
@@ -441,8 +439,8 @@ class _Body:
             self.statement(s, depth)
 
     def statement(self, s: ast.stmt, depth: int) -> None:
-        self.emit(f"// {self.tk.ir.filename.rsplit('/', 1)[-1]}:{s.lineno}", depth) \
-            if hasattr(s, "lineno") and not isinstance(s, (ast.Break, ast.Continue)) else None
+        if hasattr(s, "lineno") and not isinstance(s, (ast.Break, ast.Continue)):
+            self.emit(f"// {self.tk.ir.filename.rsplit('/', 1)[-1]}:{s.lineno}", depth)
         if isinstance(s, ast.Assign) and getattr(s.targets[0], "id", None) == "_returned":
             self.emit("_returned = true;", depth)        # (returns.py: leaving a loop)
         elif isinstance(s, ast.Assign):

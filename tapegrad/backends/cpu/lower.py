@@ -114,8 +114,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         out.blank()
         self.write_kernel()
         pools = tuple((ir.params.index(a), nd) for a, nd in self.plan.private_sums.items())
-        return Lowered(out.source(), ir.name, out.user_line, ir.filename, pools,
-                       self.plan.describe())
+        return Lowered(out.source(), ir.name, out.user_line, ir.filename, pools)
 
     def write_function(self, callee: TypedKernel) -> None:
         out = self.out
