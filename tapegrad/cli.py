@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="time tapegrad kernels against hand-written Numba and NumPy")
     bench.add_argument("--quick", action="store_true", help="small sizes, few repeats (< 60 s)")
     bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    bench.add_argument("--backend", choices=("cpu", "cuda"), default="cpu",
+    bench.add_argument("--backend", choices=("cpu", "cuda", "opencl"), default="cpu",
                        help="where to run (cuda needs a GPU)")
     args = parser.parse_args(argv)
     if args.command == "demo":

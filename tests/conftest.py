@@ -1,16 +1,12 @@
-"""Shared fixtures: one fixture parametrises the backend (the CPU, CUDA, and OpenCL's printed C
-on PoCL through NumPy arrays copied per launch).
-
-The CUDA backend runs on Numba's CUDA simulator here (no GPU on development machines or in
-CI); ``TAPEGRAD_TEST_GPU=1`` runs it on a real GPU instead (tests/gpu/run_gpu_checks.sh).
+"""Shared fixtures: one fixture parametrises the backend: the CPU, and OpenCL's printed C on
+PoCL through NumPy arrays copied per launch; with ``TAPEGRAD_TEST_GPU=1`` (on a machine with an
+NVIDIA GPU: tests/gpu/run_gpu_checks.sh) also CUDA's printed C on the GPU, the same way.
 """
 
 from __future__ import annotations
 
 import os
 
-if os.environ.get("TAPEGRAD_TEST_GPU") != "1":
-    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")   # before numba.cuda is imported
 # PoCL runs a launch on every core; the suite runs two test processes side by side, so each
 # OpenCL launch takes one core (as each process's share)
 os.environ.setdefault("POCL_MAX_PTHREAD_COUNT", "1")
@@ -19,19 +15,37 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import tapegrad as tg  # noqa: E402
+from tapegrad.backends.cpu.arrays import NUMPY  # noqa: E402
 
 
-def _opencl_on_numpy():
-    """tg.OpenCL's printed C on NumPy arrays: each launch copies the arrays to the device and
-    back (slow, and only for tests: the backend-parametrised tests pass NumPy arrays)."""
-    import pyopencl.array as cla
+def cuda_twin(tk):
+    """Print ``tk`` as CUDA C++ too, compile that with NVRTC to an sm_90 cubin (no GPU needed;
+    cached on disk), and check that it differs from the OpenCL C only where the languages must:
+    every kernel the OpenCL tests launch (primal, tangent, adjoint) is thereby a CUDA kernel
+    that compiles."""
+    from tapegrad.backends.c.printer import CUDA, OPENCL, CPrinter
+    from tapegrad.backends.cuda.nvrtc import compile_cuda
+    from tapegrad.backends.structure import device_functions
+    from tests.backends.dialects import as_cuda, without_atomic_helpers
 
-    from tapegrad.backends.cpu.arrays import NUMPY
-    from tapegrad.backends.opencl.backend import OpenCL
+    callees = device_functions(tk)
+    printer = CPrinter(tk, CUDA)
+    cuda = printer.module(callees)
+    compile_cuda(cuda, tk.name, 90)
+    if not printer.dynamic_bytes:
+        opencl = CPrinter(tk, OPENCL).module(callees)
+        assert as_cuda(without_atomic_helpers(opencl)).strip() == \
+            without_atomic_helpers(cuda).strip()
+    return printer, cuda
 
-    class OpenCLOnNumPy(OpenCL):
+
+def _on_numpy(base, to_device, to_host, twin=None):
+    """``base``'s kernels on NumPy arrays: each launch copies the arrays to the device and back
+    (slow, and only for tests: the backend-parametrised tests pass NumPy arrays)."""
+
+    class OnNumPy(base):
         arrays = NUMPY
-        sim = False
+        copies = True
 
         def owns(self, x):
             return isinstance(x, np.ndarray)
@@ -49,47 +63,66 @@ def _opencl_on_numpy():
             return np.array(x, copy=True)
 
         def __repr__(self):
-            return "OpenCL(on NumPy arrays)"
+            return f"{base.__name__}(on NumPy arrays)"
 
         def compile(self, tk):
+            if twin is not None:
+                twin(tk)
             run = super().compile(tk)
-            q = self.queue
 
             def launch(args, ndrange):
-                moved = [cla.to_device(q, np.ascontiguousarray(a)) if isinstance(a, np.ndarray)
+                moved = [to_device(self, np.ascontiguousarray(a)) if isinstance(a, np.ndarray)
                          else a for a in args]
                 run(tuple(moved), ndrange)
                 for a, d in zip(args, moved):
                     if isinstance(a, np.ndarray) and a.flags.writeable:
-                        a[...] = d.get()
+                        a[...] = to_host(d)
             launch.source = run.source
             return launch
 
-    return OpenCLOnNumPy()
+    return OnNumPy()
 
 
-BACKENDS = {"cpu": tg.CPU, "cuda": tg.CUDA, "opencl": _opencl_on_numpy}
+def _opencl_on_numpy():
+    import pyopencl.array as cla
+
+    from tapegrad.backends.opencl.backend import OpenCL
+    return _on_numpy(OpenCL, lambda b, a: cla.to_device(b.queue, a), lambda d: d.get(),
+                     twin=cuda_twin)
+
+
+def _cuda_on_numpy():
+    import cupy
+
+    from tapegrad.backends.cuda.backend import CUDA
+    return _on_numpy(CUDA, lambda b, a: cupy.asarray(a), cupy.asnumpy)
+
+
+BACKENDS = {"cpu": tg.CPU, "opencl": _opencl_on_numpy}
+if os.environ.get("TAPEGRAD_TEST_GPU") == "1":
+    BACKENDS["cuda"] = _cuda_on_numpy
 
 
 @pytest.fixture(params=sorted(BACKENDS), scope="session")
 def backend(request):
-    """Every backend: ``tg.CPU()`` and ``tg.CUDA()`` (simulated unless on a GPU)."""
+    """Every backend: ``tg.CPU()``, OpenCL (PoCL) and, on a GPU machine, CUDA."""
     return BACKENDS[request.param]()
 
 
-def simulated(backend) -> bool:
-    """Whether ``backend`` runs on Numba's CUDA simulator (slow: tiny grids only)."""
-    return bool(getattr(backend, "sim", False))
+def copies(backend) -> bool:
+    """Whether ``backend`` copies its arguments to a device and back at every launch."""
+    return bool(getattr(backend, "copies", False))
 
 
 @pytest.fixture(scope="session")
 def size(backend):
-    """``size(cpu, cuda)``: a problem size (or workgroup size) for this backend.
+    """``size(cpu, device)``: a problem size (or workgroup size) for this backend.
 
-    The first value serves the CPU and a real GPU; the second, small one serves the CUDA
-    simulator, which takes roughly 0.1 ms per work-item.  Keep the same checks for both: pick
-    the small size so that the simulator still sees contention (few bins, several groups).
+    The first value serves the CPU; the second, smaller one the devices' test harness, which
+    copies every array at every launch (realistic sizes run in tests/backends/test_opencl.py on
+    the device's own arrays).  Keep the same checks for both: pick the small size so that it
+    still sees contention (few bins, several groups).
     """
-    def pick(cpu, cuda):
-        return cuda if simulated(backend) else cpu
+    def pick(cpu, device):
+        return device if copies(backend) else cpu
     return pick

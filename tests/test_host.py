@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import math
+import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import tapegrad as tg
+from tapegrad.backends import registry
+from tapegrad.backends.cuda.arrays import CUDA_ARRAYS
 from tapegrad.lang.intrinsics import BINARY_MATH, UNARY_MATH
 
 
@@ -32,21 +35,23 @@ def test_get_backend_rejects_non_arrays(x):
         tg.get_backend(x)
 
 
-def test_get_backend_of_gpu_arrays_is_cuda():
+def test_gpu_arrays_are_cuda_arrays_and_their_backend_says_what_is_missing(monkeypatch):
     class FakeGpuArray:
         __cuda_array_interface__ = {"shape": (3,), "typestr": "<f8", "data": (0, False),
                                     "version": 3}
 
     class FakeCupyArray(FakeGpuArray):
-        device = SimpleNamespace(id=0)        # CuPy spells the device index .id
+        device = SimpleNamespace(id=1)        # CuPy spells the device index .id
 
     class FakeTorchTensor(FakeGpuArray):
-        device = SimpleNamespace(index=0)     # PyTorch spells it .index
+        device = SimpleNamespace(index=1)     # PyTorch spells it .index
 
-    for x in (FakeGpuArray(), FakeCupyArray(), FakeTorchTensor()):
-        b = tg.get_backend(x)
-        assert isinstance(b, tg.Backend) and b.name == "cuda" and b.device == 0
-        assert b == tg.CUDA() and b != tg.CPU()
+    for x, device in ((FakeGpuArray(), 0), (FakeCupyArray(), 1), (FakeTorchTensor(), 1)):
+        assert registry.kind_of(x) is CUDA_ARRAYS and CUDA_ARRAYS.device(x) == device
+    monkeypatch.setitem(sys.modules, "cupy", None)      # (as where CuPy is not installed)
+    with pytest.raises(tg.BackendError,
+                       match=r"tg.CUDA\(\) needs CuPy.*tapegrad\[cuda13\].*tg.OpenCL\(\)"):
+        tg.get_backend(FakeCupyArray())
 
 
 @pytest.mark.parametrize("shape, expected", [(5, (5,)), ((2, 3), (2, 3)), ([4, 1, 2], (4, 1, 2)),

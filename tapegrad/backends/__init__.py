@@ -39,8 +39,8 @@ def get_backend(x: Any) -> Backend:
 
 
 def CUDA(device: int = 0) -> Backend:  # noqa: N802 - the public name is tg.CUDA
-    """An NVIDIA GPU backend: ``tg.CUDA()`` (needs numba-cuda and CuPy, or the simulator)."""
-    from tapegrad.backends.cuda.backend import CUDA as _CUDA  # imports numba.cuda lazily
+    """An NVIDIA GPU backend: ``tg.CUDA()`` (needs a GPU, CuPy and NVRTC: the [cuda13] extra)."""
+    from tapegrad.backends.cuda.backend import CUDA as _CUDA  # imports cupy
     return _CUDA(device)
 
 

@@ -70,7 +70,7 @@ def _run(source: str, path: Path) -> ModuleType:
     modname = path.stem
     module = ModuleType(modname)
     module.__file__ = str(path)
-    numba_cache.claim_numba_locators()   # CUDA's list too, once numba-cuda is imported
+    numba_cache.claim_numba_locators()
     sys.modules[modname] = module        # before running it: other generated modules import it
     try:
         exec(compile(source, str(path), "exec"), module.__dict__)

@@ -150,7 +150,7 @@ def _create_private(filepath: str) -> Iterator[BinaryIO]:
 
 @functools.cache
 def _checked(base: type) -> type:
-    """``base`` (Numba's ``FunctionCache``, numba-cuda's ``CUDACache``) with :class:`_Checked`
+    """``base`` (Numba's ``FunctionCache``) with :class:`_Checked`
     mixed in and :class:`Locator` its only locator."""
     impl = type(f"Tapegrad{base._impl_class.__name__}", (base._impl_class,),
                 {"_locator_classes": [Locator], "__module__": __name__})
@@ -179,12 +179,11 @@ def njit(*args: Any, **options: Any) -> Any:
 
 
 def claim_numba_locators() -> None:
-    """Put :class:`Locator` first among Numba's locators (the CPU's, and CUDA's once imported)."""
-    for name in ("numba.core.caching", "numba.cuda.core.caching"):
-        module = sys.modules.get(name)
-        impl = getattr(module, "CacheImpl", None) or getattr(module, "_CacheImpl", None)
-        if impl is not None and Locator not in impl._locator_classes:
-            impl._locator_classes.insert(0, Locator)
+    """Put :class:`Locator` first among Numba's locators."""
+    module = sys.modules.get("numba.core.caching")
+    impl = getattr(module, "CacheImpl", None) or getattr(module, "_CacheImpl", None)
+    if impl is not None and Locator not in impl._locator_classes:
+        impl._locator_classes.insert(0, Locator)
 
 
 claim_numba_locators()

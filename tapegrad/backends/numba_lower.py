@@ -1,9 +1,10 @@
-"""What the CPU and CUDA backends share: turning typed kernel-language code into Numba Python.
+"""Turning typed kernel-language code into Numba Python (the CPU backend's lowering).
 
 ``ExprLowering`` rewrites expressions (intrinsics to Numba calls, explicit casts so that Numba
 computes exactly the types tapegrad inferred); ``Printer`` writes statements out as source text,
 with a comment tying each block to the user's line and a map from generated to user lines.
-Backends subclass ``ExprLowering`` for what differs: work-item indices and memory.
+The CPU's lowering subclasses ``ExprLowering`` for work-item indices and memory (GPUs get C
+from ``tapegrad.backends.c.printer`` instead).
 """
 
 from __future__ import annotations

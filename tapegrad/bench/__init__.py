@@ -191,8 +191,15 @@ def _bandwidth_gbs(quick: bool) -> float:
     return 2 * src.nbytes / (ms * 1e-3) / 1e9
 
 
-def _gpu_ms(fn: Callable[[], Any], repeats: int) -> float:
-    """Median GPU time of ``fn`` between CUDA events on CuPy's current stream."""
+def _device_ms(backend: Any, fn: Callable[[], Any], repeats: int) -> float:
+    """Median milliseconds of ``fn`` on ``backend``: between CUDA events on CuPy's current
+    stream on a GPU, else wall time up to the device's finish."""
+    if backend.name != "cuda":
+        def finished() -> None:
+            fn()
+            backend.synchronize()
+        finished()
+        return _median_ms(finished, repeats)
     import cupy
     times = []
     for _ in range(repeats):
@@ -205,65 +212,91 @@ def _gpu_ms(fn: Callable[[], Any], repeats: int) -> float:
     return float(np.median(times))
 
 
-def cuda_main(quick: bool = False, json_path: str | None = None) -> int:
-    """Elementwise kernels on the GPU: primal against the copy bandwidth, adjoint and tangent
-    launches against the primal."""
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        print("bench --backend cuda needs a GPU (the CUDA simulator is for correctness only)")
-        return 1
+def device_main(name: str, quick: bool = False, json_path: str | None = None) -> int:
+    """A GPU backend (``cuda``) or OpenCL device: host cost per launch, recorded launch and
+    replayed adjoint; elementwise kernels' primal against the copy bandwidth and their adjoint
+    and tangent against the primal; every result checked against the CPU backend's.  On PoCL
+    (OpenCL on the CPU) it measures correctness and overheads, not a GPU's speed."""
     try:
-        import cupy
-    except ImportError:
-        print("bench --backend cuda needs CuPy: pip install 'tapegrad[cuda13]'")
+        backend = tg.CUDA() if name == "cuda" else tg.OpenCL()
+    except tg.BackendError as e:
+        print(f"bench --backend {name}: {e}")
         return 1
-    gpu = tg.CUDA()
-    n = 1 << (20 if quick else 26)
+    gpu = name == "cuda"
+    n = 1 << ((20 if quick else 26) if gpu else (16 if quick else 20))
     repeats = 5 if quick else 20
-    rng = cupy.random.default_rng(0)
-    A, X, Y = (rng.random(n, dtype=cupy.float32) for _ in range(3))
-    B, Z = cupy.empty_like(A), cupy.empty_like(A)
-    dA, dB, dX, dY, dZ = (cupy.zeros_like(A) for _ in range(5))
-    tA = rng.random(n, dtype=cupy.float32)
-    src, dst = cupy.ones(n, cupy.float32), cupy.empty(n, cupy.float32)
-    copy_ms = _gpu_ms(lambda: dst.__setitem__(Ellipsis, src), repeats)
-    copy_gbs = 2 * src.nbytes / (copy_ms * 1e-3) / 1e9
-    props = cupy.cuda.runtime.getDeviceProperties(gpu.device)
-    print(f"tapegrad {tg.__version__} bench on {props['name'].decode()} "
-          f"(n = {n} float32); copy bandwidth {copy_gbs:.0f} GB/s")
-    tg.autodiff(tg.Reverse, sin_kernel(gpu), tg.Const, tg.Duplicated(B, dB),
-                tg.Duplicated(A, dA), ndrange=n)
-    sin_adj = sin_kernel.cache[("last", "reverse", gpu)]
-    tg.autodiff(tg.Forward, sin_kernel(gpu), tg.Const, tg.Duplicated(B, dB),
+    rng = np.random.default_rng(0)
+    host = {k: rng.random(n, dtype=np.float32) for k in ("A", "X", "Y", "tA")}
+    A, X, Y, tA = (backend.asarray(host[k]) for k in ("A", "X", "Y", "tA"))
+    B, Z, dA, dX, dY = (backend.zeros(np.float32, (n,)) for _ in range(5))
+    dB, dZ = (backend.ones(np.float32, (n,)) for _ in range(2))
+    src, dst = backend.ones(np.float32, (n,)), backend.allocate(np.float32, (n,))
+    copy_ms = _device_ms(backend, lambda: dst.__setitem__(Ellipsis, src), repeats)
+    copy_gbs = 2 * n * 4 / (copy_ms * 1e-3) / 1e9
+    print(f"tapegrad {tg.__version__} bench on {backend!r} (n = {n} float32); copy "
+          f"bandwidth {copy_gbs:.0f} GB/s")
+    errors = _check_against_cpu(backend, host, (A, B, dA, dB, tA, X, Y, Z, dX, dY, dZ), n)
+    sin_adj = sin_kernel.cache[("last", "reverse", backend)]
+    tg.autodiff(tg.Forward, sin_kernel(backend), tg.Const, tg.Duplicated(B, dB),
                 tg.Duplicated(A, tA), ndrange=n)
-    sin_tan = sin_kernel.cache[("last", "forward", gpu)]
-    tg.autodiff(tg.Reverse, axpy(gpu), tg.Const, tg.Duplicated(Z, dZ), tg.Active(2.0),
-                tg.Duplicated(X, dX), tg.Duplicated(Y, dY), ndrange=n)
-    axpy_adj = axpy.cache[("last", "reverse", gpu)]
-    a_out = cupy.zeros(1)
+    sin_tan = sin_kernel.cache[("last", "forward", backend)]
+    axpy_adj = axpy.cache[("last", "reverse", backend)]
+    a_out = backend.zeros(np.float64, (1,))
     cases = [
-        ("sin", 2 * n * 4, lambda: sin_kernel(gpu)(B, A, ndrange=n),
+        ("sin", 2 * n * 4, lambda: sin_kernel(backend)(B, A, ndrange=n),
          lambda: sin_adj((B, A, dB, dA), (n,)), lambda: sin_tan((B, A, dB, tA), (n,))),
-        ("z = a x + y (Active a)", 3 * n * 4, lambda: axpy(gpu)(Z, 2.0, X, Y, ndrange=n),
+        ("z = a x + y (Active a)", 3 * n * 4, lambda: axpy(backend)(Z, 2.0, X, Y, ndrange=n),
          lambda: axpy_adj((Z, 2.0, X, Y, dZ, dX, dY, a_out), (n,)), None),
     ]
     rows = []
     print(f"{'kernel':<26} {'primal':>9} {'of copy bw':>10} {'adjoint':>9} {'adj/primal':>10} "
           f"{'tangent':>9} {'tan/primal':>10}")
-    for name, nbytes, primal, adjoint, tangent in cases:
-        p_ms = _gpu_ms(primal, repeats)
-        a_ms = _gpu_ms(adjoint, repeats)
-        t_ms = _gpu_ms(tangent, repeats) if tangent else float("nan")
+    for label, nbytes, primal, adjoint, tangent in cases:
+        p_ms = _device_ms(backend, primal, repeats)
+        a_ms = _device_ms(backend, adjoint, repeats)
+        t_ms = _device_ms(backend, tangent, repeats) if tangent else float("nan")
         frac = nbytes / (p_ms * 1e-3) / 1e9 / copy_gbs
-        rows.append({"kernel": name, "primal_ms": p_ms, "adjoint_ms": a_ms, "tangent_ms": t_ms,
+        rows.append({"kernel": label, "primal_ms": p_ms, "adjoint_ms": a_ms, "tangent_ms": t_ms,
                      "fraction_of_copy_bandwidth": frac, "adjoint_over_primal": a_ms / p_ms})
-        print(f"{name:<26} {p_ms:>6.3f} ms {frac:>9.0%} {a_ms:>6.3f} ms {a_ms / p_ms:>9.2f}x "
+        print(f"{label:<26} {p_ms:>6.3f} ms {frac:>9.0%} {a_ms:>6.3f} ms {a_ms / p_ms:>9.2f}x "
               f"{t_ms:>6.3f} ms {t_ms / p_ms:>9.2f}x")
+    overheads = _launch_overheads(quick, backend)
     if json_path:
         with open(json_path, "w") as f:
-            json.dump({"device": props["name"].decode(), "n": n, "copy_gbs": copy_gbs,
-                       "results": rows}, f, indent=2)
+            json.dump({"device": repr(backend), "n": n, "copy_gbs": copy_gbs,
+                       "max_relative_error_vs_cpu": errors, "results": rows,
+                       "launch_overhead_us": overheads}, f, indent=2)
         print(f"wrote {json_path}")
-    return 0
+    worst = max(errors.values())
+    print(f"results against the CPU backend's: largest relative difference {worst:.1e} "
+          f"({'ok' if worst < 1e-5 else 'WRONG'})")
+    return 0 if worst < 1e-5 else 1
+
+
+def _check_against_cpu(backend: Any, host: dict, arrays: tuple, n: int) -> dict:
+    """Run sin's adjoint and tangent and a x + y's adjoint on ``backend`` and on the CPU from
+    the same data; the largest relative difference of each result."""
+    cpu = tg.CPU()
+    results = {}
+    for where, (A, B, dA, dB, tA, X, Y, Z, dX, dY, dZ) in (
+            (backend, arrays),
+            (cpu, (host["A"], np.zeros(n, np.float32), np.zeros(n, np.float32),
+                   np.ones(n, np.float32), host["tA"], host["X"], host["Y"],
+                   np.zeros(n, np.float32), np.zeros(n, np.float32), np.zeros(n, np.float32),
+                   np.ones(n, np.float32)))):
+        tg.autodiff(tg.Reverse, sin_kernel(where), tg.Const, tg.Duplicated(B, dB),
+                    tg.Duplicated(A, dA), ndrange=n)
+        (da,) = tg.autodiff(tg.Reverse, axpy(where), tg.Const, tg.Duplicated(Z, dZ),
+                            tg.Active(2.0), tg.Duplicated(X, dX), tg.Duplicated(Y, dY),
+                            ndrange=n)[0][1:2]
+        tB = tg.make_zero(B)
+        tg.autodiff(tg.Forward, sin_kernel(where), tg.Const, tg.Duplicated(B, tB),
+                    tg.Duplicated(A, tA), ndrange=n)
+        results[where.name] = {"sin": tg.to_numpy(B), "sin adjoint": tg.to_numpy(dA),
+                               "sin tangent": tg.to_numpy(tB), "axpy": tg.to_numpy(Z),
+                               "axpy adjoint": tg.to_numpy(dX), "Active a": np.float32(da)}
+    return {k: float(np.max(np.abs(v - results["cpu"][k]) / (np.abs(results["cpu"][k]) + 1e-30)))
+            for k, v in results[backend.name].items()}
 
 
 def _peer_table(quick: bool, repeats: int) -> list[dict]:
@@ -335,24 +368,25 @@ def _alternating_medians(primal: Callable[[], Any], grad: Callable[[], Any], rep
     return float(np.median(p_ms)), float(np.median(g_ms))
 
 
-def _launch_overheads(quick: bool) -> dict:
+def _launch_overheads(quick: bool, backend: Any = None) -> dict:
     """Microseconds per launch of a 64-element kernel, where the work is nothing and the cost
     is all overhead: the compiled kernel called directly, a plain launch, a launch recorded
     on a tape, an adjoint replayed by the tape's sweep, and ``tg.autodiff`` of one launch
-    (the costs a simulation of many small steps pays per step)."""
+    (the costs a simulation of many small steps pays per step), on the CPU or ``backend``."""
     from tapegrad.bench.problems import saxpy_k
     from tapegrad.runtime.launch import prepare
     from tapegrad.tape import chains
+    backend = backend or tg.CPU()
     n, steps = 64, 100
-    cfg = saxpy_k(tg.CPU())
-    x, w = np.linspace(0.0, 1.0, n, dtype=np.float32), np.ones(n, np.float32)
-    y = np.full(n, 0.5, np.float32)
-    z, dx = np.empty_like(x), np.empty_like(x)
+    cfg = saxpy_k(backend)
+    x = backend.asarray(np.linspace(0.0, 1.0, n, dtype=np.float32))
+    w, y = backend.ones(np.float32, (n,)), backend.asarray(np.full(n, 0.5, np.float32))
+    z, dx = backend.allocate(np.float32, (n,)), backend.allocate(np.float32, (n,))
     launcher, nd, _ = prepare(cfg, (z, 0.5, x, y), n)
 
-    def chain(x: np.ndarray) -> Any:
+    def chain(x: Any) -> Any:
         for _ in range(steps):
-            out = np.empty_like(x)
+            out = backend.allocate(np.float32, (n,))
             cfg(out, 0.5, x, y, ndrange=n)
             x = out
         return tg.sum(x)
@@ -455,8 +489,8 @@ def _busy_machine(quick: bool) -> dict:
 
 
 def main(quick: bool = False, json_path: str | None = None, backend: str = "cpu") -> int:
-    if backend == "cuda":
-        return cuda_main(quick, json_path)
+    if backend != "cpu":
+        return device_main(backend, quick, json_path)
     repeats = 5 if quick else 20
     print(f"tapegrad {tg.__version__} bench ({'quick' if quick else 'full'}): "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "

@@ -13,9 +13,9 @@ A row says everything the rest of tapegrad needs to know about ``tg.<name>``:
   argument's own type, as NumPy's floor; ``"bool"``; ``"abs"``: ints stay ints).
 - ``numpy``: NumPy's function of that name on the host (arrays, and ``np.<f>`` written in a
   kernel); ``None`` when NumPy has none (then ``math``'s is used on host scalars).
-- ``numba`` / ``numba_cuda`` / ``c``: what a CPU (Numba), numba-cuda or C (OpenCL, CUDA C++)
-  kernel calls: a dotted name, or an expression in ``x`` and ``y`` that the backend writes once
-  per module as a helper; C's default is the function of its own name.
+- ``numba`` / ``c``: what a CPU (Numba) or C (OpenCL C, CUDA C++) kernel calls: a dotted name,
+  or an expression in ``x`` and ``y`` that the backend writes once per module as a helper;
+  C's default is the function of its own name.
 - ``domain``: where the function is smooth and finite, one interval per argument (for the
   tests that check every row against finite differences, and for the docs).
 
@@ -51,7 +51,6 @@ class Primitive:
     result: str = "float"
     numpy: str | None = ""
     numba: str = ""
-    numba_cuda: str = ""
     c: str = ""
     domain: tuple[tuple[float, float], ...] = ()
     host: Callable[..., Any] | None = field(default=None, compare=False)
@@ -69,10 +68,8 @@ class Primitive:
         return any(p is not None for p in self.partials)
 
     def lowering(self, target: str) -> str:
-        """What a kernel for ``target`` ("numba" or "numba_cuda") calls: a dotted name, or an
+        """What a kernel for ``target`` ("numba": the CPU) calls: a dotted name, or an
         expression in x and y (see ``is_expression``)."""
-        if target == "numba_cuda" and self.numba_cuda:
-            return self.numba_cuda
         return self.numba or f"math.{self.name}"
 
     @property
@@ -107,20 +104,13 @@ def is_expression(lowering: str) -> bool:
 
 def _row(name: str, *partials: str | None, **fields: Any) -> Primitive:
     fields.setdefault("domain", (_SMOOTH,) * len(partials))
-    for target in ("numba", "numba_cuda"):
-        fields[target] = fields.get(target, "").format(name)
+    fields["numba"] = fields.get("numba", "").format(name)
     return Primitive(name, tuple(partials), **fields)
 
 
-_ROUNDING_CUDA = ("math.copysign(float(math.{}(float(x))), x) "
-                  "if abs(x) < 4503599627370496.0 else float(x)")
-# (floor of a float is a float, as in NumPy: nan and inf kept, 1e20 not wrapped.  numba-cuda's
-# math.floor gives an int64, exact below 2**52, where every float is an integer already;
-# copysign keeps -0.0; float(x) first: the simulator's numpy.float32 has no __floor__)
-
 # Numba's math calls do not vectorise: the CPU calls tapegrad's own SIMD-friendly versions
 # (tapegrad/backends/cpu/vmath/, which says how accurate each is); GPUs have their own
-_VECTORISED_ON_CPU: dict[str, Any] = {"numba": "vmath.{}", "numba_cuda": "math.{}"}
+_VECTORISED_ON_CPU: dict[str, Any] = {"numba": "vmath.{}"}
 
 _ABS_PARTIAL = "tg.copysign(1.0, x) if x != 0.0 else 0.0 * x"
 
@@ -139,20 +129,19 @@ MATH: dict[str, Primitive] = {p.name: p for p in [
     _row("atanh", "1.0 / (1.0 - x * x)", numpy="arctanh", domain=(_UNIT,)),
     _row("exp", "r", **_VECTORISED_ON_CPU),
     _row("expm1", "r + 1.0", **_VECTORISED_ON_CPU),
-    _row("exp2", "r * 0.6931471805599453", numba="np.exp2", numba_cuda="2.0 ** x"),
+    _row("exp2", "r * 0.6931471805599453", numba="np.exp2"),
     _row("log", "1.0 / x", domain=(_POSITIVE,), **_VECTORISED_ON_CPU),
     _row("log1p", "1.0 / (1.0 + x)", domain=(_POSITIVE,), **_VECTORISED_ON_CPU),
     _row("log2", "1.0 / (x * 0.6931471805599453)", domain=(_POSITIVE,)),
     _row("log10", "1.0 / (x * 2.302585092994046)", domain=(_POSITIVE,)),
     _row("sqrt", "0.5 / r", domain=(_POSITIVE,)),
-    _row("cbrt", "1.0 / (3.0 * r * r)", numba="np.cbrt",
-         numba_cuda="math.copysign(abs(x) ** (1.0 / 3.0), x)"),
+    _row("cbrt", "1.0 / (3.0 * r * r)", numba="np.cbrt"),
     _row("erf", "1.1283791670955126 * tg.exp(-x * x)", numpy=None),
     _row("erfc", "-1.1283791670955126 * tg.exp(-x * x)", numpy=None),
     _row("fabs", _ABS_PARTIAL),
-    _row("floor", None, result="rounded", numba="np.{}", numba_cuda=_ROUNDING_CUDA),
-    _row("ceil", None, result="rounded", numba="np.{}", numba_cuda=_ROUNDING_CUDA),
-    _row("trunc", None, result="rounded", numba="np.{}", numba_cuda=_ROUNDING_CUDA),
+    _row("floor", None, result="rounded", numba="np.{}"),
+    _row("ceil", None, result="rounded", numba="np.{}"),
+    _row("trunc", None, result="rounded", numba="np.{}"),
     _row("isnan", None, result="bool"),
     _row("isinf", None, result="bool"),
     _row("isfinite", None, result="bool"),
@@ -166,13 +155,11 @@ MATH: dict[str, Primitive] = {p.name: p for p in [
     _row("copysign", "tg.copysign(1.0, x) * tg.copysign(1.0, y) if x != 0.0 else 0.0 * x", None,
          domain=(_SMOOTH, _POSITIVE)),
     _row("fmod", "1.0 + 0.0 * x", "-tg.trunc(x / y) * 1.0", numba="np.fmod",
-         numba_cuda="math.fmod", domain=((0.3, 0.9), (1.0, 2.0))),
+         domain=((0.3, 0.9), (1.0, 2.0))),
     # log(exp(x) + exp(y)) without overflow (softplus(x) is logaddexp(x, 0.0)); the partials
     # are the softmax weights, 1/2 each at a tie
     _row("logaddexp", "tg.exp(x - r)", "tg.exp(y - r)",
          numba="np.logaddexp",
-         numba_cuda="x + 0.6931471805599453 if x == y else "
-                    "max(x, y) + math.log1p(math.exp(-abs(x - y)))",
          c="x == y ? x + 0.6931471805599453 : fmax(x, y) + log1p(exp(-fabs(x - y)))"),
 ]}
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.backends import registry
 from tapegrad.backends.numba_cache import njit
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)    # the constants of splitmix64
@@ -39,9 +40,10 @@ def _hash_words(words: np.ndarray) -> np.uint64:
     return total
 
 
-def fingerprint(x: Any) -> int:
-    """A hash of the contents of array ``x`` (NumPy, or any array with ``.get()`` to the
-    host), equal for equal contents.
+def fingerprint(x: Any) -> Any:
+    """A hash of the contents of array ``x``, equal for equal contents: an int for NumPy
+    arrays, computed where the array lives for a kind of array that can (a one-element CuPy
+    array for GPU arrays: ``tapegrad/backends/cuda/fingerprint.py``), else of a host copy.
 
     >>> import numpy as np
     >>> a = np.arange(5.0)
@@ -50,7 +52,14 @@ def fingerprint(x: Any) -> int:
     >>> fingerprint(a) != before
     True
     """
-    host = x if isinstance(x, np.ndarray) else x.get()
+    if isinstance(x, np.ndarray):
+        host = x
+    else:
+        kind = registry.kind_of(x)
+        on_device = kind.fingerprint(x) if kind is not None else None
+        if on_device is not None:
+            return on_device
+        host = kind.to_numpy(x) if kind is not None else x.get()
     data = np.ascontiguousarray(host).reshape(-1).view(np.uint8)
     whole = data.size // 8 * 8
     h = int(_hash_words(data[:whole].view(np.uint64))) if whole else 0

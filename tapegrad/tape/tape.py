@@ -81,7 +81,7 @@ class Tape:
         # them here would make every tape a reference cycle, freed only by the garbage
         # collector (its records and kept arrays with it, after several collections)
         self.node_count = 0
-        self.fingerprints: dict[int, int] = {}
+        self.fingerprints: dict[int, Any] = {}
         self.recording = False
         self.used = False
 

@@ -221,7 +221,7 @@ def test_misuse_is_a_clear_error_and_changes_nothing():
 
 
 def test_backends_agree(backend, size):
-    """The same functional VJP on every backend (the CUDA one simulated here)."""
+    """The same functional VJP on every backend."""
     n = size(40, 12)
     x, y, w = rng.random(n), np.zeros(n), rng.standard_normal(n)
     xs, ys, ws = (tg.asarray(backend, v) for v in (x, y, w))

@@ -251,7 +251,7 @@ def test_two_views_as_the_only_two_arrays_on_a_tape_are_one_array():
 
 
 def test_backends_agree(backend, size):
-    """Merging one array's parameters on every backend (the CUDA one simulated here)."""
+    """Merging one array's parameters on every backend."""
     n = size(N, 8)
     x0, w = rng.random(n), rng.standard_normal(n)
     z, y = tg.asarray(backend, np.arange(n, dtype=np.float64)), tg.asarray(backend, np.zeros(n))

@@ -1,149 +1,169 @@
-"""Derivatives on the CUDA backend (the simulator here, a GPU with TAPEGRAD_TEST_GPU=1):
-adjoints and tangents of kernels with barriers, shared memory, atomics and Active scalars,
-and the tape, all checked against the CPU backend's results and closed forms."""
+"""The CUDA backend where no GPU is needed: its launch limits (checked with tapegrad's errors
+before the driver's), dynamic shared memory for adjoints past 48 KiB (printed, compiled to an
+sm_90 cubin), NVRTC's on-disk cache, and what ``tg.CUDA()`` says without a GPU.  Kernels run
+on a GPU in tests/gpu/ (and every backend-parametrised test, on a GPU machine)."""
 
 from __future__ import annotations
 
-import re
+import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 import tapegrad as tg
-from tests.ad.test_reverse import (
-    TILE,
-    block_sum_of_squares,
-    gather,
-    loops,
-    matmul,
-    mul,
-    stencil,
-    uses_softplus,
-)
+from tapegrad.backends.c.printer import CUDA, STATIC_SHARED_LIMIT, CPrinter, local_bytes
+from tapegrad.backends.cuda import nvrtc
+from tapegrad.backends.cuda.backend import device_limits
+from tapegrad.backends.cuda.limits import DeviceLimits, check_function, launch_shape
+from tapegrad.backends.structure import device_functions
+from tapegrad.errors import CacheWarning
+from tests.conftest import _opencl_on_numpy
 
-rng = np.random.default_rng(11)
+H200 = DeviceLimits("NVIDIA H200", 90, 1024, (2**31 - 1, 65535, 65535), 232448)
+TILE = 32
+
+
+@tg.kernel
+def dense(C, A, B, bias, s):
+    """A dense layer's 32 x 32 float64 tiled matmul, scaled by an Active scalar, plus a bias
+    kept in local memory: its adjoint holds the tiles, their shadows and more, past CUDA's
+    48 KiB of static shared memory."""
+    i, j = tg.index(tg.Global, tg.NTuple)
+    li, lj = tg.index(tg.Local, tg.NTuple)
+    tile_a = tg.localmem(A.dtype, (TILE, TILE))
+    tile_b = tg.localmem(A.dtype, (TILE, TILE))
+    row = tg.localmem(A.dtype, TILE)
+    if li == 0:
+        row[lj] = bias[j]
+    acc = 0.0
+    for t in range(A.shape[1] // TILE):
+        tile_a[li, lj] = A[i, t * TILE + lj]
+        tile_b[li, lj] = B[t * TILE + li, j]
+        tg.synchronize()
+        for k in range(TILE):
+            acc += tile_a[li, k] * tile_b[k, lj]
+        tg.synchronize()
+    C[i, j] = s * acc + row[lj]
+
+
+@pytest.mark.parametrize("ndrange, groupsize, grid", [
+    ((1000,), (256,), (4, 1, 1)), ((1000, 3), (16, 16), (1, 63, 1)),
+    ((5, 6, 7), (4, 8, 8), (1, 1, 2)), ((0, 7), (16, 16), (1, 0, 1)),
+    ((2**33,), (256,), (2**25, 1, 1))])
+def test_the_grid_covers_the_ndrange_with_its_last_dimension_along_x(ndrange, groupsize, grid):
+    assert launch_shape(ndrange, groupsize, H200) == grid
+
+
+def test_a_grid_past_the_gpus_y_limit_is_a_tapegrad_error():
+    with pytest.raises(tg.LaunchError, match=r"65537 workgroups along its dimension 0, which "
+                       r"runs along CUDA's grid y: NVIDIA H200 allows 65535.*longest dimension "
+                       r"last"):
+        launch_shape((65537 * 16, 4), (16, 4), H200)
+    assert launch_shape((4, 65537 * 16), (4, 16), H200) == (65537, 1, 1)   # transposed: fine
+
+
+def _adjoints(kernel, ndrange, groupsize, annotated):
+    """The typed kernels a reverse-mode launch compiles (recorded on the OpenCL harness)."""
+    compiled = []
+    harness = _opencl_on_numpy()
+    run = type(harness).compile
+
+    class Recording(type(harness)):
+        def compile(self, tk):
+            compiled.append(tk)
+            return run(self, tk)
+    tg.autodiff(tg.Reverse, kernel(Recording(), groupsize), tg.Const, *annotated,
+                ndrange=ndrange)
+    return compiled
 
 
 @pytest.fixture(scope="module")
-def gpu():
-    return tg.CUDA()
+def dense_adjoint():
+    rng = np.random.default_rng(5)
+    A, B, bias = rng.random((TILE, 2 * TILE)), rng.random((2 * TILE, TILE)), rng.random(TILE)
+    C, W = np.zeros((TILE, TILE)), rng.random((TILE, TILE))
+    dA, dB, dbias = np.zeros_like(A), np.zeros_like(B), np.zeros_like(bias)
+
+    kernels = _adjoints(dense, (TILE, TILE), (TILE, TILE),
+                        (tg.Duplicated(C, W.copy()), tg.Duplicated(A, dA),
+                         tg.Duplicated(B, dB), tg.Duplicated(bias, dbias), tg.Active(1.5)))
+    # (the harness ran it on PoCL: the adjoint is right, not merely compiled)
+    np.testing.assert_allclose(dA, 1.5 * W @ B.T, rtol=1e-12)
+    np.testing.assert_allclose(dB, 1.5 * A.T @ W, rtol=1e-12)
+    np.testing.assert_allclose(dbias, W.sum(axis=0), rtol=1e-12)
+    return max(kernels, key=lambda tk: local_bytes(tk))
 
 
-def run_both(kernel, wgs, args, nd, annotate):
-    """Reverse mode on the CPU and on CUDA with the same data; returns both shadow sets."""
-    out = []
-    for backend in (tg.CPU(), tg.CUDA()):
-        vals = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-        ann, shadows = annotate(vals)
-        derivs = tg.autodiff(tg.Reverse, kernel(backend, wgs), tg.Const, *ann, ndrange=nd)
-        out.append((derivs, shadows, vals))
-    return out
+def test_an_adjoint_past_48_kib_of_shared_memory_takes_dynamic_shared_memory(
+        dense_adjoint):
+    printer = CPrinter(dense_adjoint, CUDA)
+    source = printer.module(device_functions(dense_adjoint))
+    assert printer.shared_bytes > STATIC_SHARED_LIMIT and printer.dynamic_bytes == local_bytes(
+        dense_adjoint)
+    assert "extern __shared__ __align__(16) unsigned char _tg_shared[];" in source
+    binary = nvrtc.compile_cuda(source, dense_adjoint.name, 90)
+    assert binary.kind == "cubin"
+    # the same arrays declared statically: NVRTC refuses them, as the issue reported
+    static = CPrinter(dense_adjoint, CUDA, dynamic_shared=False).module(
+        device_functions(dense_adjoint))
+    with pytest.raises(tg.KernelCompileError, match="too much shared data"):
+        nvrtc.compile_cuda(static, dense_adjoint.name, 90)
 
 
-def test_matmul_adjoint_with_shared_memory_and_barriers(gpu):
-    A, B = rng.random((8, 8)), rng.random((8, 4))
-    W = rng.random((8, 4))
-    C, dA, dB = np.zeros((8, 4)), np.zeros_like(A), np.zeros_like(B)
-    tg.autodiff(tg.Reverse, matmul(gpu, (TILE, TILE)), tg.Const, tg.Duplicated(C, W.copy()),
-                tg.Duplicated(A, dA), tg.Duplicated(B, dB), ndrange=(8, 4))
-    np.testing.assert_allclose(C, A @ B, rtol=1e-12)
-    np.testing.assert_allclose(dA, W @ B.T, rtol=1e-12)
-    np.testing.assert_allclose(dB, A.T @ W, rtol=1e-12)
-    src = matmul.source(mode="reverse", backend=gpu)
-    assert "cuda.syncthreads()" in src and "cuda.shared.array" in src
-    assert "cuda.atomic.add(tile_a_bar" not in src   # gathered: tapegrad/ad/localgather.py
+def test_shared_memory_or_registers_past_the_gpus_are_tapegrad_errors(dense_adjoint):
+    tk = dense_adjoint
+    small = DeviceLimits("a small GPU", 75, 1024, (2**31 - 1, 65535, 65535), 49152)
+    printer = CPrinter(tk, CUDA)
+    printer.module(device_functions(tk))
+    bytes_ = printer.shared_bytes
+    check_function(tk, H200, bytes_, 1024, 64)
+    with pytest.raises(tg.KernelCompileError, match=rf"needs {bytes_} bytes of local memory.*"
+                       r"a small GPU gives a workgroup at most 49152.*smaller groupsize"):
+        check_function(tk, small, bytes_, 1024, 64)
+    with pytest.raises(tg.KernelCompileError, match=r"uses 128 registers per work-item, so a "
+                       r"workgroup may have at most 512 work-items, not 1024"):
+        check_function(tk, H200, bytes_, 512, 128)
 
 
-def test_tree_reduction_adjoint_shares_loop_control(gpu):
-    x = rng.random(32)
-    out, dx = np.zeros(4), np.zeros(32)
-    tg.autodiff(tg.Reverse, block_sum_of_squares(gpu, 8), tg.Const,
-                tg.Duplicated(out, np.ones(4)), tg.Duplicated(x, dx), ndrange=32)
-    np.testing.assert_allclose(dx, 2 * x, rtol=1e-12)
-    assert "_group_values" in block_sum_of_squares.source(mode="reverse", backend=gpu)
+def test_binaries_come_from_the_cache_and_a_damaged_one_is_compiled_again(tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.setenv("TAPEGRAD_CACHE_DIR", str(tmp_path))
+    source = 'extern "C" __global__ void twice(double *x) { x[threadIdx.x] *= 2.0; }\n'
+    first = nvrtc.compile_cuda(source, "twice", 90)
+    (path,) = tmp_path.rglob("cuda_twice_*.cubin")
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    calls = []
+    monkeypatch.setattr(nvrtc, "_compile", lambda *a: calls.append(a) or first.data)
+    assert nvrtc.compile_cuda(source, "twice", 90) == first and not calls
+    path.write_bytes(path.read_bytes()[:-7])               # truncated
+    with pytest.warns(CacheWarning, match="damaged"):
+        assert nvrtc.compile_cuda(source, "twice", 90) == first
+    assert len(calls) == 1
 
 
-def test_active_scalar_block_reduction(gpu):
-    B = np.arange(1.0, 70.0)
-    (derivs,) = tg.autodiff(tg.Reverse, mul(gpu, 16), tg.Const,
-                            tg.Duplicated(np.zeros(69), np.ones(69)), B, tg.Active(2.0),
-                            ndrange=69)
-    assert derivs[2] == pytest.approx(B.sum())
+def test_a_gpu_newer_than_nvrtc_gets_ptx_for_the_newest_architecture_it_knows():
+    newest = max(nvrtc.supported_archs())
+    assert nvrtc.target(90) == ("cubin", 90)
+    assert nvrtc.target(newest + 1) == ("ptx", newest)
+    binary = nvrtc.compile_cuda('extern "C" __global__ void k(float *x) { x[0] = 1.0f; }',
+                                "k", newest + 1)
+    assert binary.kind == "ptx" and b".entry k" in binary.data
 
 
-@pytest.mark.parametrize("case", ["stencil", "gather", "loops", "softplus"])
-def test_cuda_adjoints_equal_cpu_adjoints(case):
-    if case == "stencil":
-        kernel, args, nd = stencil, [np.zeros(20), rng.random(20)], 20
-    elif case == "gather":
-        kernel, args, nd = gather, [np.zeros(40), rng.random(5),
-                                    rng.integers(0, 5, 40).astype(np.int64)], 40
-    elif case == "loops":
-        kernel, args, nd = loops, [np.zeros(12), rng.random(12), 4], 12
-    else:
-        kernel, args, nd = uses_softplus, [np.zeros(12), rng.uniform(-2, 2, 12)], 12
-    w = rng.random(args[0].shape)
+def test_cuda_without_cupy_or_a_gpu_says_what_is_missing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", None)
+    with pytest.raises(tg.BackendError, match=r"needs CuPy.*pip install 'tapegrad\[cuda13\]'"):
+        tg.CUDA()
 
-    def annotate(vals):
-        dx = np.zeros_like(vals[1])
-        return [tg.Duplicated(vals[0], w.copy()), tg.Duplicated(vals[1], dx)] + vals[2:], dx
+    class NoGPU:        # what CuPy's runtime answers on a machine without a GPU driver
+        class CUDARuntimeError(RuntimeError):
+            pass
 
-    (_, cpu_dx, cpu_vals), (_, gpu_dx, gpu_vals) = run_both(kernel, 8, args, nd, annotate)
-    np.testing.assert_allclose(gpu_vals[0], cpu_vals[0], rtol=1e-12)
-    np.testing.assert_allclose(gpu_dx, cpu_dx, rtol=1e-12, atol=1e-14)
-    assert np.abs(cpu_dx).sum() > 0
-
-
-def test_forward_mode_batch_on_cuda(gpu):
-    B = np.arange(1.0, 33.0)
-    A, dA1, dA3 = np.zeros(32), np.zeros(32), np.zeros(32)
-    tg.autodiff(tg.Forward, mul(gpu, 8), tg.Const, tg.BatchDuplicated(A, (dA1, dA3)), B,
-                tg.BatchDuplicated(2.0, (1.0, 3.0)), ndrange=32)
-    np.testing.assert_allclose(A, 2 * B)
-    np.testing.assert_allclose(dA1, B)
-    np.testing.assert_allclose(dA3, 3 * B)
-
-
-def test_tape_on_the_cuda_backend(gpu):
-    x = rng.random(16)
-
-    def f(x):
-        y = tg.zeros(gpu, np.float64, 16)
-        stencil(gpu, 8)(y, x, ndrange=16)
-        return tg.dot(y, y)
-
-    (g,) = tg.gradient(f, x)
-    assert tg.testing.check_grad(f, x)
-    (g_cpu,) = tg.gradient(lambda x: _f_cpu(x), x)
-    np.testing.assert_allclose(g, g_cpu, rtol=1e-12)
-
-
-def _f_cpu(x):
-    y = np.zeros(16)
-    stencil(tg.CPU(), 8)(y, x, ndrange=16)
-    return tg.dot(y, y)
-
-
-@tg.kernel
-def fill_1d(B, v):
-    i = tg.index()
-    B[i] = v
-
-
-@tg.kernel
-def fill_2d(B, v):
-    i, j = tg.index(tg.Global, tg.NTuple)
-    B[i, j] = v
-
-
-@pytest.mark.parametrize("kernel, wgs, suggestion", [(fill_2d, (64, 32), "(16, 16)"),
-                                                     (fill_1d, 2048, "256")])
-def test_a_workgroup_larger_than_cuda_allows_is_refused(gpu, kernel, wgs, suggestion):
-    """CUDA runs at most 1024 threads per block; the simulator runs more, a GPU fails the
-    launch with a driver error: refused before either, with the array untouched."""
-    B = np.zeros((64, 32)) if isinstance(wgs, tuple) else np.zeros(2048)
-    with pytest.raises(tg.LaunchError, match="at most 1024 per workgroup.*" + re.escape(suggestion)):
-        kernel(gpu, wgs)(B, 2.0, ndrange=B.shape)
-    assert not B.any()
-    kernel(tg.CPU(), wgs)(B, 2.0, ndrange=B.shape)     # the CPU has no such limit
-    assert (B == 2.0).all()
+        @staticmethod
+        def getDeviceCount():
+            raise NoGPU.CUDARuntimeError("cudaErrorNoDevice: no CUDA-capable device")
+    cupy = SimpleNamespace(cuda=SimpleNamespace(runtime=NoGPU))
+    with pytest.raises(tg.BackendError, match=r"no CUDA GPU or driver was found "
+                       r"\(cudaErrorNoDevice.*tg.OpenCL\(\)"):
+        device_limits(cupy, 0)

@@ -4,14 +4,12 @@ differs from the OpenCL C one only where the two languages must."""
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
-from cuda.bindings import nvrtc
 
 import tapegrad as tg
 from tapegrad.backends.c.printer import CUDA, OPENCL, CPrinter
+from tapegrad.backends.cuda.nvrtc import compile_cuda
 from tapegrad.backends.structure import device_functions
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import specialize
@@ -19,6 +17,7 @@ from tapegrad.runtime.arguments import check_args
 from tests.ad.test_reverse import TILE
 from tests.ad.test_reverse import matmul as tiled_matmul
 from tests.backends import test_opencl as corpus
+from tests.backends.dialects import as_cuda, without_atomic_helpers
 from tests.test_primitives import ROWS, load_every_row
 
 CASES = {
@@ -45,18 +44,6 @@ def _printed(kernel, args, rank, groupsize, dialect) -> tuple[str, str]:
     return tk.name, CPrinter(tk, dialect).module(device_functions(tk))
 
 
-def _cubin_size(source: str, name: str) -> int:
-    err, program = nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], [])
-    options = [b"--gpu-architecture=sm_90", b"--fmad=false"]
-    (err,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
-    _, size = nvrtc.nvrtcGetProgramLogSize(program)
-    log = b" " * size
-    nvrtc.nvrtcGetProgramLog(program, log)
-    assert err == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode() + "\n" + source
-    _, size = nvrtc.nvrtcGetCUBINSize(program)
-    return size
-
-
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
     rows = np.zeros((8, len(ROWS)))
@@ -69,30 +56,8 @@ def test_the_cuda_dialect_compiles_to_an_sm90_cubin(cases, name):
     kernel, args, rank, groupsize = cases[name]
     symbol, source = _printed(kernel, args, rank, groupsize, CUDA)
     assert f'extern "C" __global__ void {symbol}(' in source
-    assert _cubin_size(source, symbol) > 1000
-
-
-def _without_atomic_helpers(source: str) -> str:
-    """The source without the atomics' helper functions, whose bodies differ as the two
-    languages' atomic instructions do (a compare-and-swap loop where one has none)."""
-    return "\n".join(ln for ln in source.splitlines() if " tg_atomic_" not in ln
-                     or not ln.startswith("static"))
-
-
-def _as_cuda(opencl: str) -> str:
-    """The OpenCL C source with each of the dialects' differences respelled as CUDA's."""
-    text = "\n".join(ln for ln in opencl.splitlines() if not ln.startswith("#pragma"))
-    text = text.replace("for opencl:", "for cuda:").replace("__global ", "")
-    text = text.replace("__kernel void", 'extern "C" __global__ void')
-    text = text.replace("static inline", "static __device__ inline")
-    text = re.sub(r"^static (\w+ \w+\()", r"static __device__ \1", text, flags=re.M)
-    text = text.replace("__local ", "__shared__ ")
-    text = text.replace("barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);", "__syncthreads();")
-    text = re.sub(r"\blong\b", "long long", text)
-    text = re.sub(r"\buchar\b", "unsigned char", text)
-    axes = "xyz"
-    text = re.sub(r"get_local_id\((\d)\)", lambda m: f"threadIdx.{axes[int(m.group(1))]}", text)
-    return re.sub(r"get_group_id\((\d)\)", lambda m: f"blockIdx.{axes[int(m.group(1))]}", text)
+    binary = compile_cuda(source, symbol, 90)
+    assert binary.kind == "cubin" and binary.data[:4] == b"\x7fELF" and len(binary.data) > 1000
 
 
 @pytest.mark.parametrize("name", [*CASES, "every_row"])
@@ -100,5 +65,5 @@ def test_the_two_dialects_differ_only_where_the_languages_must(cases, name):
     kernel, args, rank, groupsize = cases[name]
     _, opencl = _printed(kernel, args, rank, groupsize, OPENCL)
     _, cuda = _printed(kernel, args, rank, groupsize, CUDA)
-    assert _as_cuda(_without_atomic_helpers(opencl)).strip() == \
-        _without_atomic_helpers(cuda).strip()
+    assert as_cuda(without_atomic_helpers(opencl)).strip() == \
+        without_atomic_helpers(cuda).strip()

@@ -1,11 +1,13 @@
 """Checks on a real NVIDIA GPU with CuPy arrays (run by tests/gpu/run_gpu_checks.sh with
-TAPEGRAD_TEST_GPU=1).  Without a GPU these tests are skipped: the CUDA code path is tested
-everywhere else under the simulator and compiled to PTX (tests/backends/test_ptx.py)."""
+TAPEGRAD_TEST_GPU=1, which also runs every backend-parametrised test on the GPU).  Without a
+GPU these tests are skipped: the CUDA kernels are compiled to sm_90 cubins everywhere else
+(tests/backends/test_cuda.py, and every kernel the OpenCL tests launch: tests/conftest.py)."""
 
 from __future__ import annotations
 
 import math
 import os
+import time
 
 import numpy as np
 import pytest
@@ -13,6 +15,8 @@ import pytest
 import tapegrad as tg
 from tapegrad.bench.problems import TILE
 from tapegrad.bench.problems import matmul_k as matmul  # the benchmark's tiled matmul
+from tests.backends.test_cuda import TILE as DENSE_TILE
+from tests.backends.test_cuda import dense
 
 pytestmark = pytest.mark.skipif(os.environ.get("TAPEGRAD_TEST_GPU") != "1",
                                 reason="needs an NVIDIA GPU (set TAPEGRAD_TEST_GPU=1 there)")
@@ -22,6 +26,28 @@ pytestmark = pytest.mark.skipif(os.environ.get("TAPEGRAD_TEST_GPU") != "1",
 def sin_kernel(B, A):
     i = tg.index()
     B[i] = math.sin(A[i])
+
+
+@tg.kernel
+def mark(B):
+    i = tg.index()
+    B[i] = True
+
+
+@tg.kernel
+def histogram(H, keys, weights):
+    i = tg.index()
+    tg.atomic_add(H, keys[i], weights[i])
+
+
+@tg.kernel
+def spin(B, n):
+    """Busy work: ``n`` dependent steps per work-item (to see a launch return before it ends)."""
+    i = tg.index()
+    x = B[i]
+    for _ in range(n):
+        x = x * 0.999999 + 1e-6
+    B[i] = x
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +83,21 @@ def test_tiled_matmul_and_adjoint_on_the_gpu(cp):
     cp.testing.assert_allclose(dB, A.T @ W, rtol=1e-12)
 
 
+def test_an_adjoint_with_more_than_48_kib_of_shared_memory_runs(cp):
+    T = DENSE_TILE
+    A, B, bias = cp.random.rand(2 * T, 3 * T), cp.random.rand(3 * T, 2 * T), cp.random.rand(2 * T)
+    C, W = cp.zeros((2 * T, 2 * T)), cp.random.rand(2 * T, 2 * T)
+    dA, dB, dbias = cp.zeros_like(A), cp.zeros_like(B), cp.zeros_like(bias)
+    (derivs,) = tg.autodiff(tg.Reverse, dense(tg.CUDA(), (T, T)), tg.Const,
+                            tg.Duplicated(C, W.copy()), tg.Duplicated(A, dA),
+                            tg.Duplicated(B, dB), tg.Duplicated(bias, dbias), tg.Active(1.5),
+                            ndrange=C.shape)
+    cp.testing.assert_allclose(C, 1.5 * A @ B + bias, rtol=1e-12)
+    cp.testing.assert_allclose(dA, 1.5 * W @ B.T, rtol=1e-12)
+    cp.testing.assert_allclose(dbias, W.sum(axis=0), rtol=1e-12)
+    assert derivs[4] == pytest.approx(float((W * (A @ B)).sum()), rel=1e-12)
+
+
 def test_tape_on_cupy_arrays_matches_the_cpu(cp):
     A_host = np.random.default_rng(0).random(1000)
 
@@ -73,3 +114,81 @@ def test_tape_on_cupy_arrays_matches_the_cpu(cp):
 def test_host_array_on_the_gpu_backend_is_a_clear_error(cp):
     with pytest.raises(tg.LaunchError, match="argument B"):
         sin_kernel(tg.CUDA())(np.zeros(4), cp.zeros(4), ndrange=4)
+
+
+def test_more_than_2_to_the_31_work_items_index_with_64_bits(cp):
+    n = 2**31 + 5
+    B = cp.zeros(n, dtype=cp.bool_)
+    mark(tg.CUDA())(B, ndrange=n)
+    assert bool(B[-6:].all()) and int(cp.count_nonzero(B)) == n
+
+
+def test_ten_million_atomic_adds_into_16_bins(cp):
+    n = 10**7
+    keys = cp.random.randint(0, 16, n).astype(cp.int64)
+    weights = cp.random.rand(n)
+    H = cp.zeros(16)
+    histogram(tg.CUDA())(H, keys, weights, ndrange=n)
+    cp.testing.assert_allclose(H, cp.bincount(keys, weights, minlength=16), rtol=1e-9)
+
+
+def test_launches_go_on_cupys_current_stream_without_waiting(cp):
+    B = cp.zeros(1 << 16)
+    gpu = tg.CUDA()
+    spin(gpu)(B, 10, ndrange=B.size)             # compiled
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        t0 = time.perf_counter()
+        spin(gpu)(B, 200_000, ndrange=B.size)
+        launched = time.perf_counter() - t0
+        pending = not stream.done
+    stream.synchronize()
+    took = time.perf_counter() - t0
+    assert pending and launched < took / 10, (launched, took)
+    assert float(B[0]) > 0.0
+
+
+def test_workgroup_and_grid_limits_are_tapegrad_errors(cp):
+    B = cp.zeros(4096)
+    with pytest.raises(tg.LaunchError, match="at most 1024"):
+        sin_kernel(tg.CUDA(), 2048)(B, B, ndrange=4096)
+    sin_kernel(tg.CUDA(), 1024)(B, cp.ones(4096), ndrange=4096)
+    cp.testing.assert_allclose(B, math.sin(1.0))
+
+    @tg.kernel
+    def fill(C):
+        i, j = tg.index(tg.Global, tg.NTuple)
+        C[i, j] = 1.0
+
+    C = cp.zeros((65536 * 2, 2))
+    with pytest.raises(tg.LaunchError, match="CUDA's grid y"):
+        fill(tg.CUDA(), (1, 2))(C, ndrange=C.shape)
+    assert not bool(C.any())
+
+
+def test_the_tapes_fingerprints_are_computed_on_the_gpu(cp):
+    from tapegrad.backends.cuda.fingerprint import fingerprint as on_gpu
+    from tapegrad.tape.fingerprint import fingerprint
+    x = cp.random.rand(1_000_003)
+    h = on_gpu(x)
+    assert isinstance(h, cp.ndarray) and int(h[0]) == fingerprint(cp.asnumpy(x))
+    assert bool(fingerprint(x) == h)
+    x[17] += 1.0
+    assert not bool(fingerprint(x) == h)
+    odd = cp.arange(13, dtype=cp.uint8)      # 13 bytes: a padded last word
+    assert bool(on_gpu(odd) == on_gpu(odd.copy())) and not bool(on_gpu(odd) == on_gpu(odd[::-1]))
+
+
+def test_a_cupy_array_changed_after_recording_is_refused_at_gradient(cp):
+    x, w = cp.random.rand(256), cp.random.rand(256)
+
+    def f(x):
+        y = tg.zeros(tg.get_backend(x), np.float64, 256)
+        sin_kernel(tg.get_backend(x))(y, x, ndrange=256)
+        return tg.dot(y, w)
+
+    with tg.Tape() as tape:
+        loss = f(x)
+    x[3] = 7.0
+    with pytest.raises(tg.TapegradError, match="changed after recording"):
+        tape.gradient(loss, x)

@@ -85,6 +85,8 @@ CUDA = Dialect(
     local_ptr="", barrier="__syncthreads();")
 
 _CUDA_AXES = "xyz"
+STATIC_SHARED_LIMIT = 0xC000    # CUDA's static shared memory per block (48 KiB); more is dynamic
+_ITEMSIZE = {"float64": 8, "float32": 4, "int64": 8, "int32": 4, "bool": 1}
 
 # Python's semantics where C's differ, written once into each module that uses them
 _HELPERS = {
@@ -123,6 +125,24 @@ _C_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.BitAnd: "&", ast.BitOr:
 _C_CMP = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 
 
+def _count(shape: tuple[int, ...]) -> int:
+    size = 1
+    for n in shape:
+        size *= n
+    return size
+
+
+def local_bytes(tk: TypedKernel) -> int:
+    """The bytes of local (shared) memory a workgroup of ``tk`` declares, each array rounded up
+    to 16 bytes as dynamic shared memory lays them out."""
+    total = 0
+    for st in tk.ir.body:
+        if memory_decl(st) == "localmem":
+            dtype, shape = tk.static_shapes[id(st.value)]
+            total += -(-_count(shape) * _ITEMSIZE[dtype] // 16) * 16
+    return total
+
+
 def _bare(text: str) -> str:
     """``text`` without one pair of parentheses around all of it (``if ((a == b))`` draws a
     compiler warning)."""
@@ -140,10 +160,15 @@ def _bare(text: str) -> str:
 class CPrinter:
     """Prints one typed kernel (and the device functions it calls) in one dialect."""
 
-    def __init__(self, tk: TypedKernel, dialect: Dialect):
+    def __init__(self, tk: TypedKernel, dialect: Dialect, dynamic_shared: bool = True):
         self.tk, self.d = tk, dialect
         self.helpers: dict[str, str] = {}
         self.pragmas: set[str] = set()        # OpenCL extensions the module's code uses
+        # CUDA takes at most 48 KiB of shared memory declared in the source; beyond that the
+        # kernel's local arrays live in dynamic shared memory, whose size the launch passes
+        # (``dynamic_bytes``); ``shared_bytes`` is a workgroup's whole (set by ``module``)
+        self.allow_dynamic = dynamic_shared and dialect.name == "cuda"
+        self.shared_bytes = self.dynamic_bytes = 0
 
     # -- the module ------------------------------------------------------------------------
     def module(self, callees: list[TypedKernel]) -> str:
@@ -173,6 +198,7 @@ class CPrinter:
         body = tk.ir.body
         decls = [st for st in body if memory_decl(st)]
         sub = _Body(self, tk)
+        self.shared_bytes = local_bytes(tk)
         if not any(contains_barrier(st) for st in body):
             out.append(f"    if (!({valid})) return;")
             out += self._memory(tk, decls) + self._declarations(tk, 1)
@@ -181,8 +207,9 @@ class CPrinter:
         # work-items past the ndrange stay: every one must reach each barrier; one that
         # returns stays too, invalid from there on (returns.py)
         out.append(f"    bool _valid = {valid};")
-        out += self._memory(tk, decls) + self._declarations(tk, 1)
         plan = BarrierPlan(tk, [st for st in body if not memory_decl(st)], decls)
+        self.shared_bytes += 8 * len(plan.runtime_values)
+        out += self._memory(tk, decls) + self._declarations(tk, 1)
         if any(isinstance(n, ast.Return) for n in ast.walk(ast.Module(body=body,
                                                                       type_ignores=[]))):
             out.append("    bool _returned = false;")
@@ -196,14 +223,22 @@ class CPrinter:
         """Local memory (one per workgroup) and private arrays (one per work-item), flat, with
         their extents as constants (indexed like arguments)."""
         out = []
+        offset = 0
+        dynamic = self.allow_dynamic and self.shared_bytes > STATIC_SHARED_LIMIT
+        self.dynamic_bytes = local_bytes(tk) if dynamic else 0
+        if dynamic:
+            out.append("    extern __shared__ __align__(16) unsigned char _tg_shared[];")
         for st in decls:
             name = st.targets[0].id
             dtype, shape = tk.static_shapes[id(st.value)]
-            size = 1
-            for n in shape:
-                size *= n
-            where = self.d.local_memory if memory_decl(st) == "localmem" else ""
-            out.append(f"    {where}{self.d.ctype(dtype)} {name}[{size}];")
+            size = _count(shape)
+            ctype = self.d.ctype(dtype)
+            if memory_decl(st) == "localmem" and dynamic:
+                out.append(f"    {ctype} *{name} = ({ctype} *)(_tg_shared + {offset});")
+                offset += -(-size * _ITEMSIZE[dtype] // 16) * 16
+            else:
+                where = self.d.local_memory if memory_decl(st) == "localmem" else ""
+                out.append(f"    {where}{ctype} {name}[{size}];")
             out += [f"    const {self.d.int64} {name}_shape{k} = {n};"
                     for k, n in enumerate(shape)]
         return out

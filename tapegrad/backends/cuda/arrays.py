@@ -33,5 +33,9 @@ class CudaArrays(ArrayKind):
             return x.get()
         return self.module().asnumpy(self.module().asarray(x))   # (any CUDA array, no copy)
 
+    def fingerprint(self, x: Any) -> Any:
+        from tapegrad.backends.cuda.fingerprint import fingerprint
+        return fingerprint(x)
+
 
 CUDA_ARRAYS = CudaArrays()

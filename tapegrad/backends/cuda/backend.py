@@ -1,164 +1,182 @@
-"""``tg.CUDA(device=0)``: kernels compiled by numba-cuda, launched on CuPy arrays (or any
-``__cuda_array_interface__`` array) on CuPy's current stream.
+"""``tg.CUDA(device=0)``: kernels printed as CUDA C++ (``tapegrad.backends.c.printer``),
+compiled by NVRTC (``nvrtc.py``) and launched on CuPy's current stream, on CuPy arrays or any
+``__cuda_array_interface__`` array (a PyTorch CUDA tensor, say) without copies.
 
-Without a GPU, set ``NUMBA_ENABLE_CUDASIM=1``: the same kernels then run on Numba's CUDA
-simulator, on NumPy arrays (slowly: keep grids to hundreds of work-items).
+A launch packs its arguments (the packer is made once per compiled kernel) and calls CuPy's
+compiled launcher; nothing in it waits for the GPU.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from tapegrad.backends.base import Backend
-from tapegrad.backends.cache import load_source
-from tapegrad.backends.cpu.arrays import NUMPY
+from tapegrad.backends.c.arguments import packer
+from tapegrad.backends.c.printer import CUDA as CUDA_DIALECT
+from tapegrad.backends.c.printer import CPrinter
 from tapegrad.backends.cuda.arrays import CUDA_ARRAYS
-from tapegrad.backends.cuda.lower import lower_kernel, simulated
-from tapegrad.backends.numba_lower import Lowered, compile_error
+from tapegrad.backends.cuda.limits import DeviceLimits, check_function, launch_shape
+from tapegrad.backends.cuda.nvrtc import compile_cuda
 from tapegrad.backends.registry import ArrayKind
-from tapegrad.errors import BackendError, KernelCompileError
+from tapegrad.backends.structure import device_functions
+from tapegrad.errors import BackendError, LaunchError
 from tapegrad.frontend.types import TypedKernel
 
 _DEFAULT_GROUPSIZE = {1: (256,), 2: (16, 16), 3: (4, 8, 8)}
 _INSTALL = ("install the CUDA extra matching your driver: pip install 'tapegrad[cuda13]' "
             "(or 'tapegrad[cuda12]')")
+# cuFuncGetAttribute / cuFuncSetAttribute's attribute numbers (CUfunction_attribute)
+_MAX_THREADS_PER_BLOCK, _NUM_REGS, _MAX_DYNAMIC_SHARED = 0, 4, 8
+_LIMITS: dict[int, DeviceLimits] = {}
 
 
-def _cupy() -> Any:
+def cupy_module() -> Any:
+    """CuPy, or a BackendError saying how to install it."""
     try:
         import cupy
     except ImportError:
-        return None
+        raise BackendError(f"tg.CUDA() needs CuPy for its arrays and launches: {_INSTALL}. "
+                           "Without an NVIDIA GPU, tg.OpenCL() runs the same generated C on "
+                           "other GPUs or on the CPU (PoCL), and tg.CPU() runs on the CPU"
+                           ) from None
     return cupy
 
 
-class CUDA(Backend):
-    """An NVIDIA GPU (``device`` is its index).
+def device_limits(cupy: Any, device: int) -> DeviceLimits:
+    """What a launch on GPU ``device`` may ask for; a BackendError where there is no GPU."""
+    runtime = cupy.cuda.runtime
+    try:
+        count = runtime.getDeviceCount()
+    except runtime.CUDARuntimeError as e:
+        raise BackendError(
+            f"tg.CUDA(): no CUDA GPU or driver was found ({e}). tapegrad's CUDA backend needs "
+            "an NVIDIA GPU and its driver; without one, tg.OpenCL() runs the same generated C "
+            "on other GPUs or on the CPU (PoCL), and tg.CPU() runs on the CPU") from None
+    if not 0 <= device < count:
+        raise BackendError(f"tg.CUDA({device}): this machine has {count} CUDA GPU(s), "
+                           f"numbered 0 to {count - 1}")
 
-    >>> import os, tapegrad as tg
-    >>> os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" or True   # a GPU, or the simulator
-    True
+    def attribute(number: int) -> int:      # (cudaDeviceAttr numbers)
+        return int(runtime.deviceGetAttribute(number, device))
+    return DeviceLimits(
+        name=runtime.getDeviceProperties(device)["name"].decode(),
+        arch=10 * attribute(75) + attribute(76),
+        max_threads=attribute(1), max_grid=(attribute(5), attribute(6), attribute(7)),
+        max_shared=attribute(97))
+
+
+class CUDA(Backend):
+    """An NVIDIA GPU (``device`` is its index, as CuPy's ``cupy.cuda.Device(device)``).
+
+    Needs CuPy and NVRTC (``pip install 'tapegrad[cuda13]'``) and a GPU; arrays are CuPy
+    arrays or other ``__cuda_array_interface__`` arrays, C-contiguous.
     """
 
     name = "cuda"
-    max_group_items = 1024      # threads per block on every CUDA GPU since compute 2.0
+    arrays: ArrayKind = CUDA_ARRAYS
 
     def __init__(self, device: int = 0):
         self.device = int(device)
-        try:
-            from numba import cuda
-        except ImportError:
-            raise BackendError(f"tg.CUDA() needs numba-cuda: {_INSTALL}") from None
-        self.sim = simulated()
-        if not self.sim:
-            if _cupy() is None:
-                raise BackendError(f"tg.CUDA() needs CuPy for its arrays: {_INSTALL}")
-            if not cuda.is_available():
-                raise BackendError("tg.CUDA(): no CUDA GPU or driver was found. To run the "
-                                   "CUDA path without a GPU, set NUMBA_ENABLE_CUDASIM=1 "
-                                   "(Numba's simulator, slow) before importing tapegrad")
+        self.cupy = cupy_module()
+        limits = _LIMITS.get(self.device)
+        if limits is None:      # (asked once per GPU: tg.get_backend makes a CUDA per call)
+            limits = _LIMITS[self.device] = device_limits(self.cupy, self.device)
+        self.limits = limits
+        self.max_group_items = self.limits.max_threads
 
     def key(self) -> tuple:
         return (self.device,)
 
     def __repr__(self) -> str:
-        return f"CUDA({self.device}{', simulated' if self.sim else ''})"
-
-    # arrays: NumPy's on the simulator, else CuPy's (and other CUDA arrays)
-    @property
-    def arrays(self) -> ArrayKind:
-        return NUMPY if self.sim else CUDA_ARRAYS
+        return f"CUDA({self.device}: {self.limits.name})"
 
     def allocate(self, dtype: Any, shape: Any) -> Any:
-        with self._on_device():
-            return super().allocate(dtype, shape)
+        with self.cupy.cuda.Device(self.device):
+            return self.cupy.empty(shape, dtype)
 
     def zeros(self, dtype: Any, shape: Any) -> Any:
-        with self._on_device():
-            return super().zeros(dtype, shape)
+        with self.cupy.cuda.Device(self.device):
+            return self.cupy.zeros(shape, dtype)
 
     def ones(self, dtype: Any, shape: Any) -> Any:
-        with self._on_device():
-            return super().ones(dtype, shape)
+        with self.cupy.cuda.Device(self.device):
+            return self.cupy.ones(shape, dtype)
 
     def asarray(self, x: Any) -> Any:
-        if self.sim:
-            return np.array(x.get() if hasattr(x, "get") else x, copy=True)
-        with self._on_device():
-            return _cupy().array(x, copy=True)
+        with self.cupy.cuda.Device(self.device):
+            return self.cupy.array(x.get() if hasattr(x, "get") else x, copy=True)
 
     def synchronize(self) -> None:
-        if not self.sim:
-            _cupy().cuda.get_current_stream().synchronize()
+        with self.cupy.cuda.Device(self.device):
+            self.cupy.cuda.get_current_stream().synchronize()
 
-    def _on_device(self) -> Any:
-        if self.sim:
-            import contextlib
-            return contextlib.nullcontext()
-        return _cupy().cuda.Device(self.device)
-
-    # kernels
     def default_groupsize(self, rank: int) -> tuple[int, ...]:
         return _DEFAULT_GROUPSIZE[rank]
 
     def compile(self, tk: TypedKernel) -> _Launcher:
-        lowered = lower_kernel(tk)
-        module, path = load_source(lowered.source, f"cuda_{tk.name}")
-        return _Launcher(getattr(module, lowered.symbol), lowered, str(path), tk.groupsize, self)
+        printer = CPrinter(tk, CUDA_DIALECT)
+        source = printer.module(device_functions(tk))
+        binary = compile_cuda(source, tk.name, self.limits.arch)
+        driver = self.cupy.cuda.driver
+        with self.cupy.cuda.Device(self.device):
+            module = self.cupy.cuda.function.Module()
+            module.load(binary.data)
+            function = module.get_function(tk.name)
+            dynamic = printer.dynamic_bytes
+            check_function(tk, self.limits, printer.shared_bytes,
+                           driver.funcGetAttribute(_MAX_THREADS_PER_BLOCK, function.ptr),
+                           driver.funcGetAttribute(_NUM_REGS, function.ptr))
+            if dynamic:
+                driver.funcSetAttribute(function.ptr, _MAX_DYNAMIC_SHARED, dynamic)
+        return _Launcher(function, source, tk, dynamic, self)
 
 
 class _Launcher:
-    """Launches a compiled CUDA kernel on CuPy's current stream; the first launch compiles it
-    and reports failures at the user's line."""
+    """Launches a compiled kernel on CuPy's current stream of its GPU."""
 
-    def __init__(self, kernel: Any, lowered: Lowered, path: str, groupsize: tuple[int, ...],
-                 backend: CUDA):
-        self.kernel = kernel
-        self.lowered = lowered
-        self.path = path
-        self.block = tuple(reversed(groupsize))    # the last dimension runs along x
-        self.groupsize = groupsize
-        self.backend = backend
-        self.compiled = False
-
-    @property
-    def source(self) -> str:
-        return self.lowered.source
+    def __init__(self, function: Any, source: str, tk: TypedKernel, shared: int, backend: CUDA):
+        self.function, self.source, self.shared = function, source, shared
+        self.groupsize, self.limits = tk.groupsize, backend.limits
+        self.block = tuple(reversed(tk.groupsize))     # the last dimension runs along x
+        self.pack = packer(tk.ir.params, tk.argtypes, _buffer)
+        self.device, self.cupy = backend.device, backend.cupy
 
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
-        if self.backend.sim and any(isinstance(a, np.ndarray) and not (
-                a.flags.c_contiguous or a.flags.f_contiguous) for a in args):
-            self.strided(args, ndrange)
+        values = tuple(self.pack(args, ndrange))
+        grid = launch_shape(ndrange, self.groupsize, self.limits)
+        if not math.prod(grid):
             return
-        grid = tuple(-(-n // w) for n, w in zip(reversed(ndrange), self.block))
-        if self.backend.sim:
-            configured = self.kernel[grid, self.block]
-        else:
-            from numba import cuda
-            stream = cuda.external_stream(_cupy().cuda.get_current_stream().ptr)
-            configured = self.kernel[grid, self.block, stream]
-        if self.compiled:
-            configured(*args, *ndrange)
+        if self.cupy.cuda.runtime.getDevice() == self.device:
+            self.function(grid, self.block, values, shared_mem=self.shared)
             return
-        try:
-            configured(*args, *ndrange)
-        except Exception as exc:
-            from numba.core.errors import NumbaError
-            if not isinstance(exc, NumbaError):
-                raise
-            raise self.translate(exc) from None
-        self.compiled = True
+        with self.cupy.cuda.Device(self.device):
+            self.function(grid, self.block, values, shared_mem=self.shared)
 
-    def strided(self, args: tuple, ndrange: tuple[int, ...]) -> None:
-        """The simulator takes only contiguous buffers: run on contiguous copies of strided
-        arrays and write the results back (real GPUs take strided CuPy views directly)."""
-        copies = [np.ascontiguousarray(a) if isinstance(a, np.ndarray) else a for a in args]
-        self(tuple(copies), ndrange)
-        for a, c in zip(args, copies):
-            if isinstance(a, np.ndarray) and c is not a and a.flags.writeable:
-                a[...] = c
 
-    def translate(self, exc: Exception) -> KernelCompileError:
-        return compile_error(exc, self.lowered, self.path, "numba-cuda")
+def _buffer(name: str, a: Any) -> Any:
+    """What CuPy's launcher takes for an array: a CuPy array itself, else its address."""
+    if type(a).__module__.startswith("cupy"):
+        if not a.flags.c_contiguous:
+            raise _strided(name)
+        return a
+    interface = a.__cuda_array_interface__
+    strides = interface.get("strides")
+    if strides is not None and tuple(strides) != _c_strides(a.shape, np.dtype(interface["typestr"])):
+        raise _strided(name)
+    return np.uint64(interface["data"][0])
+
+
+def _c_strides(shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, ...]:
+    strides, step = [], dtype.itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return tuple(reversed(strides))
+
+
+def _strided(name: str) -> LaunchError:
+    return LaunchError(f"argument {name}: CUDA kernels take C-contiguous arrays; pass "
+                       f"cupy.ascontiguousarray({name}) (and copy results back to a view)")

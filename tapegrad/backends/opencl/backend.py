@@ -8,17 +8,16 @@ from typing import Any
 import numpy as np
 
 from tapegrad.backends.base import Backend
+from tapegrad.backends.c.arguments import packer
 from tapegrad.backends.c.printer import OPENCL, CPrinter
 from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
 from tapegrad.backends.opencl.device import arrays_on, devices, queue
 from tapegrad.backends.registry import ArrayKind
 from tapegrad.backends.structure import device_functions
 from tapegrad.errors import KernelCompileError, LaunchError
-from tapegrad.frontend.types import Array, Scalar, TypedKernel
+from tapegrad.frontend.types import TypedKernel
 
 _DEFAULT_GROUPSIZE = {1: (256,), 2: (16, 16), 3: (4, 8, 8)}
-_SCALAR_TYPES = {"float64": np.float64, "float32": np.float32, "int64": np.int64,
-                 "int32": np.int32, "bool": np.int32}
 
 
 class OpenCL(Backend):
@@ -87,23 +86,20 @@ class _Launcher:
     def __init__(self, kernel: Any, source: str, tk: TypedKernel, q: Any):
         self.kernel, self.source, self.queue = kernel, source, q
         self.groupsize = tk.groupsize
-        self.params = list(zip(tk.ir.params, tk.argtypes))
+        self.pack = packer(tk.ir.params, tk.argtypes, _buffer)
 
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
-        values: list[Any] = []
-        for (name, t), a in zip(self.params, args):
-            if isinstance(t, Array):
-                if not (a.flags.c_contiguous and a.offset == 0):
-                    raise LaunchError(f"argument {name}: OpenCL kernels take contiguous arrays "
-                                      f"from the start of their buffer; pass {name}.copy()")
-                values.append(a.base_data)
-                values += [np.int64(n) for n in a.shape]
-            elif isinstance(t, Scalar):
-                values.append(_SCALAR_TYPES[t.dtype](a))
-        values += [np.int64(n) for n in ndrange]
+        values = self.pack(args, ndrange)
         r, W = len(ndrange), self.groupsize
         # the ndrange's last dimension is the device's first (consecutive work-items touch
         # consecutive elements of row-major arrays)
         local = tuple(W[r - 1 - k] for k in range(r))
         global_ = tuple(-(-ndrange[r - 1 - k] // W[r - 1 - k]) * W[r - 1 - k] for k in range(r))
         self.kernel(self.queue, global_, local, *values)
+
+
+def _buffer(name: str, a: Any) -> Any:
+    if not (a.flags.c_contiguous and a.offset == 0):
+        raise LaunchError(f"argument {name}: OpenCL kernels take contiguous arrays from the "
+                          f"start of their buffer; pass {name}.copy()")
+    return a.base_data
