@@ -8,9 +8,17 @@ import re
 
 def without_atomic_helpers(source: str) -> str:
     """The source without the atomics' helper functions, whose bodies differ as the two
-    languages' atomic instructions do (a compare-and-swap loop where one has none)."""
-    return "\n".join(ln for ln in source.splitlines() if " tg_atomic_" not in ln
-                     or not ln.startswith("static"))
+    languages' atomic instructions do (a compare-and-swap loop where one has none; CUDA's
+    warp sums before an Active scalar's atomic)."""
+    kept, skipping = [], False
+    for ln in source.splitlines():
+        if ln.startswith("static") and (" tg_atomic_" in ln or " tg_group_add_" in ln):
+            skipping = ln.endswith("{")         # (a helper of several lines, to its "}")
+        elif skipping:
+            skipping = ln != "}"
+        else:
+            kept.append(ln)
+    return "\n".join(kept)
 
 
 def as_cuda(opencl: str) -> str:

@@ -102,6 +102,9 @@ def test_an_adjoint_past_48_kib_of_shared_memory_takes_dynamic_shared_memory(
     assert printer.shared_bytes > STATIC_SHARED_LIMIT and printer.dynamic_bytes == local_bytes(
         dense_adjoint)
     assert "extern __shared__ __align__(16) unsigned char _tg_shared[];" in source
+    # the Active scale's sum: one atomic per full warp, after shuffles
+    assert "tg_group_add_float64_global(&s_bar_out[(0)], s_bar)" in source
+    assert "__shfl_down_sync(all, v, o)" in source
     binary = nvrtc.compile_cuda(source, dense_adjoint.name, 90)
     assert binary.kind == "cubin"
     # the same arrays declared statically: NVRTC refuses them, as the issue reported
