@@ -9,9 +9,12 @@ import re
 def without_atomic_helpers(source: str) -> str:
     """The source without the atomics' helper functions, whose bodies differ as the two
     languages' atomic instructions do (a compare-and-swap loop where one has none; CUDA's
-    warp sums before an Active scalar's atomic)."""
+    warp sums before an Active scalar's atomic), and without preprocessor lines (OpenCL's
+    pragmas, CUDA's names for inf and NaN)."""
     kept, skipping = [], False
     for ln in source.splitlines():
+        if ln.startswith("#"):
+            continue
         if ln.startswith("static") and (" tg_atomic_" in ln or " tg_group_add_" in ln):
             skipping = ln.endswith("{")         # (a helper of several lines, to its "}")
         elif skipping:

@@ -5,6 +5,7 @@ on a GPU in tests/gpu/ (and every backend-parametrised test, on a GPU machine)."
 
 from __future__ import annotations
 
+import math
 import sys
 from types import SimpleNamespace
 
@@ -14,13 +15,14 @@ import pytest
 import tapegrad as tg
 from tapegrad.backends.c.printer import CUDA, STATIC_SHARED_LIMIT, CPrinter, local_bytes
 from tapegrad.backends.cuda import nvrtc
-from tapegrad.backends.cuda.backend import device_limits
+from tapegrad.backends.cuda.device import device_limits
 from tapegrad.backends.cuda.limits import DeviceLimits, check_function, launch_shape
 from tapegrad.backends.structure import device_functions
 from tapegrad.errors import CacheWarning
 from tests.conftest import _opencl_on_numpy
 
-H200 = DeviceLimits("NVIDIA H200", 90, 1024, (2**31 - 1, 65535, 65535), 232448)
+H200 = DeviceLimits("NVIDIA H200", 90, 1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535),
+                    232448)
 TILE = 32
 
 
@@ -116,7 +118,8 @@ def test_an_adjoint_past_48_kib_of_shared_memory_takes_dynamic_shared_memory(
 
 def test_shared_memory_or_registers_past_the_gpus_are_tapegrad_errors(dense_adjoint):
     tk = dense_adjoint
-    small = DeviceLimits("a small GPU", 75, 1024, (2**31 - 1, 65535, 65535), 49152)
+    small = DeviceLimits("a small GPU", 75, 1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535),
+                         49152)
     printer = CPrinter(tk, CUDA)
     printer.module(device_functions(tk))
     bytes_ = printer.shared_bytes
@@ -170,3 +173,52 @@ def test_cuda_without_cupy_or_a_gpu_says_what_is_missing(monkeypatch):
     with pytest.raises(tg.BackendError, match=r"no CUDA GPU or driver was found "
                        r"\(cudaErrorNoDevice.*tg.OpenCL\(\)"):
         device_limits(cupy, 0)
+
+
+def test_a_block_past_the_gpus_z_limit_is_a_tapegrad_error():
+    tk = SimpleNamespace(name="fill", groupsize=(128, 2, 2),
+                         ir=SimpleNamespace(filename="model.py", lineno=3))
+    with pytest.raises(tg.KernelCompileError, match=r"model.py:3.*128 work-items along "
+                       r"dimension 0, which runs along CUDA's block z: NVIDIA H200 allows 64"):
+        check_function(tk, H200, 0, 1024, 32)
+    check_function(SimpleNamespace(**{**vars(tk), "groupsize": (2, 2, 128)}), H200, 0, 1024, 32)
+
+
+@tg.kernel
+def non_finite(B, A):
+    i = tg.index()
+    B[i] = tg.where(A[i] > 0.0, math.inf, -math.inf) + (math.nan if A[i] == 0.0 else 0.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_inf_and_nan_constants_compile_for_cuda(dtype):
+    from tapegrad.backends.c.printer import CPrinter
+    from tapegrad.frontend import kernel_ir
+    from tapegrad.frontend.types import specialize
+    from tapegrad.runtime.arguments import check_args
+    args = (np.zeros(4, dtype), np.zeros(4, dtype))
+    tk = specialize(kernel_ir(non_finite), check_args(non_finite, tg.CPU(), args), 1, (64,),
+                    kernel_ir)
+    source = CPrinter(tk, CUDA).module([])
+    assert "INFINITY" in source and "NAN" in source
+    assert nvrtc.compile_cuda(source, tk.name, 90).kind == "cubin"
+    assert b" " == bytes([32])      # (NVRTC's log was once written into the shared b" ")
+
+
+def test_a_binary_the_driver_refuses_names_the_extra_that_matches_it():
+    from tapegrad.backends.cuda.device import load_function
+
+    class CUDADriverError(RuntimeError):
+        pass
+
+    class Module:
+        def load(self, data):
+            raise CUDADriverError("CUDA_ERROR_UNSUPPORTED_PTX_VERSION")
+    cupy = SimpleNamespace(cuda=SimpleNamespace(
+        function=SimpleNamespace(Module=Module),
+        driver=SimpleNamespace(CUDADriverError=CUDADriverError)))
+    binary = nvrtc.Binary("cubin", 90, b"\x7fELF")
+    with pytest.raises(tg.BackendError, match=r"saxpy: the CUDA driver refused the kernel NVRTC "
+                       r"compiled for sm_90 \(CUDA_ERROR_UNSUPPORTED_PTX_VERSION\).*"
+                       r"tapegrad\[cuda12\]"):
+        load_function(cupy, binary, "saxpy")

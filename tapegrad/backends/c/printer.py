@@ -80,7 +80,10 @@ OPENCL = Dialect(
 
 CUDA = Dialect(
     name="cuda", kernel='extern "C" __global__ void', function="static __device__",
-    global_ptr="", int64="long long", preamble="",
+    global_ptr="", int64="long long",
+    # (NVRTC has no math.h: C's names for the infinite and NaN floats, as CUDA's bits)
+    preamble="#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n"
+             "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif",
     local_id="threadIdx.{}", group_id="blockIdx.{}", local_memory="__shared__ ",
     local_ptr="", barrier="__syncthreads();")
 

@@ -18,54 +18,17 @@ from tapegrad.backends.c.arguments import packer
 from tapegrad.backends.c.printer import CUDA as CUDA_DIALECT
 from tapegrad.backends.c.printer import CPrinter
 from tapegrad.backends.cuda.arrays import CUDA_ARRAYS
-from tapegrad.backends.cuda.limits import DeviceLimits, check_function, launch_shape
+from tapegrad.backends.cuda.device import cupy_module, limits_of, load_function
+from tapegrad.backends.cuda.limits import check_function, launch_shape
 from tapegrad.backends.cuda.nvrtc import compile_cuda
 from tapegrad.backends.registry import ArrayKind
 from tapegrad.backends.structure import device_functions
-from tapegrad.errors import BackendError, LaunchError
+from tapegrad.errors import LaunchError
 from tapegrad.frontend.types import TypedKernel
 
 _DEFAULT_GROUPSIZE = {1: (256,), 2: (16, 16), 3: (4, 8, 8)}
-_INSTALL = ("install the CUDA extra matching your driver: pip install 'tapegrad[cuda13]' "
-            "(or 'tapegrad[cuda12]')")
 # cuFuncGetAttribute / cuFuncSetAttribute's attribute numbers (CUfunction_attribute)
 _MAX_THREADS_PER_BLOCK, _NUM_REGS, _MAX_DYNAMIC_SHARED = 0, 4, 8
-_LIMITS: dict[int, DeviceLimits] = {}
-
-
-def cupy_module() -> Any:
-    """CuPy, or a BackendError saying how to install it."""
-    try:
-        import cupy
-    except ImportError:
-        raise BackendError(f"tg.CUDA() needs CuPy for its arrays and launches: {_INSTALL}. "
-                           "Without an NVIDIA GPU, tg.OpenCL() runs the same generated C on "
-                           "other GPUs or on the CPU (PoCL), and tg.CPU() runs on the CPU"
-                           ) from None
-    return cupy
-
-
-def device_limits(cupy: Any, device: int) -> DeviceLimits:
-    """What a launch on GPU ``device`` may ask for; a BackendError where there is no GPU."""
-    runtime = cupy.cuda.runtime
-    try:
-        count = runtime.getDeviceCount()
-    except runtime.CUDARuntimeError as e:
-        raise BackendError(
-            f"tg.CUDA(): no CUDA GPU or driver was found ({e}). tapegrad's CUDA backend needs "
-            "an NVIDIA GPU and its driver; without one, tg.OpenCL() runs the same generated C "
-            "on other GPUs or on the CPU (PoCL), and tg.CPU() runs on the CPU") from None
-    if not 0 <= device < count:
-        raise BackendError(f"tg.CUDA({device}): this machine has {count} CUDA GPU(s), "
-                           f"numbered 0 to {count - 1}")
-
-    def attribute(number: int) -> int:      # (cudaDeviceAttr numbers)
-        return int(runtime.deviceGetAttribute(number, device))
-    return DeviceLimits(
-        name=runtime.getDeviceProperties(device)["name"].decode(),
-        arch=10 * attribute(75) + attribute(76),
-        max_threads=attribute(1), max_grid=(attribute(5), attribute(6), attribute(7)),
-        max_shared=attribute(97))
 
 
 class CUDA(Backend):
@@ -81,10 +44,7 @@ class CUDA(Backend):
     def __init__(self, device: int = 0):
         self.device = int(device)
         self.cupy = cupy_module()
-        limits = _LIMITS.get(self.device)
-        if limits is None:      # (asked once per GPU: tg.get_backend makes a CUDA per call)
-            limits = _LIMITS[self.device] = device_limits(self.cupy, self.device)
-        self.limits = limits
+        self.limits = limits_of(self.device)
         self.max_group_items = self.limits.max_threads
 
     def key(self) -> tuple:
@@ -122,9 +82,7 @@ class CUDA(Backend):
         binary = compile_cuda(source, tk.name, self.limits.arch)
         driver = self.cupy.cuda.driver
         with self.cupy.cuda.Device(self.device):
-            module = self.cupy.cuda.function.Module()
-            module.load(binary.data)
-            function = module.get_function(tk.name)
+            function = load_function(self.cupy, binary, tk.name)
             dynamic = printer.dynamic_bytes
             check_function(tk, self.limits, printer.shared_bytes,
                            driver.funcGetAttribute(_MAX_THREADS_PER_BLOCK, function.ptr),

@@ -13,6 +13,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from tapegrad.backends.cuda.device import limits_of, load_function
+from tapegrad.backends.cuda.nvrtc import compile_cuda
+
 SOURCE = r"""
 extern "C" __global__ void tg_fingerprint(const unsigned char *bytes, const long long n,
                                           unsigned long long *out) {
@@ -45,14 +48,10 @@ MAX_BLOCKS = 4096       # a grid-stride loop: enough blocks to fill any GPU
 
 @functools.cache
 def _function(device: int) -> Any:
-    from tapegrad.backends.cuda.backend import CUDA
-    from tapegrad.backends.cuda.nvrtc import compile_cuda
-    gpu = CUDA(device)
-    binary = compile_cuda(SOURCE, "tg_fingerprint", gpu.limits.arch)
-    with gpu.cupy.cuda.Device(device):
-        module = gpu.cupy.cuda.function.Module()
-        module.load(binary.data)
-        return module, module.get_function("tg_fingerprint")
+    import cupy
+    binary = compile_cuda(SOURCE, "tg_fingerprint", limits_of(device).arch)
+    with cupy.cuda.Device(device):
+        return load_function(cupy, binary, "tg_fingerprint")
 
 
 def fingerprint(x: Any) -> Any:
@@ -68,6 +67,5 @@ def fingerprint(x: Any) -> Any:
         n = data.nbytes
         if n:
             blocks = min(MAX_BLOCKS, -(-(n // 8 + 1) // BLOCK))
-            _, function = _function(data.device.id)
-            function((blocks,), (BLOCK,), (data, np.int64(n), out))
+            _function(data.device.id)((blocks,), (BLOCK,), (data, np.int64(n), out))
     return out

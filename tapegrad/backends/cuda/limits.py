@@ -2,7 +2,7 @@
 fails with its own: threads per block (fewer where a kernel uses many registers), shared
 memory per block, and blocks along each grid dimension.
 
->>> h200 = DeviceLimits("H200", 90, 1024, (2**31 - 1, 65535, 65535), 232448)
+>>> h200 = DeviceLimits("H200", 90, 1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535), 232448)
 >>> launch_shape((1000, 3), (16, 16), h200)     # (x, y, z): the last dimension along x
 (1, 63, 1)
 """
@@ -23,6 +23,7 @@ class DeviceLimits:
     name: str
     arch: int                          # compute capability, as 90 for sm_90
     max_threads: int                   # threads per block
+    max_block: tuple[int, int, int]    # threads along x, y, z of a block
     max_grid: tuple[int, int, int]     # blocks along x, y, z
     max_shared: int                    # bytes of shared memory a block may opt in to
 
@@ -57,6 +58,15 @@ def check_function(tk: TypedKernel, limits: DeviceLimits, shared_bytes: int, max
     more threads than its registers allow."""
     items = math.prod(tk.groupsize)
     where = f"{tk.name} ({tk.ir.filename}:{tk.ir.lineno})"
+    rank = len(tk.groupsize)
+    for k, n in enumerate(tk.groupsize):
+        axis = rank - 1 - k
+        if n > limits.max_block[axis]:
+            raise KernelCompileError(
+                f"{where}: groupsize {tk.groupsize} puts {n} work-items along dimension {k}, "
+                f"which runs along CUDA's block {_AXES[axis]}: {limits.name} allows "
+                f"{limits.max_block[axis]} there. Put the larger sizes last (the last "
+                f"dimension runs along x, which allows {limits.max_block[0]}).")
     if shared_bytes > limits.max_shared:
         raise KernelCompileError(
             f"{where}: a workgroup of groupsize {tk.groupsize} needs {shared_bytes} bytes of "

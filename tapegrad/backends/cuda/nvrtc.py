@@ -60,17 +60,20 @@ class _CudaBindings:
         _, program = nv.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], [])
         try:
             (err,) = nv.nvrtcCompileProgram(program, len(options), [o.encode() for o in options])
+            # (buffers the bindings write into: bytearrays, never bytes, which CPython may
+            # share: b" " * 1 is the interpreter's own b" ")
             _, size = nv.nvrtcGetProgramLogSize(program)
-            log = b" " * size
+            log = bytearray(size)
             nv.nvrtcGetProgramLog(program, log)
+            text = bytes(log).rstrip(b"\0").decode(errors="replace")
             if err != nv.nvrtcResult.NVRTC_SUCCESS:
-                return None, log.decode(errors="replace")
+                return None, text
             get_size, get = ((nv.nvrtcGetCUBINSize, nv.nvrtcGetCUBIN) if cubin
                              else (nv.nvrtcGetPTXSize, nv.nvrtcGetPTX))
             _, size = get_size(program)
-            data = b" " * size
+            data = bytearray(size)
             get(program, data)
-            return data, log.decode(errors="replace")
+            return bytes(data), text
         finally:
             nv.nvrtcDestroyProgram(program)
 
