@@ -1,0 +1,350 @@
+"""``tg.checkpoint_loop``: ``state = step(state)`` run ``n_steps`` times under a tape that keeps
+a few snapshots instead of every step's record, and recomputes the rest in the reverse sweep
+by the binomial schedule (``revolve.py``).
+
+The enclosing tape gets one record for the whole loop (``LoopRecord``): it reads the initial
+state and the parameters, writes the final state.  Its adjoint walks the schedule: it restores
+and advances states unrecorded, records one step at a time on a tape of its own, and takes
+that tape's vector-Jacobian product (``Tape.vjp``) to carry the state's cotangent one step
+back, adding up the parameters' cotangents over every step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from tapegrad.checkpoint.revolve import reverse_actions
+from tapegrad.checkpoint.snapshots import choose_snapshots
+from tapegrad.errors import TapegradError
+from tapegrad.runtime.launch import interceptor, launch_now
+from tapegrad.tape.arrays import is_array
+from tapegrad.tape.modes import current_forward, paused, recording_tapes, tapes_var
+from tapegrad.tape.records import LaunchRecord, Record
+from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain
+from tapegrad.tape.tape import Tape
+
+
+def checkpoint_loop(step: Callable[..., Any], state: Any, n_steps: int,
+                    params: Sequence[Any] = (), snapshots: int | None = None,
+                    memory: int | None = None) -> Any:
+    """Run ``state = step(state, *params)`` ``n_steps`` times and return the last state,
+    differentiable by the enclosing tape at the memory of ``snapshots`` states rather than one
+    per step: the reverse sweep recomputes what it needs by Revolve's binomial schedule.
+
+    ``state`` is an array or a tuple of arrays (``step`` takes and returns the same, new
+    arrays or updated in place); ``params`` are what ``step`` reads from outside the loop and
+    may need gradients for (arrays, tape scalars, numbers), given to it after the state.
+    ``snapshots=None`` picks as many as ``memory`` bytes hold (default: a quarter of the free
+    memory), at most one per step, and says so on stderr.
+
+    >>> import numpy as np, tapegrad as tg
+    >>> @tg.kernel
+    ... def decay(out, u, k):
+    ...     i = tg.index()
+    ...     out[i] = u[i] - k * u[i] * u[i]
+    >>> def step(u, k):
+    ...     out = np.empty_like(u)
+    ...     decay(tg.CPU())(out, u, k, ndrange=u.size)
+    ...     return out
+    >>> u0 = np.full(4, 0.5)
+    >>> with tg.Tape() as tape:
+    ...     k = tape.watch(0.1)
+    ...     loss = tg.sum(tg.checkpoint_loop(step, u0, 1000, params=(k,), snapshots=8))
+    >>> g_u0, g_k = tape.gradient(loss, [u0, k])
+    """
+    states, single = _as_states(state)
+    n = _steps(n_steps)
+    params = tuple(params)
+    tapes = recording_tapes()
+    if n == 0:
+        return state
+    if not tapes or current_forward() is not None:   # nothing to keep: the plain loop
+        for _ in range(n):
+            states = _call(step, states, params, single)
+        return states[0] if single else states
+    s = snapshots if snapshots is not None else choose_snapshots(states, n, memory)
+    if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1:
+        raise TapegradError(f"tg.checkpoint_loop: snapshots is a number of states to keep, at "
+                            f"least 1 (the initial state), got {s!r}")
+    loop = Loop(step, n, int(s), params, single)
+    out = loop.primal(states)
+    loop.check_closure(tapes, states)
+    for tape in tapes:
+        tape.record_host(LoopRecord.make(tape, loop, states, out), [])
+    return out[0] if single else out
+
+
+def _as_states(state: Any) -> tuple[tuple, bool]:
+    if is_array(state):
+        return (state,), True
+    if isinstance(state, (tuple, list)) and state and all(is_array(x) for x in state):
+        return tuple(state), False
+    raise TapegradError(f"tg.checkpoint_loop's state is an array or a tuple of arrays, got "
+                        f"{type(state).__name__}")
+
+
+def _steps(n_steps: Any) -> int:
+    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 0:
+        raise TapegradError(f"tg.checkpoint_loop: n_steps is a number of steps (0 or more), "
+                            f"got {n_steps!r}")
+    return int(n_steps)
+
+
+def _call(step: Callable[..., Any], states: tuple, params: tuple, single: bool) -> tuple:
+    """One step, its result checked against the state it was given."""
+    out = step(*states, *params)
+    new = ((out,) if is_array(out) else None) if single else \
+        tuple(out) if isinstance(out, (tuple, list)) else None
+    if new is None or len(new) != len(states) or not all(
+            is_array(y) and tuple(y.shape) == tuple(x.shape) and y.dtype == x.dtype
+            for x, y in zip(states, new)):
+        def shape(v: Any) -> str:
+            return f"{tuple(v.shape)} {v.dtype}" if is_array(v) else type(v).__name__
+        given = ", ".join(shape(x) for x in states)
+        returned = shape(out) if new is None else ", ".join(shape(y) for y in new)
+        raise TapegradError(f"tg.checkpoint_loop's step must return a state like the one it "
+                            f"takes ({given}), but returned {returned}")
+    return new
+
+
+def _copies(states: tuple) -> tuple:
+    return tuple(x.copy() for x in states)
+
+
+class Loop:
+    """One checkpointed loop: its schedule, the snapshots its primal run stored, and the
+    reverse sweep over it."""
+
+    def __init__(self, step: Callable[..., Any], n: int, s: int, params: tuple, single: bool):
+        self.step, self.n, self.params, self.single = step, n, params, single
+        self.s = min(s, n)
+        self.actions = reverse_actions(n, self.s)
+        self.first_reverse = next(k for k, a in enumerate(self.actions) if a[0] == "reverse")
+        self.initial: tuple = ()
+        self.stored: dict[int, tuple] = {}
+        self.last: tuple | None = None      # the last step recorded: (tape, inputs, outputs)
+        self.forward_steps = 0              # unrecorded steps run, for the tests and docs
+        self.recorded_steps = 0
+
+    # -- forward --------------------------------------------------------------------------
+    def primal(self, states: tuple) -> tuple:
+        """The forward run: snapshots stored as the schedule says, the last step recorded
+        on a tape of its own (the reverse sweep starts with it); returns the last state."""
+        self.initial = _copies(states)
+        with unrecorded():
+            hand = self.run_actions(self.actions[:self.first_reverse], _copies(states))
+        before = _copies(hand)
+        tape, out = self.record(hand)
+        self.check_returned(tape, hand, before, out)
+        self.last = (tape, hand, out)
+        return out
+
+    def check_returned(self, tape: Tape, hand: tuple, before: tuple, out: tuple) -> None:
+        """A state array that ``step`` returns as it was given must hold what it was given:
+        changed by code the tape does not see (NumPy in place), its cotangent would pass
+        through unchanged, silently wrong.  (Checked on the step the primal run records.)"""
+        for y in out:
+            if any(tape.key(y) in r.writes for r in tape.records):
+                continue
+            same = next((j for j, x in enumerate(hand) if x is y), None)
+            if same is None or not _equal(y, before[same]):
+                raise TapegradError(
+                    f"tg.checkpoint_loop's step returned an array of shape {tuple(y.shape)} "
+                    "that no recorded operation wrote (NumPy made it, or changed it in place: "
+                    "tapes cannot see that); write it in a kernel, or with tg.copy/tg.scale")
+
+    def run_actions(self, actions: list[tuple], hand: tuple | None) -> tuple | None:
+        for action in actions:
+            kind = action[0]
+            if kind == "store":
+                self.stored[action[1]] = _copies(hand)
+            elif kind == "free":
+                self.stored.pop(action[1], None)
+            elif kind == "restore":
+                hand = _copies(self.stored[action[1]])
+            elif kind == "advance":
+                for _ in range(action[1], action[2]):
+                    hand = _call(self.step, hand, self.plain_params(), self.single)
+                self.forward_steps += action[2] - action[1]
+        return hand
+
+    def plain_params(self) -> tuple:
+        return tuple(plain(p) if isinstance(p, (TrackedScalar, DualScalar)) else p
+                     for p in self.params)
+
+    def record(self, hand: tuple) -> tuple[Tape, tuple]:
+        """Step ``hand`` forward on a tape of its own (tape scalars for the parameters that
+        are the enclosing tapes' scalars)."""
+        tape = Tape(watch_changes=False)
+        with paused(), tape:
+            self.watched = tuple(tape.watch(plain(p)) if isinstance(p, TrackedScalar) else p
+                                 for p in self.params)
+            out = _call(self.step, hand, self.watched, self.single)
+        self.recorded_steps += 1
+        return tape, out
+
+    def check_closure(self, tapes: tuple, states: tuple) -> None:
+        """Refuse what ``step`` reads from outside the loop without ``params``, where the
+        enclosing tape follows it (its gradient through the loop would be lost silently)."""
+        tape, _, _ = self.last
+        for record in tape.records:
+            if isinstance(record, LaunchRecord) and any(
+                    record.nodes[pos] is None for pos in record.tracked_at):
+                raise _closed_over_scalar()
+        given = {_memory(x) for x in (*states, *self.params) if is_array(x)}
+        for outer in tapes:
+            for key, ident in tape.ids.by_memory.items():
+                if key in outer.ids.by_memory and key not in given and ident.alive():
+                    raise TapegradError(
+                        f"tg.checkpoint_loop's step reads an array of shape {ident.meta[1]} "
+                        "from outside the loop that the tape follows, without taking it as a "
+                        "parameter: its gradient through the loop would be lost. Pass it in "
+                        "params=(...) and take it as step's argument after the state")
+
+    # -- reverse --------------------------------------------------------------------------
+    def reverse(self, bar: list[Any], want: list[bool]) -> tuple[list, list]:
+        """The cotangents of the initial state and of the parameters (``want``: which
+        parameters are active) given the final state's cotangent ``bar``."""
+        if self.last is None:              # asked again: the forward run once more
+            with unrecorded():
+                hand = self.run_actions(self.actions[:self.first_reverse],
+                                        _copies(self.initial))
+            tape, out = self.record(hand)
+            self.last = (tape, hand, out)
+        param_bars: list[Any] = [None] * len(self.params)
+        tape, hand, out = self.last
+        self.last = None
+        rest = self.actions[self.first_reverse:]
+        for action in rest:
+            if action[0] != "reverse":
+                with unrecorded():
+                    hand = self.run_actions([action], hand)
+                continue
+            if tape is None:
+                tape, out = self.record(hand)
+            bar = self.step_back(tape, hand, out, bar, want, param_bars)
+            tape = hand = out = None
+        return bar, param_bars
+
+    def step_back(self, tape: Tape, hand: tuple, out: tuple, bar: list, want: list[bool],
+                  param_bars: list) -> list:
+        """One recorded step's vector-Jacobian product: the cotangent of its input state;
+        the parameters' added into ``param_bars``."""
+        sources, where = [], []
+        for k, x in enumerate(hand):
+            if tape.tracks(x) and np.dtype(x.dtype).kind == "f":
+                sources.append(x)
+                where.append(("state", k))
+        for k, (p, w) in enumerate(zip(self.watched, want)):
+            if w and (isinstance(p, TrackedScalar) or is_array(p) and tape.tracks(p)):
+                sources.append(p)
+                where.append(("param", k))
+        outputs, cotangents, passed = [], [], {}
+        for y, w in zip(out, bar):
+            if w is None:
+                continue
+            if tape.tracks(y) and any(tape.key(y) in r.writes for r in tape.records):
+                outputs.append(y)
+                cotangents.append(w)
+                continue
+            same = next(j for j, x in enumerate(hand) if x is y)    # (check_returned)
+            passed[same] = w               # returned as it was given: the cotangent passes
+        grads = tape.vjp(outputs, cotangents, sources) if outputs and sources else \
+            [None] * len(sources)
+        new_bar: list[Any] = [None] * len(hand)
+        for (kind, k), g in zip(where, grads):
+            if kind == "state":
+                new_bar[k] = g
+            elif param_bars[k] is None:
+                param_bars[k] = g
+            else:
+                param_bars[k] = param_bars[k] + g
+        for k, w in passed.items():
+            new_bar[k] = w if new_bar[k] is None else new_bar[k] + w
+        return new_bar
+
+
+class unrecorded(paused):
+    """``with unrecorded():`` runs steps unrecorded (the schedule's advances), refusing a
+    launch given a tape scalar that ``step`` took from outside the loop rather than through
+    ``params`` (unrecorded, its derivative would be lost)."""
+
+    def __enter__(self) -> None:
+        self.tokens = (tapes_var.set(()), interceptor.set(_launch_unrecorded))
+
+
+def _launch_unrecorded(cfg: Any, args: tuple, ndrange: Any) -> None:
+    for a in args:
+        if isinstance(a, TrackedScalar):
+            raise _closed_over_scalar()
+    launch_now(cfg, args, ndrange)
+
+
+def _closed_over_scalar() -> TapegradError:
+    return TapegradError(
+        "tg.checkpoint_loop's step uses a tape scalar from outside the loop without taking it "
+        "as a parameter, so its gradient through the loop would be lost; pass it in "
+        "params=(...) and take it as step's argument after the state")
+
+
+def _equal(a: Any, b: Any) -> bool:
+    from tapegrad.tape.fingerprint import fingerprint
+    return bool(fingerprint(a) == fingerprint(b))
+
+
+def _memory(x: Any) -> tuple:
+    from tapegrad.tape.identity import array_key
+    return array_key(x)
+
+
+class LoopRecord(Record):
+    """The enclosing tape's record of a checkpointed loop: reads the initial state and the
+    parameters, writes the final state; its adjoint is the loop's reverse sweep."""
+
+    loop: Loop
+    state_ids: list
+    param_ids: list
+    param_nodes: list
+
+    @classmethod
+    def make(cls, tape: Any, loop: Loop, states: tuple, out: tuple) -> LoopRecord:
+        param_ids = [tape.track(p) if is_array(p) else None for p in loop.params]
+        param_nodes = [p.node_on(tape) if isinstance(p, TrackedScalar) else None
+                       for p in loop.params]
+        state_ids = [tape.track(x) for x in states]
+        record = cls(reads=state_ids + [i for i in param_ids if i is not None],
+                     writes=[tape.track(y) for y in out],
+                     scalars_in=[n for n in param_nodes if n is not None],
+                     name="tg.checkpoint_loop")
+        record.loop, record.state_ids = loop, state_ids
+        record.param_ids, record.param_nodes = param_ids, param_nodes
+        return record
+
+    def backward(self, sweep: Any) -> None:
+        bar = []
+        for ident in self.writes:
+            if ident in sweep.shadows or ident in sweep.active_ids:
+                shadow = sweep.shadow(ident)
+                bar.append(shadow.copy())
+                shadow.fill(0)            # (consumed: the loop overwrote what it held)
+            else:
+                bar.append(None)
+        if all(b is None for b in bar):
+            return
+        want = [(i is not None and i in sweep.active_ids)
+                or (n is not None and n in sweep.active_nodes)
+                for i, n in zip(self.param_ids, self.param_nodes)]
+        state_bar, param_bars = self.loop.reverse(bar, want)
+        for ident, g in zip(self.state_ids, state_bar):
+            if g is not None and ident in sweep.active_ids:
+                sweep.shadow(ident)[...] += g
+        for ident, node, g in zip(self.param_ids, self.param_nodes, param_bars):
+            if g is None:
+                continue
+            if node is not None:
+                sweep.add_scalar_bar(node, float(g))
+            elif ident is not None and ident in sweep.active_ids:
+                sweep.shadow(ident)[...] += g

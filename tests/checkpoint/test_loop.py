@@ -1,0 +1,192 @@
+"""``tg.checkpoint_loop`` gives the plain tape's gradients (float64, to 1e-12 relative) while
+keeping only its snapshots, with Revolve's number of forward steps."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tapegrad as tg
+from tapegrad.checkpoint.loop import LoopRecord
+from tapegrad.checkpoint.revolve import forward_steps
+
+N_CELLS = 16
+DT = 0.05
+
+
+@tg.kernel
+def react(u_new, v_new, u, v, forcing, k):
+    """A nonlinear two-field step (reaction with diffusion along a ring)."""
+    i = tg.index()
+    n = u.shape[0]
+    lap = u[(i + 1) % n] - 2.0 * u[i] + u[(i - 1) % n]
+    u_new[i] = u[i] + DT * (0.3 * lap + v[i] - k * u[i] * u[i] * u[i])
+    v_new[i] = v[i] - DT * (math.sin(u[i]) * forcing[i] + 0.1 * v[i])
+
+
+def step(u, v, forcing, k):
+    u_new, v_new = np.empty_like(u), np.empty_like(v)
+    react(tg.CPU())(u_new, v_new, u, v, forcing, k, ndrange=u.size)
+    return u_new, v_new
+
+
+@tg.kernel
+def assign(dst, src):
+    i = tg.index()
+    dst[i] = src[i]
+
+
+def in_place(u, v, forcing, k):
+    """The same step writing back into its state with a kernel (as ping-pong code does)."""
+    u_new, v_new = step(u, v, forcing, k)
+    assign(tg.CPU())(u, u_new, ndrange=u.size)
+    assign(tg.CPU())(v, v_new, ndrange=v.size)
+    return u, v
+
+
+def numpy_in_place(u, v, forcing, k):
+    """Writing back with NumPy, which no tape sees."""
+    u_new, v_new = step(u, v, forcing, k)
+    u[...], v[...] = u_new, v_new
+    return u, v
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(3)
+    return rng.uniform(-1, 1, N_CELLS), rng.uniform(-1, 1, N_CELLS), rng.uniform(0.5, 1.5, N_CELLS)
+
+
+def gradients(loop, data, n, snapshots=None, stepper=step):
+    """d loss / d (u0, v0, forcing, k): ``loop`` is the checkpointed or the plain loop."""
+    u0, v0, forcing = (x.copy() for x in data)
+    w = np.linspace(0.5, 1.5, N_CELLS)
+    with tg.Tape() as tape:
+        k = tape.watch(0.7)
+        if loop == "plain":
+            u, v = u0, v0
+            for _ in range(n):
+                u, v = step(u, v, forcing, k)
+        else:
+            u, v = tg.checkpoint_loop(stepper, (u0, v0), n, params=(forcing, k),
+                                      snapshots=snapshots)
+        loss = tg.dot(u, w) + 0.5 * tg.dot(v, v)
+    grads = tape.gradient(loss, [u0, v0, forcing, k])
+    records = [r for r in tape.records if isinstance(r, LoopRecord)]
+    return grads, (records[0].loop if records else None), float(loss)
+
+
+def assert_same(got, want):
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("n, s", [(1, 1), (1, 5), (2, 1), (7, 3), (13, 4), (40, 6), (5, 20),
+                                  (61, 2)])
+def test_gradients_equal_the_plain_tapes(data, n, s):
+    want, _, loss = gradients("plain", data, n)
+    got, loop, loss_cp = gradients("checkpoint", data, n, s)
+    assert loss_cp == loss
+    assert_same(got, want)
+    assert np.abs(got[2]).sum() > 0 and got[3] != 0.0
+    assert loop.forward_steps == forward_steps(n, min(s, n)) and loop.recorded_steps == n
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(1, 90), s=st.integers(1, 12))
+def test_any_number_of_steps_and_snapshots(data, n, s):
+    want, _, _ = gradients("plain", data, n)
+    got, loop, _ = gradients("checkpoint", data, n, s)
+    assert_same(got, want)
+    assert loop.forward_steps == forward_steps(n, min(s, n))
+
+
+def test_a_step_that_updates_its_state_in_place(data):
+    want, _, _ = gradients("plain", data, 30)
+    got, _, _ = gradients("checkpoint", data, 30, 4, stepper=in_place)
+    assert_same(got, want)
+    u0, v0, forcing = (x.copy() for x in data)
+    with pytest.raises(tg.TapegradError, match="returned an array of shape \\(16,\\) that no "
+                       "recorded operation wrote"):
+        with tg.Tape():
+            tg.checkpoint_loop(numpy_in_place, (u0, v0), 3, params=(forcing, 0.7),
+                               snapshots=2)
+    assert (u0 == data[0]).all() and (v0 == data[1]).all()     # the caller's arrays untouched
+
+
+def test_the_tape_can_be_asked_again(data):
+    u0, v0, forcing = (x.copy() for x in data)
+    with tg.Tape() as tape:
+        u, v = tg.checkpoint_loop(step, (u0, v0), 25, params=(forcing, 0.7), snapshots=3)
+        loss = tg.sum(u) + tg.sum(v)
+    first = tape.gradient(loss, [u0, forcing])
+    again = tape.gradient(loss, [u0, forcing])
+    assert_same(again, first)
+
+
+def test_a_single_array_state_and_no_tape():
+    x = np.linspace(0.0, 1.0, 8)
+
+    def halve(x):
+        out = np.empty_like(x)
+        react_scale(tg.CPU())(out, x, ndrange=x.size)
+        return out
+    y = tg.checkpoint_loop(halve, x, 3)
+    np.testing.assert_allclose(y, x / 8)
+    (g,) = tg.gradient(lambda x: tg.sum(tg.checkpoint_loop(halve, x, 3, snapshots=2)), x)
+    np.testing.assert_allclose(g, np.full(8, 1 / 8))
+
+
+@tg.kernel
+def react_scale(out, x):
+    i = tg.index()
+    out[i] = 0.5 * x[i]
+
+
+def test_what_step_reads_from_outside_without_params_is_refused(data):
+    u0, v0, forcing = (x.copy() for x in data)
+    with pytest.raises(tg.TapegradError, match="reads an array of shape \\(16,\\) from outside "
+                       "the loop.*params="):
+        with tg.Tape() as tape:
+            scaled = tg.scale(forcing, 2.0)           # the tape follows it
+            tg.checkpoint_loop(lambda u, v: step(u, v, scaled, 0.7), (u0, v0), 5)
+    with pytest.raises(tg.TapegradError, match="tape scalar from outside the loop"):
+        with tg.Tape() as tape:
+            k = tape.watch(0.7)
+            tg.checkpoint_loop(lambda u, v: step(u, v, forcing, k), (u0, v0), 5)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(n_steps=-1), "n_steps is a number of steps"),
+    (dict(snapshots=0), "snapshots is a number of states to keep"),
+    (dict(state=[1.0, 2.0]), "state is an array or a tuple of arrays"),
+])
+def test_bad_arguments_are_clear_errors(data, bad, message):
+    u0, v0, forcing = data
+    args = dict(state=(u0, v0), n_steps=3, snapshots=2) | bad
+    with pytest.raises(tg.TapegradError, match=message):
+        with tg.Tape():
+            tg.checkpoint_loop(step, args["state"], args["n_steps"], params=(forcing, 0.7),
+                               snapshots=args["snapshots"])
+
+
+def test_a_step_returning_something_else_is_refused(data):
+    u0, v0, forcing = data
+    with pytest.raises(tg.TapegradError, match=r"must return a state like the one it takes "
+                       r"\(\(16,\) float64, \(16,\) float64\), but returned \(16,\) float64"):
+        with tg.Tape():
+            tg.checkpoint_loop(lambda u, v: step(u, v, forcing, 0.7)[0], (u0, v0), 3,
+                               snapshots=2)
+
+
+def test_the_chosen_number_of_snapshots_is_said(data, capsys):
+    u0, v0, forcing = data
+    with tg.Tape():
+        tg.checkpoint_loop(step, (u0, v0), 50, params=(forcing, 0.7), memory=10 * 2 * 16 * 8)
+    err = capsys.readouterr().err
+    assert "checkpoint_loop keeps 10 snapshot(s) of 256 B" in err
+    assert f"{forward_steps(50, 10) / 50:.2f} forward steps per step" in err
