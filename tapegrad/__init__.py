@@ -70,7 +70,8 @@ __all__ = [
 ] + sorted(MATH_FUNCTIONS)
 
 from tapegrad.api import AdjointStackOverflow, autodiff, gradient, hvp, jacobian, jvp, vjp  # noqa: E402
-from tapegrad.checkpoint.loop import checkpoint_loop  # noqa: E402
+from tapegrad.checkpointing.loop import checkpoint_loop  # noqa: E402
+from tapegrad.checkpointing.segment import checkpoint  # noqa: E402
 from tapegrad.tape.activity import (  # noqa: E402
                                Active,
                                BatchDuplicated,
@@ -92,6 +93,6 @@ __all__ += ["autodiff", "gradient", "jacobian", "vjp", "jvp", "hvp", "Tape", "su
             "reshape", "scale",
             "register_adjoint", "AdjointStackOverflow", "Const", "Active", "Duplicated",
             "DuplicatedNoNeed", "BatchDuplicated", "Forward", "ForwardWithPrimal", "Reverse",
-            "ReverseWithPrimal", "make_zero", "make_zero_", "checkpoint_loop"]
+            "ReverseWithPrimal", "make_zero", "make_zero_", "checkpoint_loop", "checkpoint"]
 
 from tapegrad import testing  # noqa: E402, F401  (tg.testing.check_grad)

@@ -27,7 +27,7 @@ def test_examples_run():
     its kernels on one thread, so that the two do not spin against each other on 2 cores."""
     from concurrent.futures import ThreadPoolExecutor
 
-    env = dict(os.environ, NUMBA_NUM_THREADS="1")
+    env = dict(os.environ, NUMBA_NUM_THREADS="1", STEPS="2000")   # (long_simulation.py: fewer)
 
     def run(example: Path) -> tuple[str, subprocess.CompletedProcess]:
         return example.name, subprocess.run([sys.executable, str(example)], capture_output=True,

@@ -24,6 +24,7 @@ from tapegrad.runtime.launch import interceptor, prepare
 from tapegrad.tape.arrays import empty_like, is_array, only_tape_holds
 from tapegrad.tape.fingerprint import fingerprint
 from tapegrad.tape.identity import Identities, array_key
+from tapegrad.tape.memory import held_bytes
 from tapegrad.tape.modes import current_forward, tapes_var
 from tapegrad.tape.recorder import RecordPlan, recorder
 from tapegrad.tape.records import LaunchRecord, Record
@@ -59,6 +60,8 @@ class Tape:
     >>> bool(np.allclose(gA, np.cos(A)))
     True
     """
+
+    foreign_scalars = False     # whether a launch was given another tape's scalar
 
     def __init__(self, watch_changes: bool = True, verify: bool | None = None):
         """``watch_changes=False`` skips fingerprinting the recorded arrays at the end of the
@@ -207,6 +210,8 @@ class Tape:
             plain = tuple(float.__float__(a) if type(a) is TrackedScalar else a for a in args)
             tracked = tuple(k for k, a in enumerate(args) if type(a) is TrackedScalar
                             and a.node_on(self) is not None)
+            if len(tracked) < sum(type(a) is TrackedScalar for a in args):
+                self.foreign_scalars = True     # (another tape's: a constant here)
         launcher, nd, key = prepare(cfg, plain, ndrange)   # bad launches fail before copies
         # (under the launcher, which is one per key and hashes by identity: the key is a
         # nested tuple that would be hashed a second time)
@@ -277,6 +282,13 @@ class Tape:
             "gradient would not include that change. Do it in a kernel, or with tapegrad's "
             "recorded host operations (B2 = tg.scale(B, 3.0), tg.copy, tg.reshape); to change "
             "a result only for display, change a copy (B.copy())")
+
+    def memory(self) -> dict[str, int]:
+        r"""Bytes this tape holds, by kind: ``arrays`` its records keep (launch arguments
+        whose contents an adjoint reads, copies of overwritten inputs, host operations'
+        operands), ``snapshots`` of ``tg.checkpoint_loop``\ s, and the ``total``
+        (``tapegrad/tape/memory.py``)."""
+        return held_bytes(self.records)
 
     # -- the reverse sweep ----------------------------------------------------------------
 

@@ -11,18 +11,19 @@ back, adding up the parameters' cotangents over every step.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
-from tapegrad.checkpoint.revolve import reverse_actions
-from tapegrad.checkpoint.snapshots import choose_snapshots
+from tapegrad.checkpointing.closure import check_closure, unrecorded
+from tapegrad.checkpointing.revolve import reverse_actions
+from tapegrad.checkpointing.snapshots import choose_snapshots
 from tapegrad.errors import TapegradError
-from tapegrad.runtime.launch import interceptor, launch_now
 from tapegrad.tape.arrays import is_array
-from tapegrad.tape.modes import current_forward, paused, recording_tapes, tapes_var
-from tapegrad.tape.records import LaunchRecord, Record
+from tapegrad.tape.memory import kept_by
+from tapegrad.tape.modes import current_forward, paused, recording_tapes
+from tapegrad.tape.records import Record
 from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain
 from tapegrad.tape.tape import Tape
 
@@ -128,6 +129,7 @@ class Loop:
         self.last: tuple | None = None      # the last step recorded: (tape, inputs, outputs)
         self.forward_steps = 0              # unrecorded steps run, for the tests and docs
         self.recorded_steps = 0
+        self.most_stored = 0                # snapshots held at once, at most
 
     # -- forward --------------------------------------------------------------------------
     def primal(self, states: tuple) -> tuple:
@@ -161,6 +163,7 @@ class Loop:
             kind = action[0]
             if kind == "store":
                 self.stored[action[1]] = _copies(hand)
+                self.most_stored = max(self.most_stored, len(self.stored))
             elif kind == "free":
                 self.stored.pop(action[1], None)
             elif kind == "restore":
@@ -187,22 +190,7 @@ class Loop:
         return tape, out
 
     def check_closure(self, tapes: tuple, states: tuple) -> None:
-        """Refuse what ``step`` reads from outside the loop without ``params``, where the
-        enclosing tape follows it (its gradient through the loop would be lost silently)."""
-        tape, _, _ = self.last
-        for record in tape.records:
-            if isinstance(record, LaunchRecord) and any(
-                    record.nodes[pos] is None for pos in record.tracked_at):
-                raise _closed_over_scalar()
-        given = {_memory(x) for x in (*states, *self.params) if is_array(x)}
-        for outer in tapes:
-            for key, ident in tape.ids.by_memory.items():
-                if key in outer.ids.by_memory and key not in given and ident.alive():
-                    raise TapegradError(
-                        f"tg.checkpoint_loop's step reads an array of shape {ident.meta[1]} "
-                        "from outside the loop that the tape follows, without taking it as a "
-                        "parameter: its gradient through the loop would be lost. Pass it in "
-                        "params=(...) and take it as step's argument after the state")
+        check_closure(self.last[0], tapes, (*states, *self.params), "tg.checkpoint_loop's step")
 
     # -- reverse --------------------------------------------------------------------------
     def reverse(self, bar: list[Any], want: list[bool]) -> tuple[list, list]:
@@ -267,37 +255,9 @@ class Loop:
         return new_bar
 
 
-class unrecorded(paused):
-    """``with unrecorded():`` runs steps unrecorded (the schedule's advances), refusing a
-    launch given a tape scalar that ``step`` took from outside the loop rather than through
-    ``params`` (unrecorded, its derivative would be lost)."""
-
-    def __enter__(self) -> None:
-        self.tokens = (tapes_var.set(()), interceptor.set(_launch_unrecorded))
-
-
-def _launch_unrecorded(cfg: Any, args: tuple, ndrange: Any) -> None:
-    for a in args:
-        if isinstance(a, TrackedScalar):
-            raise _closed_over_scalar()
-    launch_now(cfg, args, ndrange)
-
-
-def _closed_over_scalar() -> TapegradError:
-    return TapegradError(
-        "tg.checkpoint_loop's step uses a tape scalar from outside the loop without taking it "
-        "as a parameter, so its gradient through the loop would be lost; pass it in "
-        "params=(...) and take it as step's argument after the state")
-
-
 def _equal(a: Any, b: Any) -> bool:
     from tapegrad.tape.fingerprint import fingerprint
     return bool(fingerprint(a) == fingerprint(b))
-
-
-def _memory(x: Any) -> tuple:
-    from tapegrad.tape.identity import array_key
-    return array_key(x)
 
 
 class LoopRecord(Record):
@@ -322,6 +282,21 @@ class LoopRecord(Record):
         record.loop, record.state_ids = loop, state_ids
         record.param_ids, record.param_nodes = param_ids, param_nodes
         return record
+
+    def held(self) -> Iterable[tuple[str, Any]]:
+        """What the loop keeps between its forward run and its reverse sweep: the initial
+        state, the snapshots, the last step's record (``Tape.memory``)."""
+        loop = self.loop
+        for states in (loop.initial, *loop.stored.values()):
+            for x in states:
+                yield "snapshots", x
+        if loop.last is not None:
+            tape, hand, _ = loop.last
+            for x in hand:
+                yield "snapshots", x
+            for record in tape.records:
+                for _, x in kept_by(record):
+                    yield "snapshots", x
 
     def backward(self, sweep: Any) -> None:
         bar = []

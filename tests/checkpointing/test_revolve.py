@@ -10,7 +10,7 @@ from math import comb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tapegrad.checkpoint.revolve import forward_steps, repetitions, reverse_actions
+from tapegrad.checkpointing.revolve import forward_steps, repetitions, reverse_actions
 
 
 def run(actions: list[tuple], n: int, s: int) -> int:

@@ -80,20 +80,27 @@ def reverse_actions(n: int, s: int) -> list[tuple]:
 
 def _reverse(lo: int, hi: int, s: int, out: list[tuple], held: bool) -> None:
     """Reverse steps ``[lo, hi)``, the state at ``lo`` stored (and in hand if ``held``),
-    with ``s`` snapshots counting that one."""
-    while hi - lo > 1 and s > 1:
-        m = lo + split(hi - lo, s)
-        if not held:
-            out.append(("restore", lo))
-        out.append(("advance", lo, m))
-        out.append(("store", m))
-        _reverse(m, hi, s - 1, out, held=True)
-        out.append(("free", m))
-        hi, held = m, False
-    for i in range(hi - 1, lo - 1, -1):     # one snapshot left (or one step): from lo each time
-        if not held:
-            out.append(("restore", lo))
-        if i > lo:
-            out.append(("advance", lo, i))
-        out.append(("reverse", i))
+    with ``s`` snapshots counting that one.  (A loop with a stack of what is left to do after
+    each stored snapshot's segment: as recursion it would nest once per snapshot.)"""
+    later: list[tuple] = []        # (lo, hi, s, snapshot to free first)
+    while True:
+        while hi - lo > 1 and s > 1:
+            m = lo + split(hi - lo, s)
+            if not held:
+                out.append(("restore", lo))
+            out.append(("advance", lo, m))
+            out.append(("store", m))
+            later.append((lo, m, s, m))          # [lo, m) after [m, hi), m freed first
+            lo, s, held = m, s - 1, True
+        for i in range(hi - 1, lo - 1, -1):   # one snapshot left (or one step): from lo each time
+            if not held:
+                out.append(("restore", lo))
+            if i > lo:
+                out.append(("advance", lo, i))
+            out.append(("reverse", i))
+            held = False
+        if not later:
+            return
+        lo, hi, s, stored = later.pop()
+        out.append(("free", stored))
         held = False

@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from tapegrad.checkpoint.revolve import forward_steps
+from tapegrad.checkpointing.revolve import forward_steps
 
 FRACTION = 0.25
 

@@ -1,2 +1,0 @@
-"""Checkpointing for long simulations: ``tg.checkpoint_loop`` (``loop.py``) on the binomial
-schedule of ``revolve.py``."""
