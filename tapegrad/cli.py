@@ -20,12 +20,18 @@ def main(argv: list[str] | None = None) -> int:
     bench = sub.add_parser("bench", help="time tapegrad kernels against hand-written Numba and NumPy")
     bench.add_argument("--quick", action="store_true", help="small sizes, few repeats (< 60 s)")
     bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    bench.add_argument("--checkpointing", action="store_true",
+                       help="only the checkpointing table (tg.checkpoint_loop against the tape)")
     bench.add_argument("--backend", choices=("cpu", "cuda", "opencl"), default="cpu",
                        help="where to run (cuda needs a GPU)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         from tapegrad.demo import main as demo
         return demo()
+    if args.checkpointing:
+        from tapegrad.bench.checkpointing import main as checkpointing
+        checkpointing(quick=args.quick)
+        return 0
     from tapegrad.bench import main as run_bench  # noqa: I001
     return run_bench(quick=args.quick, json_path=args.json, backend=args.backend)
 

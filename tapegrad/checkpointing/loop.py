@@ -21,7 +21,8 @@ from tapegrad.checkpointing.revolve import reverse_actions
 from tapegrad.checkpointing.snapshots import choose_snapshots
 from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
-from tapegrad.tape.memory import kept_by
+from tapegrad.tape.identity import array_key
+from tapegrad.tape.memory import kept_by, owner
 from tapegrad.tape.modes import current_forward, paused, recording_tapes
 from tapegrad.tape.records import Record
 from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain
@@ -71,8 +72,7 @@ def checkpoint_loop(step: Callable[..., Any], state: Any, n_steps: int,
         raise TapegradError(f"tg.checkpoint_loop: snapshots is a number of states to keep, at "
                             f"least 1 (the initial state), got {s!r}")
     loop = Loop(step, n, int(s), params, single)
-    out = loop.primal(states)
-    loop.check_closure(tapes, states)
+    out = loop.primal(states, tapes)
     for tape in tapes:
         tape.record_host(LoopRecord.make(tape, loop, states, out), [])
     return out[0] if single else out
@@ -127,20 +127,39 @@ class Loop:
         self.initial: tuple = ()
         self.stored: dict[int, tuple] = {}
         self.last: tuple | None = None      # the last step recorded: (tape, inputs, outputs)
+        self.linear: tuple | None = None    # the first step recorded, if it serves every step
         self.forward_steps = 0              # unrecorded steps run, for the tests and docs
         self.recorded_steps = 0
         self.most_stored = 0                # snapshots held at once, at most
 
     # -- forward --------------------------------------------------------------------------
-    def primal(self, states: tuple) -> tuple:
-        """The forward run: snapshots stored as the schedule says, the last step recorded
-        on a tape of its own (the reverse sweep starts with it); returns the last state."""
-        self.initial = _copies(states)
-        with unrecorded():
-            hand = self.run_actions(self.actions[:self.first_reverse], _copies(states))
+    def primal(self, states: tuple, tapes: tuple) -> tuple:
+        """The forward run; returns the last state.  Its first step is recorded on a tape of
+        its own, to check what ``step`` reads and whether its adjoint reads the state at all:
+        a step whose recording keeps no values but the parameters' is replayed from that one
+        recording for every step, with no snapshots (``linear``).  Otherwise snapshots are
+        stored as the schedule says and the last step is recorded (the sweep starts there)."""
+        hand = _copies(states)
         before = _copies(hand)
         tape, out = self.record(hand)
         self.check_returned(tape, hand, before, out)
+        check_closure(tape, tapes, (*states, *self.params), "tg.checkpoint_loop's step")
+        keys = {array_key(p) for p in self.params if is_array(p)}
+        if all(array_key(owner(x)) in keys for _, x in
+               (kept for r in tape.records for kept in kept_by(r))):
+            self.linear = (tape, hand, out)
+            with unrecorded():
+                for _ in range(self.n - 1):
+                    out = _call(self.step, out, self.plain_params(), self.single)
+            return out
+        self.initial = before
+        if self.n == 1:
+            self.last = (tape, hand, out)
+            return out
+        self.recorded_steps -= 1                 # (a probe: the schedule records step 0 again)
+        with unrecorded():
+            hand = self.run_actions(self.actions[:self.first_reverse], _copies(before))
+        tape, out = self.record(hand)
         self.last = (tape, hand, out)
         return out
 
@@ -189,24 +208,25 @@ class Loop:
         self.recorded_steps += 1
         return tape, out
 
-    def check_closure(self, tapes: tuple, states: tuple) -> None:
-        check_closure(self.last[0], tapes, (*states, *self.params), "tg.checkpoint_loop's step")
-
     # -- reverse --------------------------------------------------------------------------
     def reverse(self, bar: list[Any], want: list[bool]) -> tuple[list, list]:
         """The cotangents of the initial state and of the parameters (``want``: which
         parameters are active) given the final state's cotangent ``bar``."""
+        param_bars: list[Any] = [None] * len(self.params)
+        if self.linear is not None:         # one recording serves every step
+            tape, hand, out = self.linear
+            for _ in range(self.n):
+                bar = self.step_back(tape, hand, out, bar, want, param_bars)
+            return bar, param_bars
         if self.last is None:              # asked again: the forward run once more
             with unrecorded():
                 hand = self.run_actions(self.actions[:self.first_reverse],
                                         _copies(self.initial))
             tape, out = self.record(hand)
             self.last = (tape, hand, out)
-        param_bars: list[Any] = [None] * len(self.params)
         tape, hand, out = self.last
         self.last = None
-        rest = self.actions[self.first_reverse:]
-        for action in rest:
+        for action in self.actions[self.first_reverse:]:
             if action[0] != "reverse":
                 with unrecorded():
                     hand = self.run_actions([action], hand)
@@ -290,13 +310,14 @@ class LoopRecord(Record):
         for states in (loop.initial, *loop.stored.values()):
             for x in states:
                 yield "snapshots", x
-        if loop.last is not None:
-            tape, hand, _ = loop.last
-            for x in hand:
-                yield "snapshots", x
-            for record in tape.records:
-                for _, x in kept_by(record):
+        for recorded in (loop.last, loop.linear):
+            if recorded is not None:
+                tape, hand, _ = recorded
+                for x in hand:
                     yield "snapshots", x
+                for record in tape.records:
+                    for _, x in kept_by(record):
+                        yield "snapshots", x
 
     def backward(self, sweep: Any) -> None:
         bar = []

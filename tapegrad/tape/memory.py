@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
 
 
@@ -23,10 +24,10 @@ def held_bytes(records: Iterable[Any]) -> dict[str, int]:
     out = {"arrays": 0, "snapshots": 0}
     for record in records:
         for kind, x in kept_by(record):
-            owner = _owner(x)
-            if id(owner) not in seen:
-                seen.add(id(owner))
-                out[kind] += int(owner.nbytes)
+            buffer = owner(x)
+            if id(buffer) not in seen:
+                seen.add(id(buffer))
+                out[kind] += int(buffer.nbytes)
     out["total"] = out["arrays"] + out["snapshots"]
     return out
 
@@ -44,8 +45,38 @@ def kept_by(record: Any) -> Iterable[tuple[str, Any]]:
                 yield "arrays", x
 
 
-def _owner(x: Any) -> Any:
+def owner(x: Any) -> Any:
     """The array that owns ``x``'s buffer (a view keeps its base alive)."""
     while getattr(x, "base", None) is not None and is_array(x.base):
         x = x.base
     return x
+
+
+class MemoryLimit:
+    """``tg.Tape(max_memory=...)``: after each record, the bytes its records keep (counted
+    over the new records only), and an error past the limit that names the way out."""
+
+    def __init__(self, limit: int):
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+            raise TapegradError(f"tg.Tape(max_memory=...) is a number of bytes, got {limit!r}")
+        self.limit = limit
+        self.seen: set[int] = set()
+        self.total = 0
+        self.counted = 0                # records counted so far
+
+    def check(self, records: list[Any]) -> None:
+        for record in records[self.counted:]:
+            for _, x in kept_by(record):
+                buffer = owner(x)
+                if id(buffer) not in self.seen:
+                    self.seen.add(id(buffer))
+                    self.total += int(buffer.nbytes)
+        self.counted = len(records)
+        if self.total > self.limit:
+            raise TapegradError(
+                f"this tape holds {self.total / 2**20:.1f} MiB, over its max_memory of "
+                f"{self.limit / 2**20:.1f} MiB, after {len(records)} recorded operations: it "
+                "keeps what each step's adjoint needs. For a long simulation, "
+                "tg.checkpoint_loop(step, state, n_steps, snapshots=...) keeps a few states "
+                "instead of one per step and recomputes the rest (docs/checkpointing.md); "
+                "tg.checkpoint(fn) does so for one costly segment")

@@ -24,7 +24,7 @@ from tapegrad.runtime.launch import interceptor, prepare
 from tapegrad.tape.arrays import empty_like, is_array, only_tape_holds
 from tapegrad.tape.fingerprint import fingerprint
 from tapegrad.tape.identity import Identities, array_key
-from tapegrad.tape.memory import held_bytes
+from tapegrad.tape.memory import MemoryLimit, held_bytes
 from tapegrad.tape.modes import current_forward, tapes_var
 from tapegrad.tape.recorder import RecordPlan, recorder
 from tapegrad.tape.records import LaunchRecord, Record
@@ -63,12 +63,16 @@ class Tape:
 
     foreign_scalars = False     # whether a launch was given another tape's scalar
 
-    def __init__(self, watch_changes: bool = True, verify: bool | None = None):
+    def __init__(self, watch_changes: bool = True, verify: bool | None = None,
+                 max_memory: int | None = None):
         """``watch_changes=False`` skips fingerprinting the recorded arrays at the end of the
         recording (for internal tapes whose gradient follows at once).  ``verify=True`` (or
         ``TAPEGRAD_VERIFY=1`` in the environment) checks every element of each array a
         recorded launch wrote when the next recorded operation reads it, instead of two
-        samples: host code that changed it in between is caught wherever it wrote."""
+        samples: host code that changed it in between is caught wherever it wrote.
+        ``max_memory``: bytes the tape may hold (``memory()``); recording past them is an
+        error naming ``tg.checkpoint_loop``."""
+        self.limit = MemoryLimit(max_memory) if max_memory is not None else None
         self.watch_changes = watch_changes
         self.verify = verify_by_default() if verify is None else verify
         # identity -> what a recorded launch left in that array (``sample``): compared when
@@ -220,6 +224,8 @@ class Tape:
             plan = kernel.cache[("record plan", launcher, tracked)] = self.plan_record(
                 cfg, args, plain, nd, key, tracked)
         plan.record(self, cfg, args, plain, launcher if run else None, nd, ndrange)
+        if self.limit is not None:
+            self.limit.check(self.records)
 
     def plan_record(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...], key: tuple,
                     tracked: tuple[int, ...]) -> RecordPlan:
@@ -269,6 +275,8 @@ class Tape:
         self.records.append(record)
         for x, pos in live_inputs:
             self.read_live(x, record, pos)
+        if self.limit is not None:
+            self.limit.check(self.records)
 
     def changed_by_host(self, x: Any, stamp: Any, reader: str) -> None:
         """A recorded operation is about to read ``x``, which a recorded launch wrote, and

@@ -216,3 +216,82 @@ def test_the_reverse_sweep_holds_at_most_its_snapshots(data):
     for n, s in ((300, 7), (64, 3), (10, 20)):
         _, loop, _ = gradients("checkpoint", data, n, s)
         assert loop.most_stored <= min(s, n) and loop.recorded_steps == n
+
+
+@tg.kernel
+def diffuse(out, u, forcing, k):
+    """A linear step: its adjoint reads the parameters, never the state."""
+    i = tg.index()
+    n = u.shape[0]
+    out[i] = u[i] + k * (u[(i + 1) % n] - 2.0 * u[i] + u[(i - 1) % n]) + 0.01 * forcing[i]
+
+
+def linear_step(u, forcing, k):
+    out = np.empty_like(u)
+    diffuse(tg.CPU())(out, u, forcing, k, ndrange=u.size)
+    return out
+
+
+def test_a_linear_step_keeps_no_snapshots_and_runs_no_step_twice(data):
+    u0, _, forcing = (x.copy() for x in data)
+    w = np.linspace(0.5, 1.5, N_CELLS)
+
+    def run(checkpointed):
+        u = u0.copy()
+        with tg.Tape() as tape:
+            k = 0.2        # (a tape scalar k would make it bilinear: k's adjoint reads u)
+            src = tg.copy(u)
+            if checkpointed:
+                out = tg.checkpoint_loop(linear_step, src, 200, params=(forcing, k), snapshots=3)
+            else:
+                out = src
+                for _ in range(200):
+                    out = linear_step(out, forcing, k)
+            loss = tg.dot(out, w)
+        records = [r for r in tape.records if isinstance(r, LoopRecord)]
+        return tape.gradient(loss, [u, forcing]), records, tape.memory()
+    want, _, _ = run(False)
+    got, (record,), held = run(True)
+    assert_same(got, want)
+    loop = record.loop
+    assert loop.linear is not None and loop.forward_steps == 0 and loop.recorded_steps == 1
+    assert not loop.stored and held["snapshots"] <= 2 * u0.nbytes
+
+
+def test_a_tape_past_its_max_memory_says_to_checkpoint(data):
+    u0, v0, forcing = (x.copy() for x in data)
+    with pytest.raises(tg.TapegradError, match=r"this tape holds .* MiB, over its max_memory of "
+                       r"0.0 MiB, after \d+ recorded operations.*tg.checkpoint_loop"):
+        with tg.Tape(max_memory=20 * u0.nbytes):
+            u, v = u0, v0
+            for _ in range(100):
+                u, v = step(u, v, forcing, 0.7)
+    with tg.Tape(max_memory=30 * 2 * u0.nbytes) as tape:     # the same, checkpointed: fits
+        u, v = tg.checkpoint_loop(step, (u0, v0), 100, params=(forcing, 0.7), snapshots=10)
+        loss = tg.sum(u)
+    assert np.isfinite(tape.gradient(loss, [u0])[0]).all()
+    with pytest.raises(tg.TapegradError, match="max_memory=...\\) is a number of bytes"):
+        tg.Tape(max_memory="1 GB")
+
+
+def test_on_opencl_arrays_it_gives_the_cpus_gradients(data):
+    """The loop on PyOpenCL arrays (PoCL here): snapshots are the device's arrays."""
+    cla = pytest.importorskip("pyopencl.array")
+    cl = tg.OpenCL()
+
+    def device_step(u, v, forcing, k):
+        u_new, v_new = cl.allocate(u.dtype, u.shape), cl.allocate(v.dtype, v.shape)
+        react(cl)(u_new, v_new, u, v, forcing, k, ndrange=u.size)
+        return u_new, v_new
+
+    want, _, _ = gradients("checkpoint", data, 9, 3)
+    u0, v0, forcing = (cla.to_device(cl.queue, x) for x in data)
+    w = cla.to_device(cl.queue, np.linspace(0.5, 1.5, N_CELLS))
+    with tg.Tape() as tape:
+        k = tape.watch(0.7)
+        u, v = tg.checkpoint_loop(device_step, (u0, v0), 9, params=(forcing, k), snapshots=3)
+        loss = tg.dot(u, w) + 0.5 * tg.dot(v, v)
+    got = tape.gradient(loss, [u0, v0, forcing, k])
+    for g, w_ in zip(got, want):
+        np.testing.assert_allclose(g.get() if hasattr(g, "get") else g, w_, rtol=1e-12,
+                                   atol=1e-15)
