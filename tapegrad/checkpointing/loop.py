@@ -18,7 +18,7 @@ import numpy as np
 
 from tapegrad.checkpointing.closure import check_closure, unrecorded
 from tapegrad.checkpointing.revolve import reverse_actions
-from tapegrad.checkpointing.snapshots import choose_snapshots
+from tapegrad.checkpointing.snapshots import Snapshots, choose_snapshots
 from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.identity import array_key
@@ -31,7 +31,8 @@ from tapegrad.tape.tape import Tape
 
 def checkpoint_loop(step: Callable[..., Any], state: Any, n_steps: int,
                     params: Sequence[Any] = (), snapshots: int | None = None,
-                    memory: int | None = None) -> Any:
+                    memory: int | None = None, storage: str = "memory",
+                    in_memory: int | None = None) -> Any:
     """Run ``state = step(state, *params)`` ``n_steps`` times and return the last state,
     differentiable by the enclosing tape at the memory of ``snapshots`` states rather than one
     per step: the reverse sweep recomputes what it needs by Revolve's binomial schedule.
@@ -40,7 +41,9 @@ def checkpoint_loop(step: Callable[..., Any], state: Any, n_steps: int,
     arrays or updated in place); ``params`` are what ``step`` reads from outside the loop and
     may need gradients for (arrays, tape scalars, numbers), given to it after the state.
     ``snapshots=None`` picks as many as ``memory`` bytes hold (default: a quarter of the free
-    memory), at most one per step, and says so on stderr.
+    memory), at most one per step, and says so on stderr.  ``storage="disk"`` keeps the
+    snapshots in a private temporary folder (removed with the tape), the ``in_memory`` newest
+    of them in memory.
 
     >>> import numpy as np, tapegrad as tg
     >>> @tg.kernel
@@ -71,7 +74,7 @@ def checkpoint_loop(step: Callable[..., Any], state: Any, n_steps: int,
     if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1:
         raise TapegradError(f"tg.checkpoint_loop: snapshots is a number of states to keep, at "
                             f"least 1 (the initial state), got {s!r}")
-    loop = Loop(step, n, int(s), params, single)
+    loop = Loop(step, n, int(s), params, single, Snapshots(storage, in_memory))
     out = loop.primal(states, tapes)
     for tape in tapes:
         tape.record_host(LoopRecord.make(tape, loop, states, out), [])
@@ -119,13 +122,14 @@ class Loop:
     """One checkpointed loop: its schedule, the snapshots its primal run stored, and the
     reverse sweep over it."""
 
-    def __init__(self, step: Callable[..., Any], n: int, s: int, params: tuple, single: bool):
+    def __init__(self, step: Callable[..., Any], n: int, s: int, params: tuple, single: bool,
+                 stored: Snapshots):
         self.step, self.n, self.params, self.single = step, n, params, single
         self.s = min(s, n)
         self.actions = reverse_actions(n, self.s)
         self.first_reverse = next(k for k, a in enumerate(self.actions) if a[0] == "reverse")
         self.initial: tuple = ()
-        self.stored: dict[int, tuple] = {}
+        self.stored = stored
         self.last: tuple | None = None      # the last step recorded: (tape, inputs, outputs)
         self.linear: tuple | None = None    # the first step recorded, if it serves every step
         self.forward_steps = 0              # unrecorded steps run, for the tests and docs
@@ -181,12 +185,12 @@ class Loop:
         for action in actions:
             kind = action[0]
             if kind == "store":
-                self.stored[action[1]] = _copies(hand)
+                self.stored.put(action[1], hand)
                 self.most_stored = max(self.most_stored, len(self.stored))
             elif kind == "free":
-                self.stored.pop(action[1], None)
+                self.stored.drop(action[1])
             elif kind == "restore":
-                hand = _copies(self.stored[action[1]])
+                hand = self.stored.get(action[1])
             elif kind == "advance":
                 for _ in range(action[1], action[2]):
                     hand = _call(self.step, hand, self.plain_params(), self.single)
@@ -307,7 +311,7 @@ class LoopRecord(Record):
         """What the loop keeps between its forward run and its reverse sweep: the initial
         state, the snapshots, the last step's record (``Tape.memory``)."""
         loop = self.loop
-        for states in (loop.initial, *loop.stored.values()):
+        for states in (loop.initial, *loop.stored):
             for x in states:
                 yield "snapshots", x
         for recorded in (loop.last, loop.linear):

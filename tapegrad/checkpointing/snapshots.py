@@ -1,14 +1,22 @@
-"""How many snapshots a checkpointed loop keeps when the user does not say: as many states as
-a memory budget holds (a quarter of the free memory where the states live, by default), at
-least 2 and at most one per step, said on stderr with what it costs."""
+"""The snapshots a checkpointed loop keeps: how many when the user does not say (as many states
+as a memory budget holds, a quarter of the free memory where the states live by default, at
+least 2 and at most one per step, said on stderr with what it costs), and where (``Snapshots``:
+in memory, or on disk)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
+import weakref
 from typing import Any
 
+import numpy as np
+
+from tapegrad.backends import get_backend, to_numpy
 from tapegrad.checkpointing.revolve import forward_steps
+from tapegrad.errors import TapegradError
 
 FRACTION = 0.25
 
@@ -43,3 +51,77 @@ def _bytes(n: int) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n} B"
+
+
+class Snapshots:
+    """The states a loop keeps: in memory, or with ``storage="disk"`` in a private folder
+    (mode 0700, removed with the loop), the ``in_memory`` most recently stored ones in memory
+    (the schedule restores its newest snapshots most often: a state stored deeper in the
+    recursion serves the steps right after it, an old one the rest of the sweep).
+
+    >>> import numpy as np
+    >>> store = Snapshots("disk", in_memory=1)
+    >>> store.put(0, (np.arange(3.0),)); store.put(5, (np.ones(2),))
+    >>> sorted(store.on_disk), store.get(0)[0].tolist(), len(store)
+    ([0], [0.0, 1.0, 2.0], 2)
+    >>> store.close()
+    """
+
+    def __init__(self, storage: str = "memory", in_memory: int | None = None):
+        if storage not in ("memory", "disk"):
+            raise TapegradError(f"tg.checkpoint_loop: storage is 'memory' or 'disk', got "
+                                f"{storage!r}")
+        self.disk = storage == "disk"
+        self.in_memory = (0 if in_memory is None else int(in_memory)) if self.disk else None
+        self.memory: dict[int, tuple] = {}
+        self.on_disk: dict[int, tuple] = {}     # position -> (files, kinds) to read back
+        self.folder: str | None = None
+
+    def __len__(self) -> int:
+        return len(self.memory) + len(self.on_disk)
+
+    def __iter__(self) -> Any:
+        return iter(self.memory.values())
+
+    def put(self, i: int, states: tuple) -> None:
+        self.memory[i] = tuple(x.copy() for x in states)
+        if self.disk:
+            while len(self.memory) > self.in_memory:
+                oldest = next(iter(self.memory))
+                self.on_disk[oldest] = self._write(oldest, self.memory.pop(oldest))
+
+    def get(self, i: int) -> tuple:
+        """Copies of the states stored at ``i`` (the caller may update them in place)."""
+        if i in self.memory:
+            return tuple(x.copy() for x in self.memory[i])
+        return self._read(*self.on_disk[i])
+
+    def drop(self, i: int) -> None:
+        if self.memory.pop(i, None) is None and i in self.on_disk:
+            for path in self.on_disk.pop(i)[0]:
+                os.unlink(path)
+
+    def close(self) -> None:
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+    def _write(self, i: int, states: tuple) -> tuple:
+        if self.folder is None:
+            self.folder = tempfile.mkdtemp(prefix="tapegrad-snapshots-")    # (mode 0700)
+            weakref.finalize(self, shutil.rmtree, self.folder, True)
+        paths, likes = [], []
+        for k, x in enumerate(states):
+            path = os.path.join(self.folder, f"{i}_{k}.npy")
+            np.save(path, to_numpy(x), allow_pickle=False)
+            paths.append(path)
+            likes.append(None if isinstance(x, np.ndarray) else x)   # (to put it back there)
+        return tuple(paths), tuple(likes)
+
+    @staticmethod
+    def _read(paths: tuple, likes: tuple) -> tuple:
+        out = []
+        for path, like in zip(paths, likes):
+            host = np.load(path, allow_pickle=False)
+            out.append(host if like is None else get_backend(like).asarray(host))
+        return tuple(out)

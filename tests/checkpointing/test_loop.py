@@ -295,3 +295,32 @@ def test_on_opencl_arrays_it_gives_the_cpus_gradients(data):
     for g, w_ in zip(got, want):
         np.testing.assert_allclose(g.get() if hasattr(g, "get") else g, w_, rtol=1e-12,
                                    atol=1e-15)
+
+
+def test_snapshots_on_disk_give_the_same_gradients_from_a_private_folder(data):
+    import gc
+    import os
+    import stat
+    want, _, _ = gradients("checkpoint", data, 40, 6)
+    u0, v0, forcing = (x.copy() for x in data)
+    w = np.linspace(0.5, 1.5, N_CELLS)
+    with tg.Tape() as tape:
+        k = tape.watch(0.7)
+        u, v = tg.checkpoint_loop(step, (u0, v0), 40, params=(forcing, k), snapshots=6,
+                                  storage="disk", in_memory=2)
+        loss = tg.dot(u, w) + 0.5 * tg.dot(v, v)
+    (record,) = [r for r in tape.records if isinstance(r, LoopRecord)]
+    store = record.loop.stored
+    folder = store.folder
+    assert store.on_disk and len(store.memory) <= 2
+    assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
+    with tg.Tape() as in_memory:
+        tg.checkpoint_loop(step, (u0, v0), 40, params=(forcing, 0.7), snapshots=6)
+    assert tape.memory()["total"] <= in_memory.memory()["total"] - 2 * 2 * u0.nbytes
+    assert_same(tape.gradient(loss, [u0, v0, forcing, k]), want)
+    del tape, record, store, loss, k
+    gc.collect()
+    assert not os.path.exists(folder)
+    with pytest.raises(tg.TapegradError, match="storage is 'memory' or 'disk'"):
+        with tg.Tape():
+            tg.checkpoint_loop(step, (u0, v0), 3, params=(forcing, 0.7), storage="ssd")
