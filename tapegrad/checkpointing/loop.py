@@ -172,7 +172,7 @@ class Loop:
         changed by code the tape does not see (NumPy in place), its cotangent would pass
         through unchanged, silently wrong.  (Checked on the step the primal run records.)"""
         for y in out:
-            if any(tape.key(y) in r.writes for r in tape.records):
+            if _written(tape, y):
                 continue
             same = next((j for j, x in enumerate(hand) if x is y), None)
             if same is None or not _equal(y, before[same]):
@@ -258,7 +258,7 @@ class Loop:
         for y, w in zip(out, bar):
             if w is None:
                 continue
-            if tape.tracks(y) and any(tape.key(y) in r.writes for r in tape.records):
+            if _written(tape, y):
                 outputs.append(y)
                 cotangents.append(w)
                 continue
@@ -277,6 +277,12 @@ class Loop:
         for k, w in passed.items():
             new_bar[k] = w if new_bar[k] is None else new_bar[k] + w
         return new_bar
+
+
+def _written(tape: Tape, y: Any) -> bool:
+    """Whether an operation ``tape`` recorded wrote the array ``y``."""
+    ident = tape.ids.ident_of(y)
+    return ident is not None and any(ident in r.writes for r in tape.records)
 
 
 def _equal(a: Any, b: Any) -> bool:

@@ -153,8 +153,20 @@ def groupsize_of(cfg: Any, rank: int) -> tuple[int, ...]:
         known = cfg._groupsizes = {}
     wgs = known.get(rank)
     if wgs is None:
-        wgs = known[rank] = _checked_groupsize(cfg, rank)
+        # (a configured kernel is often made per launch: kern(tg.CPU(), (8, 16)) in a loop;
+        # the check, once per groupsize, rank and backend)
+        given = cfg.workgroupsize
+        key = (given if isinstance(given, (int, tuple)) else None, rank, cfg.backend)
+        wgs = _CHECKED.get(key) if key[0] is not None else None
+        if wgs is None:
+            wgs = _checked_groupsize(cfg, rank)
+            if key[0] is not None and len(_CHECKED) < 1024:
+                _CHECKED[key] = wgs
+        known[rank] = wgs
     return wgs
+
+
+_CHECKED: dict[tuple, tuple[int, ...]] = {}
 
 
 _SMALLER = {1: 256, 2: (16, 16), 3: (8, 8, 8)}   # suggested where a workgroup is too large

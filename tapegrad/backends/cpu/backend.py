@@ -32,6 +32,9 @@ _POOLS_KEPT = 4           # ... and this many per kernel (larger ones: new memor
                           # a small cost next to the work they come with)
 
 
+_NOTHING_OFF = switched_off(())
+
+
 class CPU(Backend):
     """The default backend: NumPy arrays, kernels compiled for all CPU cores by Numba.
 
@@ -49,7 +52,8 @@ class CPU(Backend):
     arrays = NUMPY
 
     def __init__(self, without: Iterable[str] = ()):
-        self.without = switched_off(without)
+        # (tg.CPU() is often made per launch, in a simulation's loop: the common case free)
+        self.without = _NOTHING_OFF if without == () else switched_off(without)
 
     def key(self) -> tuple:
         return (self.without,)
