@@ -1,0 +1,1 @@
+"""Interop with other array and autodiff libraries (``tapegrad.torch``, ``tapegrad.jax``)."""

@@ -1,0 +1,124 @@
+"""PyTorch interop: a tapegrad host function (kernels, host reductions, a whole simulation) as
+one differentiable operation on torch tensors.
+
+``tapegrad.torch.function(f)`` is a ``torch.autograd.Function`` (``setup_context`` style): its
+forward pass converts the tensors without copies (CPU tensors to NumPy arrays, CUDA tensors to
+CuPy arrays through DLPack; a non-contiguous tensor is made contiguous, one copy), runs ``f``
+on a tape of its own and hands the results back as tensors; its backward pass is that tape's
+vector-Jacobian product.  Inputs that do not require grad are constants; a 0-d tensor is a
+number to ``f`` (a tape scalar when it requires grad).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tapegrad.errors import TapegradError
+from tapegrad.interop.call import RecordedCall
+
+_handover = threading.local()      # forward -> setup_context: the call just recorded
+
+
+def _torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise TapegradError("tapegrad.torch needs PyTorch: pip install 'tapegrad[torch]'") from None
+    return torch
+
+
+def function(f: Callable[..., Any]) -> Callable[..., Any]:
+    """``f`` (arrays and numbers in; an array, a number or a tuple of them out) as a function
+    of torch tensors that ``torch.autograd`` differentiates.
+
+    >>> import numpy as np, torch, tapegrad as tg, tapegrad.torch
+    >>> @tg.kernel
+    ... def square(out, x):
+    ...     i = tg.index()
+    ...     out[i] = x[i] * x[i]
+    >>> @tapegrad.torch.function
+    ... def energy(x):
+    ...     y = np.empty_like(x)
+    ...     square(tg.CPU())(y, x, ndrange=x.size)
+    ...     return tg.sum(y)
+    >>> x = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    >>> energy(x).backward()
+    >>> x.grad.tolist()
+    [2.0, 4.0, 6.0]
+    """
+    torch = _torch()
+    name = getattr(f, "__name__", "f")
+
+    class Wrapped(torch.autograd.Function):
+        @staticmethod
+        def forward(*inputs: Any) -> Any:
+            args = [_to_tapegrad(torch, x) for x in inputs]
+            active = [isinstance(x, torch.Tensor) and x.requires_grad for x in inputs]
+            call = RecordedCall(f, args, active)
+            outputs = tuple(_to_torch(torch, y, inputs) for y in call.plain_outputs())
+            _handover.call = call
+            return outputs[0] if call.single else outputs
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+            ctx.call = _handover.__dict__.pop("call")
+            ctx.inputs = [(x.dtype, x.device, x.ndim) if isinstance(x, torch.Tensor) else None
+                          for x in inputs]
+            ints = [y for y in (output if isinstance(output, tuple) else (output,))
+                    if not y.is_floating_point()]
+            if ints:
+                ctx.mark_non_differentiable(*ints)
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx: Any, *grads: Any) -> tuple:
+            cotangents = [None if g is None else _to_tapegrad(torch, g) for g in grads]
+            out = []
+            for g, meta in zip(ctx.call.vjp(cotangents), ctx.inputs):
+                if g is None or meta is None:
+                    out.append(None)
+                    continue
+                dtype, device, ndim = meta
+                t = torch.as_tensor(g, dtype=dtype) if ndim == 0 else _to_torch(torch, g, ())
+                out.append(t.to(device=device, dtype=dtype))
+            return tuple(out)
+
+    Wrapped.__name__ = Wrapped.__qualname__ = f"tapegrad_{name}"
+
+    @functools.wraps(f)
+    def apply(*inputs: Any) -> Any:
+        return Wrapped.apply(*inputs)
+    apply.autograd_function = Wrapped
+    return apply
+
+
+def _to_tapegrad(torch: Any, x: Any) -> Any:
+    """A tensor as tapegrad's array (no copy where it is contiguous), a 0-d one as a number."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    x = x.detach()
+    if x.ndim == 0:
+        return x.item()
+    if not x.is_contiguous():
+        x = x.contiguous()                # (kernels take C-contiguous arrays: one copy)
+    if x.device.type == "cpu":
+        return x.numpy()
+    if x.device.type == "cuda":
+        import cupy
+        return cupy.from_dlpack(x)
+    raise TapegradError(f"tapegrad.torch takes CPU and CUDA tensors, got one on {x.device}")
+
+
+def _to_torch(torch: Any, y: Any, inputs: tuple) -> Any:
+    """A result as a tensor (no copy for arrays), on the inputs' device for numbers."""
+    if isinstance(y, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(y))
+    if hasattr(y, "__cuda_array_interface__") or hasattr(y, "__dlpack__"):
+        return torch.from_dlpack(y)
+    device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), "cpu")
+    return torch.tensor(float(y), dtype=torch.float64, device=device)

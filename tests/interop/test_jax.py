@@ -1,0 +1,53 @@
+"""``tapegrad.jax.function``: jax.test_util.check_grads (reverse, order 1) in float64 under
+jax.jit, jax.grad and jax.vmap."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+jax = pytest.importorskip("jax", reason="JAX is not installed (pip install 'tapegrad[jax]')")
+import jax.numpy as jnp  # noqa: E402
+from jax.test_util import check_grads  # noqa: E402
+
+import tapegrad.jax as tgj  # noqa: E402
+from tests.interop.test_torch import heat_k, softplus_k  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+
+@tgj.function
+def softplus(x):
+    y = np.empty_like(x)
+    softplus_k(tg.CPU())(y, x, ndrange=x.size)
+    return y
+
+
+@tgj.function
+def simulate(u, kappa):
+    for _ in range(100):
+        out = np.empty_like(u)
+        heat_k(tg.CPU())(out, u, kappa, ndrange=u.size)
+        u = out
+    return tg.dot(u, u), u
+
+
+def test_check_grads_elementwise_and_a_simulation_with_an_active_scalar():
+    x = jnp.linspace(-2.0, 2.0, 7)
+    check_grads(softplus, (x,), order=1, modes=["rev"])
+    u, kappa = jnp.linspace(0.0, 0.5, 12), jnp.asarray(0.15)
+    check_grads(simulate, (u, kappa), order=1, modes=["rev"])
+
+
+def test_under_jit_grad_and_vmap():
+    u = jnp.linspace(0.0, 0.5, 12)
+    loss = jax.jit(lambda u, k: simulate(u, k)[0])
+    g = jax.grad(loss, argnums=(0, 1))(u, 0.15)
+    eps = 1e-6
+    fd = (loss(u, 0.15 + eps) - loss(u, 0.15 - eps)) / (2 * eps)
+    assert float(g[1]) == pytest.approx(float(fd), rel=1e-6)
+    xs = jnp.stack([jnp.linspace(-1.0, 1.0, 5), jnp.linspace(0.0, 2.0, 5)])
+    batched = jax.vmap(jax.grad(lambda x: jnp.sum(softplus(x))))(xs)
+    np.testing.assert_allclose(batched, jax.nn.sigmoid(xs), rtol=1e-12)

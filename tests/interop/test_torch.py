@@ -1,0 +1,94 @@
+"""``tapegrad.torch.function``: torch.autograd.gradcheck in float64 on an elementwise kernel,
+a stencil, an Active scalar parameter (a 0-d tensor that requires grad), a 100-launch
+simulation, several inputs and outputs; constants, retain_graph, non-contiguous tensors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install 'tapegrad[torch]')")
+import tapegrad.torch as tgt  # noqa: E402
+
+
+@tg.kernel
+def softplus_k(out, x):
+    i = tg.index()
+    out[i] = tg.logaddexp(x[i], 0.0)
+
+
+@tg.kernel
+def heat_k(out, u, kappa):
+    i = tg.index()
+    n = u.shape[0]
+    if i == 0 or i == n - 1:
+        out[i] = u[i]
+    else:
+        out[i] = u[i] + kappa * (u[i - 1] - 2.0 * u[i] + u[i + 1]) - 0.1 * u[i] * u[i] * u[i]
+
+
+@tgt.function
+def softplus(x):
+    y = np.empty_like(x)
+    softplus_k(tg.CPU())(y, x, ndrange=x.size)
+    return y
+
+
+@tgt.function
+def stencil(u, kappa):
+    out = np.empty_like(u)
+    heat_k(tg.CPU())(out, u, kappa, ndrange=u.size)
+    return out
+
+
+@tgt.function
+def simulate(u, kappa):
+    for _ in range(100):
+        out = np.empty_like(u)
+        heat_k(tg.CPU())(out, u, kappa, ndrange=u.size)
+        u = out
+    return tg.dot(u, u), u
+
+
+def double(*shape):
+    return torch.rand(*shape, dtype=torch.float64, requires_grad=True)
+
+
+def test_gradcheck_elementwise_and_stencil():
+    assert torch.autograd.gradcheck(softplus, (double(7) * 4 - 2,))
+    assert torch.autograd.gradcheck(stencil, (double(9), 0.2))
+
+
+def test_gradcheck_an_active_scalar_parameter():
+    kappa = torch.tensor(0.2, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(stencil, (double(9), kappa))
+
+
+def test_gradcheck_a_100_launch_simulation_with_two_outputs():
+    kappa = torch.tensor(0.15, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(simulate, (double(12) * 0.5, kappa))
+
+
+def test_constants_retain_graph_and_non_contiguous_tensors():
+    base = double(8, 2)
+    u = base[:, 0]                            # a strided view: copied once, gradient exact
+    assert not u.is_contiguous()
+    kappa = torch.tensor(0.2, dtype=torch.float64)      # no grad: a constant
+    loss = stencil(u, kappa).pow(2).sum()
+    loss.backward(retain_graph=True)
+    first = base.grad.clone()
+    assert first[:, 0].abs().sum() > 0 and not first[:, 1].any()
+    loss.backward()
+    torch.testing.assert_close(base.grad, 2 * first)
+    assert kappa.grad is None
+
+
+def test_outputs_are_tensors_without_copies_and_the_errors_are_tapegrads():
+    x = torch.rand(5, dtype=torch.float64)
+    y = softplus(x)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.float64
+    with pytest.raises(tg.TapegradError, match="returned a dict; a wrapped tapegrad function "
+                       "returns arrays, numbers"):
+        tgt.function(lambda x: {"a": x})(x)
