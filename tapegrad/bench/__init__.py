@@ -545,12 +545,15 @@ def main(quick: bool = False, json_path: str | None = None, backend: str = "cpu"
           "tangent = the forward-mode launch (outputs and tangents)")
     peers = _peer_table(quick, repeats)
     overheads = _launch_overheads(quick)
+    from tapegrad.bench.interop import main as interop
+    wrapped = interop(quick)
     compile_times = _compile_times()
     busy = _busy_machine(quick)
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"bandwidth_gbs": gbs, "quick": quick, "results": results,
                        "gradients": gradients, "peers": peers, "overhead_us": overheads,
-                       "compile": compile_times, "busy_machine": busy}, f, indent=2)
+                       "compile": compile_times, "busy_machine": busy,
+                       "interop": wrapped}, f, indent=2)
         print(f"wrote {json_path}")
     return 0
