@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -21,7 +22,7 @@ import numpy as np
 from tapegrad.errors import TapegradError
 from tapegrad.interop.call import RecordedCall
 
-_handover = threading.local()      # forward -> setup_context: the call just recorded
+_handover = threading.local()      # forward -> setup_context: the call just recorded (weakly)
 
 
 def _torch() -> Any:
@@ -61,12 +62,16 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
             active = [isinstance(x, torch.Tensor) and x.requires_grad for x in inputs]
             call = RecordedCall(f, args, active)
             outputs = tuple(_to_torch(torch, y, inputs) for y in call.plain_outputs())
-            _handover.call = call
+            # (functorch's transforms call setup_context more than once per forward: the
+            # call is found by a weak reference, kept alive by the outputs until then)
+            for t in outputs:
+                t._tapegrad_call = call
+            _handover.call = weakref.ref(call)
             return outputs[0] if call.single else outputs
 
         @staticmethod
         def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
-            ctx.call = _handover.__dict__.pop("call")
+            ctx.call = _handover.call()
             ctx.inputs = [(x.dtype, x.device, x.ndim) if isinstance(x, torch.Tensor) else None
                           for x in inputs]
             ints = [y for y in (output if isinstance(output, tuple) else (output,))
@@ -87,6 +92,20 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
                 t = torch.as_tensor(g, dtype=dtype) if ndim == 0 else _to_torch(torch, g, ())
                 out.append(t.to(device=device, dtype=dtype))
             return tuple(out)
+
+        @staticmethod
+        def vmap(info: Any, in_dims: tuple, *inputs: Any) -> tuple:
+            """``torch.func.vmap``: one call per example (tapegrad's kernels take the batch
+            as a loop here, not as a dimension).  (``torch.func.grad`` is not supported yet:
+            its cotangents are wrapped tensors without storage.)"""
+            results = []
+            for b in range(info.batch_size):
+                results.append(Wrapped.apply(*[x if d is None else x.select(d, b)
+                                               for x, d in zip(inputs, in_dims)]))
+            if not isinstance(results[0], tuple):
+                return torch.stack(results), 0
+            return (tuple(torch.stack(parts) for parts in zip(*results)),
+                    (0,) * len(results[0]))
 
     Wrapped.__name__ = Wrapped.__qualname__ = f"tapegrad_{name}"
 

@@ -278,18 +278,35 @@ def gradient(f: Callable[..., Any], *args: Any) -> tuple:
 
 def vjp(f: Callable[..., Any], x: Any, w: Any) -> tuple[Any, Any]:
     """``(y, x_bar)`` with ``y = f(x)`` and ``x_bar = J(x)^T w`` (a vector-Jacobian product;
-    several inputs and outputs: ``tape.vjp``).
+    ``x`` an array or a number).
+    Several inputs: ``x`` a tuple, ``f(*x)``, ``x_bar`` a tuple; several outputs: ``f``
+    returns a tuple and ``w`` is a tuple of cotangents, one per output (``tape.vjp`` is the
+    same on a recording of your own).
 
     >>> import numpy as np, tapegrad as tg
     >>> y, x_bar = tg.vjp(lambda x: tg.dot(x, x), np.array([3.0]), 1.0)
     >>> float(y), x_bar.tolist()
     (9.0, [6.0])
+    >>> (s, d), (a_bar, b_bar) = tg.vjp(lambda a, b: (tg.sum(a), tg.dot(a, b)),
+    ...                                 (np.array([1.0, 2.0]), np.array([3.0, 4.0])), (1.0, 10.0))
+    >>> a_bar.tolist(), b_bar.tolist()
+    ([31.0, 41.0], [10.0, 20.0])
     """
+    several_in = isinstance(x, tuple)
+    xs = x if several_in else (x,)
     tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:
-        y = f(x)
-    (x_bar,) = tape.vjp([_vjp_output(tape, y)], [w], [x])
-    return (plain(y) if isinstance(y, TrackedScalar) else y), x_bar
+        xs = tuple(v if is_array(v) else tape.watch(v) for v in xs)    # (numbers: tape scalars)
+        y = f(*xs)
+    several_out = isinstance(y, tuple)
+    ys = y if several_out else (y,)
+    ws = w if several_out else (w,)
+    if several_out and not (isinstance(w, tuple) and len(w) == len(ys)):
+        raise TapegradError(f"tg.vjp: f returned {len(ys)} outputs; give a tuple of "
+                            f"{len(ys)} cotangents, one per output")
+    x_bars = tape.vjp([_vjp_output(tape, v) for v in ys], list(ws), list(xs))
+    primal = tuple(plain(v) if isinstance(v, TrackedScalar) else v for v in ys)
+    return (primal if several_out else primal[0]), (tuple(x_bars) if several_in else x_bars[0])
 
 
 def _vjp_output(tape: Tape, y: Any) -> Any:

@@ -92,3 +92,27 @@ def test_outputs_are_tensors_without_copies_and_the_errors_are_tapegrads():
     with pytest.raises(tg.TapegradError, match="returned a dict; a wrapped tapegrad function "
                        "returns arrays, numbers"):
         tgt.function(lambda x: {"a": x})(x)
+
+
+def test_torch_func_vmap():
+    x = torch.linspace(-2.0, 2.0, 6, dtype=torch.float64)
+    batch = torch.stack([x, 2 * x, -x])
+    torch.testing.assert_close(torch.func.vmap(softplus)(batch),
+                               torch.nn.functional.softplus(batch))
+    u = torch.stack([torch.linspace(0.0, 0.5, 12, dtype=torch.float64)] * 2)
+    energies, finals = torch.func.vmap(simulate, in_dims=(0, None))(u, 0.15)
+    assert energies.shape == (2,) and finals.shape == (2, 12)
+    torch.testing.assert_close(energies[0], energies[1])
+
+
+def test_several_inputs_and_outputs_through_tg_vjp_match_torch():
+    u, kappa = np.linspace(0.0, 0.5, 12), 0.15
+    w_u = np.linspace(1.0, 2.0, 12)
+    (energy, final), (u_bar, kappa_bar) = tg.vjp(
+        lambda u, k: simulate.__wrapped__(u, k), (u, kappa), (2.0, w_u))
+    ut = torch.from_numpy(u.copy()).requires_grad_()
+    kt = torch.tensor(kappa, dtype=torch.float64, requires_grad=True)
+    e, f = simulate(ut, kt)
+    (2.0 * e + (f * torch.from_numpy(w_u)).sum()).backward()
+    torch.testing.assert_close(ut.grad, torch.from_numpy(u_bar))
+    assert kt.grad.item() == pytest.approx(kappa_bar, rel=1e-12)
