@@ -59,7 +59,9 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
         @staticmethod
         def forward(*inputs: Any) -> Any:
             args = [_to_tapegrad(torch, x) for x in inputs]
-            active = [isinstance(x, torch.Tensor) and x.requires_grad for x in inputs]
+            # (every float tensor: under torch.func.grad the inputs forward sees do not say
+            # whether they require grad; backward picks by ctx.needs_input_grad)
+            active = [isinstance(x, torch.Tensor) and x.is_floating_point() for x in inputs]
             call = RecordedCall(f, args, active)
             outputs = tuple(_to_torch(torch, y, inputs) for y in call.plain_outputs())
             # (functorch's transforms call setup_context more than once per forward: the
@@ -72,32 +74,25 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
         @staticmethod
         def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
             ctx.call = _handover.call()
-            ctx.inputs = [(x.dtype, x.device, x.ndim) if isinstance(x, torch.Tensor) else None
-                          for x in inputs]
+            ctx.inputs = [(x.dtype, x.device, tuple(x.shape)) if isinstance(x, torch.Tensor)
+                          else None for x in inputs]
             ints = [y for y in (output if isinstance(output, tuple) else (output,))
                     if not y.is_floating_point()]
             if ints:
                 ctx.mark_non_differentiable(*ints)
 
         @staticmethod
-        @torch.autograd.function.once_differentiable
         def backward(ctx: Any, *grads: Any) -> tuple:
-            cotangents = [None if g is None else _to_tapegrad(torch, g) for g in grads]
-            out = []
-            for g, meta in zip(ctx.call.vjp(cotangents), ctx.inputs):
-                if g is None or meta is None:
-                    out.append(None)
-                    continue
-                dtype, device, ndim = meta
-                t = torch.as_tensor(g, dtype=dtype) if ndim == 0 else _to_torch(torch, g, ())
-                out.append(t.to(device=device, dtype=dtype))
-            return tuple(out)
+            # (through a Function of its own: torch.func.grad hands backward wrapped tensors,
+            # which a Function's forward sees unwrapped)
+            results = iter(_vjp_function(torch).apply(ctx.call, ctx.inputs,
+                                                      ctx.needs_input_grad, *grads))
+            return tuple(None if meta is None else next(results) for meta in ctx.inputs)
 
         @staticmethod
         def vmap(info: Any, in_dims: tuple, *inputs: Any) -> tuple:
             """``torch.func.vmap``: one call per example (tapegrad's kernels take the batch
-            as a loop here, not as a dimension).  (``torch.func.grad`` is not supported yet:
-            its cotangents are wrapped tensors without storage.)"""
+            as a loop here, not as a dimension)."""
             results = []
             for b in range(info.batch_size):
                 results.append(Wrapped.apply(*[x if d is None else x.select(d, b)
@@ -114,6 +109,42 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
         return Wrapped.apply(*inputs)
     apply.autograd_function = Wrapped
     return apply
+
+
+@functools.cache
+def _vjp_function(torch: Any) -> Any:
+    """The backward pass as a ``torch.autograd.Function`` (its forward runs the recorded
+    call's vector-Jacobian product on plain tensors); differentiating it again is refused."""
+
+    class TapeVJP(torch.autograd.Function):
+        @staticmethod
+        def forward(call: RecordedCall, inputs: list, wanted: tuple, *grads: Any) -> tuple:
+            cotangents = [None if g is None else _to_tapegrad(torch, g) for g in grads]
+            out = []
+            for g, meta in zip(call.vjp(cotangents, wanted), inputs):
+                if meta is None:
+                    continue
+                dtype, device, shape = meta
+                if g is None:
+                    t = torch.zeros(shape, dtype=dtype)
+                elif not shape:
+                    t = torch.as_tensor(g, dtype=dtype)
+                else:
+                    t = _to_torch(torch, g, ())
+                out.append(t.to(device=device, dtype=dtype))
+            return tuple(out)
+
+        @staticmethod
+        def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
+            pass
+
+        @staticmethod
+        def backward(ctx: Any, *grads: Any) -> tuple:
+            raise TapegradError("second derivatives through a tapegrad.torch.function are not "
+                                "available: its backward pass is a tape's vector-Jacobian "
+                                "product, which tapegrad does not differentiate again")
+
+    return TapeVJP
 
 
 def _to_tapegrad(torch: Any, x: Any) -> Any:

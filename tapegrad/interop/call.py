@@ -49,9 +49,10 @@ class RecordedCall:
         """The outputs with tape scalars as floats."""
         return [float(plain(y)) if isinstance(y, TrackedScalar) else y for y in self.outputs]
 
-    def vjp(self, cotangents: Sequence[Any]) -> list[Any]:
+    def vjp(self, cotangents: Sequence[Any], wanted: Sequence[bool] | None = None) -> list[Any]:
         """Per argument, ``sum_k cotangents[k] . d outputs[k] / d argument`` (an array, a
-        float, or None where the argument is not active or nothing connects it)."""
+        float, or None where the argument is not active, not ``wanted``, or nothing connects
+        it)."""
         outputs, seeds = [], []
         for y, w in zip(self.outputs, cotangents):
             if w is None or not (isinstance(y, TrackedScalar) or is_array(y)
@@ -59,7 +60,8 @@ class RecordedCall:
                 continue                     # (a constant output: no derivative flows)
             outputs.append(y)
             seeds.append(w)
-        sources = [(k, a) for k, (a, on) in enumerate(zip(self.args, self.active))
+        wanted = self.active if wanted is None else [a and w for a, w in zip(self.active, wanted)]
+        sources = [(k, a) for k, (a, on) in enumerate(zip(self.args, wanted))
                    if on and (isinstance(a, TrackedScalar) or is_array(a) and self.tape.tracks(a)
                               and np.dtype(a.dtype).kind == "f")]
         grads: list[Any] = [None] * len(self.args)

@@ -94,8 +94,9 @@ def test_outputs_are_tensors_without_copies_and_the_errors_are_tapegrads():
         tgt.function(lambda x: {"a": x})(x)
 
 
-def test_torch_func_vmap():
+def test_torch_func_grad_and_vmap():
     x = torch.linspace(-2.0, 2.0, 6, dtype=torch.float64)
+    torch.testing.assert_close(torch.func.grad(lambda x: softplus(x).sum())(x), torch.sigmoid(x))
     batch = torch.stack([x, 2 * x, -x])
     torch.testing.assert_close(torch.func.vmap(softplus)(batch),
                                torch.nn.functional.softplus(batch))
