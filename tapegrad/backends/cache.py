@@ -19,17 +19,12 @@ Numba cache (:mod:`~tapegrad.backends.numba_cache`).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
 import sys
-import tempfile
-import warnings
 from pathlib import Path
 from types import ModuleType
 
 from tapegrad.backends import cachedir, numba_cache
-from tapegrad.errors import CacheWarning
 
 PREFIX = "tapegrad_gen_"     # every generated module's name starts so
 
@@ -90,28 +85,13 @@ def _source_file(source: str, filename: str) -> Path:
         if _holds(folder / filename, source):
             return folder / filename
     path = target / filename
-    fd, tmp = tempfile.mkstemp(dir=target, suffix=".tmp")      # created 0600
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(source)
-    os.replace(tmp, path)   # atomic: a concurrent process sees the whole file or none
+    cachedir.write_atomic(path, source.encode("utf-8"))
     return path
 
 
 def _holds(path: Path, source: str) -> bool:
     """Whether ``path`` is trusted and holds exactly ``source``; a file that is not trusted or
     holds something else (its name carries the hash of ``source``: damaged) is removed."""
-    try:
-        reason = cachedir.untrusted(path)
-        if reason is None:
-            if path.read_text(encoding="utf-8") == source:
-                return True
-            reason = "does not hold the code its name stands for (damaged)"
-    except FileNotFoundError:
-        return False
-    except (OSError, UnicodeDecodeError) as e:
-        reason = f"cannot be read ({e})"
-    warnings.warn(f"tapegrad's compile cache: {path} {reason}; writing it again",
-                  CacheWarning, stacklevel=4)
-    with contextlib.suppress(OSError):
-        path.unlink()
-    return False
+    return cachedir.read_checked(path, lambda data: data.decode("utf-8") == source,
+                                 "does not hold the code its name stands for (damaged)",
+                                 "writing it again") is not None

@@ -24,14 +24,17 @@ True
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import stat
 import tempfile
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 from tapegrad._version import __version__
-from tapegrad.errors import CacheError
+from tapegrad.errors import CacheError, CacheWarning
 
 _private: Path | None = None
 _handed_out: set[str] = set()      # every folder cache_dir / write_dir returned: ours to load from
@@ -141,6 +144,38 @@ def private_dir() -> Path:
 def is_ours(folder: str) -> bool:
     """Whether ``folder`` is one that :func:`cache_dir` or :func:`write_dir` handed out."""
     return folder in _handed_out
+
+
+def read_checked(path: Path, valid: Callable[[bytes], bool], damaged: str,
+                 then: str) -> bytes | None:
+    """The bytes of the cached file ``path`` if it is trusted and ``valid``; None where it is
+    missing, and where it is not trusted or not valid (``damaged`` says how) it is removed
+    with a CacheWarning saying so and what happens ``then``."""
+    try:
+        reason = untrusted(path)
+        if reason is None:
+            data = path.read_bytes()
+            if valid(data):
+                return data
+            reason = damaged
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:       # (ValueError: ``valid`` could not decode it)
+        reason = f"cannot be read ({e})"
+    warnings.warn(f"tapegrad's compile cache: {path} {reason}; {then}", CacheWarning,
+                  stacklevel=5)          # (the user's line, through the cache's own callers)
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return None
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` (mode 0600) so that a concurrent process sees the whole file
+    or none."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")      # created 0600
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
 
 
 def _uid() -> int | None:

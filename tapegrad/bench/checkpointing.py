@@ -29,6 +29,7 @@ def gray_scott(u_new, v_new, u, v, feed, kill):
 
 
 def step(u: np.ndarray, v: np.ndarray, feed: float, kill: float) -> tuple:
+    """One Gray-Scott step into new arrays (examples/long_simulation.py runs it too)."""
     u_new, v_new = np.empty_like(u), np.empty_like(v)
     gray_scott(tg.CPU(), (8, 16))(u_new, v_new, u, v, feed, kill, ndrange=u.shape)
     return u_new, v_new

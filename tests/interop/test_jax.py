@@ -6,32 +6,18 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tapegrad as tg
-
 jax = pytest.importorskip("jax", reason="JAX is not installed (pip install 'tapegrad[jax]')")
 import jax.numpy as jnp  # noqa: E402
 from jax.test_util import check_grads  # noqa: E402
 
 import tapegrad.jax as tgj  # noqa: E402
-from tests.interop.test_torch import heat_k, softplus_k  # noqa: E402
+from tests.interop.test_torch import simulate_host, softplus_host  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
 
-@tgj.function
-def softplus(x):
-    y = np.empty_like(x)
-    softplus_k(tg.CPU())(y, x, ndrange=x.size)
-    return y
-
-
-@tgj.function
-def simulate(u, kappa):
-    for _ in range(100):
-        out = np.empty_like(u)
-        heat_k(tg.CPU())(out, u, kappa, ndrange=u.size)
-        u = out
-    return tg.dot(u, u), u
+softplus = tgj.function(softplus_host)
+simulate = tgj.function(simulate_host)
 
 
 def test_check_grads_elementwise_and_a_simulation_with_an_active_scalar():

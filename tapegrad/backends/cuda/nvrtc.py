@@ -13,17 +13,13 @@ damaged file is compiled again rather than loaded.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
-import os
-import tempfile
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from tapegrad.backends import cachedir
-from tapegrad.errors import BackendError, CacheWarning, KernelCompileError
+from tapegrad.errors import BackendError, KernelCompileError
 
 # no contraction of a * b + c into one fma: results are rounded per operation, as on the CPU
 OPTIONS = ("--fmad=false", "--std=c++17")
@@ -172,26 +168,11 @@ def _compile(source: str, name: str, kind: str, arch: int) -> bytes:
 
 def _read(path: Any) -> bytes | None:
     """A cached binary's bytes, if the file is trusted and whole; a damaged one is removed."""
-    try:
-        reason = cachedir.untrusted(path)
-        if reason is None:
-            raw = path.read_bytes()
-            if hashlib.sha256(raw[64:]).hexdigest().encode() == raw[:64]:
-                return raw[64:]
-            reason = "does not hold what its checksum says (damaged)"
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        reason = f"cannot be read ({e})"
-    warnings.warn(f"tapegrad's compile cache: {path} {reason}; compiling it again",
-                  CacheWarning, stacklevel=4)
-    with contextlib.suppress(OSError):
-        path.unlink()
-    return None
+    raw = cachedir.read_checked(
+        path, lambda raw: hashlib.sha256(raw[64:]).hexdigest().encode() == raw[:64],
+        "does not hold what its checksum says (damaged)", "compiling it again")
+    return None if raw is None else raw[64:]
 
 
 def _write(path: Any, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")      # created 0600
-    with os.fdopen(fd, "wb") as f:
-        f.write(hashlib.sha256(data).hexdigest().encode() + data)
-    os.replace(tmp, path)   # atomic: a concurrent process sees the whole file or none
+    cachedir.write_atomic(path, hashlib.sha256(data).hexdigest().encode() + data)
