@@ -11,6 +11,7 @@ number to ``f`` (a tape scalar when it requires grad).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import weakref
@@ -54,16 +55,115 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
     """
     torch = _torch()
     name = getattr(f, "__name__", "f")
+    plain, transformable = _plain_function(torch, f), _transformable_function(torch, f)
+    plain.__name__ = plain.__qualname__ = f"tapegrad_{name}"
+    transformable.__name__ = transformable.__qualname__ = f"tapegrad_{name}_transformable"
+    transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
 
-    class Wrapped(torch.autograd.Function):
+    @functools.wraps(f)
+    def apply(*inputs: Any) -> Any:
+        # (the setup_context style that torch.func needs costs ~100 us more per call in
+        # torch itself: plain autograd takes the classic Function)
+        return (transformable if transforms_active() else plain).apply(*inputs)
+    apply.autograd_function = transformable
+    # (torch.compile: Dynamo cannot trace tapegrad's host code and Numba; the call is a graph
+    # break and runs eagerly, with autograd, between the compiled parts)
+    return torch.compiler.disable(apply, recursive=True)
+
+
+def _record(torch: Any, f: Callable[..., Any], inputs: tuple, active: list[bool]) -> tuple:
+    """``f`` run on the inputs as tapegrad's arrays: the recorded call and its outputs as
+    tensors (no copies for arrays)."""
+    with _torch_stream(torch, inputs):
+        call = RecordedCall(f, [_to_tapegrad(torch, x) for x in inputs], active)
+    return call, tuple(_to_torch(torch, y, inputs) for y in call.plain_outputs())
+
+
+def _torch_stream(torch: Any, tensors: tuple) -> Any:
+    """For CUDA tensors: PyTorch's current stream made CuPy's (so tapegrad's launches are
+    ordered after the torch work that made the inputs, and before the work that reads the
+    results); for CPU tensors nothing."""
+    device = next((t.device for t in tensors
+                   if isinstance(t, torch.Tensor) and t.device.type == "cuda"), None)
+    if device is None:
+        return contextlib.nullcontext()
+    import cupy
+    stream = torch.cuda.current_stream(device)
+    return cupy.cuda.ExternalStream(stream.cuda_stream, device.index)
+
+
+def _input_metas(torch: Any, inputs: tuple) -> list:
+    """Per input, what its gradient must look like (None for a non-tensor)."""
+    return [(x.dtype, x.device, tuple(x.shape)) if isinstance(x, torch.Tensor) else None
+            for x in inputs]
+
+
+def _gradients(torch: Any, call: RecordedCall, metas: list, wanted: Any, grads: tuple) -> list:
+    """The recorded call's vector-Jacobian product as one tensor per tensor input (zeros where
+    nothing connects it, None where it is not wanted)."""
+    cotangents = [None if g is None else _to_tapegrad(torch, g) for g in grads]
+    with _torch_stream(torch, grads):
+        vjp = call.vjp(cotangents, wanted)
+    out = []
+    for g, meta, want in zip(vjp, metas, wanted):
+        if meta is None:
+            continue
+        dtype, device, shape = meta
+        if not want:
+            out.append(None)
+            continue
+        if g is None:
+            t = torch.zeros(shape, dtype=dtype)
+        elif not shape:
+            t = torch.as_tensor(g, dtype=dtype)
+        else:
+            t = _to_torch(torch, g, ())
+        out.append(t if t.dtype == dtype and t.device == device
+                   else t.to(device=device, dtype=dtype))
+    return out
+
+
+def _non_differentiable(ctx: Any, outputs: tuple) -> None:
+    ints = [y for y in outputs if not y.is_floating_point()]
+    if ints:
+        ctx.mark_non_differentiable(*ints)
+
+
+def _plain_function(torch: Any, f: Callable[..., Any]) -> Any:
+    """``f`` as a classic ``torch.autograd.Function`` (forward takes ``ctx``): what plain
+    ``backward()`` calls take; only the inputs that require grad are recorded as active."""
+    from torch.autograd.function import once_differentiable
+
+    class Plain(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, *inputs: Any) -> Any:
+            active = [need and x.is_floating_point()
+                      for x, need in zip(inputs, ctx.needs_input_grad)]
+            ctx.call, outputs = _record(torch, f, inputs, active)
+            ctx.metas = _input_metas(torch, inputs)
+            _non_differentiable(ctx, outputs)
+            return outputs[0] if ctx.call.single else outputs
+
+        @staticmethod
+        @once_differentiable
+        def backward(ctx: Any, *grads: Any) -> tuple:
+            results = iter(_gradients(torch, ctx.call, ctx.metas, ctx.needs_input_grad, grads))
+            return tuple(None if meta is None else next(results) for meta in ctx.metas)
+
+    return Plain
+
+
+def _transformable_function(torch: Any, f: Callable[..., Any]) -> Any:
+    """``f`` as a ``torch.autograd.Function`` in the ``setup_context`` style, which
+    ``torch.func``'s transforms (grad, vmap) take."""
+
+    class Transformable(torch.autograd.Function):
         @staticmethod
         def forward(*inputs: Any) -> Any:
-            args = [_to_tapegrad(torch, x) for x in inputs]
             # (every float tensor: under torch.func.grad the inputs forward sees do not say
             # whether they require grad; backward picks by ctx.needs_input_grad)
             active = [isinstance(x, torch.Tensor) and x.is_floating_point() for x in inputs]
-            call = RecordedCall(f, args, active)
-            outputs = tuple(_to_torch(torch, y, inputs) for y in call.plain_outputs())
+            call, outputs = _record(torch, f, inputs, active)
             # (functorch's transforms call setup_context more than once per forward: the
             # call is found by a weak reference, kept alive by the outputs until then)
             for t in outputs:
@@ -74,41 +174,41 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
         @staticmethod
         def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
             ctx.call = _handover.call()
-            ctx.inputs = [(x.dtype, x.device, tuple(x.shape)) if isinstance(x, torch.Tensor)
-                          else None for x in inputs]
-            ints = [y for y in (output if isinstance(output, tuple) else (output,))
-                    if not y.is_floating_point()]
-            if ints:
-                ctx.mark_non_differentiable(*ints)
+            ctx.metas = _input_metas(torch, inputs)
+            _non_differentiable(ctx, output if isinstance(output, tuple) else (output,))
 
         @staticmethod
         def backward(ctx: Any, *grads: Any) -> tuple:
             # (through a Function of its own: torch.func.grad hands backward wrapped tensors,
             # which a Function's forward sees unwrapped)
-            results = iter(_vjp_function(torch).apply(ctx.call, ctx.inputs,
+            results = iter(_vjp_function(torch).apply(ctx.call, ctx.metas,
                                                       ctx.needs_input_grad, *grads))
-            return tuple(None if meta is None else next(results) for meta in ctx.inputs)
+            return tuple(None if meta is None else next(results) for meta in ctx.metas)
 
         @staticmethod
         def vmap(info: Any, in_dims: tuple, *inputs: Any) -> tuple:
             """``torch.func.vmap``: one call per example (tapegrad's kernels take the batch
             as a loop here, not as a dimension)."""
-            results = []
-            for b in range(info.batch_size):
-                results.append(Wrapped.apply(*[x if d is None else x.select(d, b)
-                                               for x, d in zip(inputs, in_dims)]))
+            results = [Transformable.apply(*[x if d is None else x.select(d, b)
+                                             for x, d in zip(inputs, in_dims)])
+                       for b in range(info.batch_size)]
+            outputs = [r if isinstance(r, tuple) else (r,) for r in results]
+            # (under vmap(grad(...)) the level above records one node for the whole batch:
+            # its backward takes each example's vector-Jacobian product with its own call)
+            examples = _Examples(example[0]._tapegrad_call for example in outputs)
+            stacked = tuple(torch.stack(parts) for parts in zip(*outputs))
+            for t in stacked:
+                t._tapegrad_call = examples
+            _handover.call = weakref.ref(examples)
             if not isinstance(results[0], tuple):
-                return torch.stack(results), 0
-            return (tuple(torch.stack(parts) for parts in zip(*results)),
-                    (0,) * len(results[0]))
+                return stacked[0], 0
+            return stacked, (0,) * len(stacked)
 
-    Wrapped.__name__ = Wrapped.__qualname__ = f"tapegrad_{name}"
+    return Transformable
 
-    @functools.wraps(f)
-    def apply(*inputs: Any) -> Any:
-        return Wrapped.apply(*inputs)
-    apply.autograd_function = Wrapped
-    return apply
+
+class _Examples(list):
+    """The recorded calls of a batch that ``torch.func.vmap`` ran one example at a time."""
 
 
 @functools.cache
@@ -118,25 +218,29 @@ def _vjp_function(torch: Any) -> Any:
 
     class TapeVJP(torch.autograd.Function):
         @staticmethod
-        def forward(call: RecordedCall, inputs: list, wanted: tuple, *grads: Any) -> tuple:
-            cotangents = [None if g is None else _to_tapegrad(torch, g) for g in grads]
-            out = []
-            for g, meta in zip(call.vjp(cotangents, wanted), inputs):
-                if meta is None:
-                    continue
-                dtype, device, shape = meta
-                if g is None:
-                    t = torch.zeros(shape, dtype=dtype)
-                elif not shape:
-                    t = torch.as_tensor(g, dtype=dtype)
-                else:
-                    t = _to_torch(torch, g, ())
-                out.append(t.to(device=device, dtype=dtype))
-            return tuple(out)
+        def forward(call: RecordedCall, metas: list, wanted: tuple, *grads: Any) -> tuple:
+            # (a Function's forward returns tensors: zeros where no gradient is wanted)
+            return tuple(torch.zeros(shape, dtype=dtype, device=device) if g is None else g
+                         for g, (dtype, device, shape) in zip(
+                             _gradients(torch, call, metas, wanted, grads),
+                             [m for m in metas if m is not None]))
 
         @staticmethod
         def setup_context(ctx: Any, inputs: tuple, output: Any) -> None:
             pass
+
+        @staticmethod
+        def vmap(info: Any, in_dims: tuple, call: RecordedCall, metas: list, wanted: tuple,
+                 *grads: Any) -> tuple:
+            """Several cotangents (``vmap(grad(...))``, ``jacrev``): one vector-Jacobian
+            product each, with each example's own call where the forward pass was batched
+            too (a tape can be asked again)."""
+            calls = call if isinstance(call, _Examples) else [call] * info.batch_size
+            results = [TapeVJP.apply(calls[b], metas, wanted,
+                                     *[g if d is None else g.select(d, b)
+                                       for g, d in zip(grads, in_dims[3:])])
+                       for b in range(info.batch_size)]
+            return tuple(torch.stack(parts) for parts in zip(*results)), (0,) * len(results[0])
 
         @staticmethod
         def backward(ctx: Any, *grads: Any) -> tuple:
@@ -170,5 +274,6 @@ def _to_torch(torch: Any, y: Any, inputs: tuple) -> Any:
         return torch.from_numpy(np.ascontiguousarray(y))
     if hasattr(y, "__cuda_array_interface__") or hasattr(y, "__dlpack__"):
         return torch.from_dlpack(y)
-    device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), "cpu")
-    return torch.tensor(float(y), dtype=torch.float64, device=device)
+    t = torch.from_numpy(np.array(float(y)))     # (float64; 4x cheaper than torch.tensor)
+    device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), t.device)
+    return t if device == t.device else t.to(device)

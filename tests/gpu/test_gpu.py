@@ -192,3 +192,35 @@ def test_a_cupy_array_changed_after_recording_is_refused_at_gradient(cp):
     x[3] = 7.0
     with pytest.raises(tg.TapegradError, match="changed after recording"):
         tape.gradient(loss, x)
+
+
+@tg.kernel
+def softplus_kernel(out, x):
+    i = tg.index()
+    out[i] = tg.logaddexp(x[i], 0.0)
+
+
+def test_torch_cuda_tensors_zero_copy_and_gradcheck(cp):
+    """tapegrad.torch on CUDA tensors: CuPy views of torch's memory, launches on torch's
+    current stream, torch.autograd.gradcheck in float64."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed on the GPU machine")
+    if not torch.cuda.is_available():
+        pytest.skip("this PyTorch is a CPU build")
+    import tapegrad.torch as tgt
+
+    @tgt.function
+    def softplus(x):
+        assert isinstance(x, cp.ndarray)
+        y = cp.empty_like(x)
+        softplus_kernel(tg.CUDA())(y, x, ndrange=x.size)
+        return y
+
+    x = torch.linspace(-3.0, 3.0, 1000, dtype=torch.float64, device="cuda", requires_grad=True)
+    with torch.cuda.stream(torch.cuda.Stream()):         # a side stream: launches follow it
+        y = softplus(x)
+        torch.testing.assert_close(y, torch.nn.functional.softplus(x))
+        y.sum().backward()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(x.grad, torch.sigmoid(x.detach()))
+    small = torch.linspace(-2.0, 2.0, 7, dtype=torch.float64, device="cuda", requires_grad=True)
+    assert torch.autograd.gradcheck(softplus, (small,))

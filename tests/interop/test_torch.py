@@ -109,6 +109,31 @@ def test_torch_func_grad_and_vmap():
     torch.testing.assert_close(energies[0], energies[1])
 
 
+def test_vmap_of_grad_and_jacrev_take_each_examples_own_call():
+    x = torch.linspace(-2.0, 2.0, 6, dtype=torch.float64)
+    batch = torch.stack([x, 2 * x, -x])
+    per_example = torch.func.vmap(torch.func.grad(lambda x: softplus(x).sum()))(batch)
+    torch.testing.assert_close(per_example, torch.sigmoid(batch), rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(torch.func.jacrev(softplus)(x), torch.diag(torch.sigmoid(x)),
+                               rtol=1e-12, atol=1e-14)
+    u = torch.linspace(0.0, 0.5, 12, dtype=torch.float64)
+    kappas = torch.tensor([0.1, 0.2], dtype=torch.float64)
+    d_kappa = torch.func.vmap(torch.func.grad(lambda u, k: simulate(u, k)[0], argnums=1),
+                              in_dims=(None, 0))(u, kappas)
+    eps = 1e-6
+    for k, g in zip(kappas.tolist(), d_kappa.tolist()):         # central differences
+        fd = (simulate_host(u.numpy(), k + eps)[0] - simulate_host(u.numpy(), k - eps)[0])
+        assert g == pytest.approx(float(fd) / (2 * eps), rel=1e-7)
+
+
+def test_inside_torch_compile_as_a_graph_break():
+    x = torch.linspace(-2.0, 2.0, 6, dtype=torch.float64, requires_grad=True)
+    loss = torch.compile(backend="aot_eager")(lambda x: (softplus(3.0 * x) * x).sum())
+    loss(x).backward()
+    expected = torch.nn.functional.softplus(3.0 * x) + 3.0 * x * torch.sigmoid(3.0 * x)
+    torch.testing.assert_close(x.grad, expected.detach(), rtol=1e-12, atol=1e-14)
+
+
 def test_several_inputs_and_outputs_through_tg_vjp_match_torch():
     u, kappa = np.linspace(0.0, 0.5, 12), 0.15
     w_u = np.linspace(1.0, 2.0, 12)
