@@ -126,6 +126,15 @@ def test_vmap_of_grad_and_jacrev_take_each_examples_own_call():
         assert g == pytest.approx(float(fd) / (2 * eps), rel=1e-7)
 
 
+def test_a_second_derivative_is_refused_not_zero():
+    x, w = double(5), double(5)
+    (g,) = torch.autograd.grad(softplus(x), x, grad_outputs=w, create_graph=True)
+    torch.testing.assert_close(g, (w * torch.sigmoid(x)).detach())
+    with pytest.raises(RuntimeError, match="differentiate twice a function that was marked "
+                       "with @once_differentiable"):
+        g.sum().backward()
+
+
 def test_inside_torch_compile_as_a_graph_break():
     x = torch.linspace(-2.0, 2.0, 6, dtype=torch.float64, requires_grad=True)
     loss = torch.compile(backend="aot_eager")(lambda x: (softplus(3.0 * x) * x).sum())
