@@ -4,7 +4,7 @@ the reverse sweep; ``LaunchRecord`` for a kernel launch (its hot path: the repla
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from tapegrad.runtime.adjoint import run_adjoint
 from tapegrad.runtime.launch import launch
@@ -21,6 +21,14 @@ class Record:
     scalars_in: list[int] = field(default_factory=list)    # tracked-scalar nodes read
     scalar_out: int | None = None                          # tracked-scalar node produced
     name: str = ""
+
+    # An operation that talks to other processes (tapegrad.mpi): its adjoint runs in every
+    # sweep, on every process alike, whatever this process's arrays need (skipping it here
+    # would leave another process waiting); what it writes may depend on other processes'
+    # sources, so it counts as active.  ``copies``: how many processes hold its scalar result
+    # as one value (an allreduce), else 1.
+    communicates: ClassVar[bool] = False
+    copies: ClassVar[int] = 1
 
     def backward(self, sweep: Any) -> None:
         raise NotImplementedError

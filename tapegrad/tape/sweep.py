@@ -73,7 +73,8 @@ class Sweep:
         while k >= 0:
             record = records[k]
             self.position = k
-            if (not useful_ids.isdisjoint(record.writes) or
+            if record.communicates or (
+                    not useful_ids.isdisjoint(record.writes) or
                     (record.scalar_out is not None and record.scalar_out in useful_nodes)) and (
                     not active_ids.isdisjoint(record.reads)
                     or not active_nodes.isdisjoint(record.scalars_in)
@@ -117,7 +118,7 @@ class Sweep:
     def seed(self, target: Any) -> None:
         node = target.node_on(self.tape) if isinstance(target, TrackedScalar) else None
         if node is not None:
-            self.scalar_bar[node] = self.scalar_bar.get(node, 0.0) + 1.0
+            self.scalar_bar[node] = self.scalar_bar.get(node, 0.0) + 1.0 / self.copies_of(node)
         elif is_array(target) and self.tracks(target) and target.size == 1:
             self.shadow(self.key(target))[...] += 1
         else:
@@ -138,7 +139,8 @@ class Sweep:
         while again:            # (one pass, unless an earlier record touched what became active)
             again = False
             for k, record in enumerate(self.records):
-                if not active.isdisjoint(record.reads) or not nodes.isdisjoint(record.scalars_in):
+                if record.communicates or not active.isdisjoint(record.reads) \
+                        or not nodes.isdisjoint(record.scalars_in):
                     for ident in record.writes:
                         if ident not in active:
                             active.add(ident)
@@ -151,8 +153,8 @@ class Sweep:
         ids = {self.key(t) for t in targets if is_array(t)}
         nodes = {t.node_on(self.tape) for t in targets if isinstance(t, TrackedScalar)} - {None}
         for record in reversed(self.records):
-            if not ids.isdisjoint(record.writes) or (record.scalar_out is not None
-                                                     and record.scalar_out in nodes):
+            if record.communicates or not ids.isdisjoint(record.writes) or (
+                    record.scalar_out is not None and record.scalar_out in nodes):
                 ids.update(record.reads)
                 ids.update(record.writes)
                 nodes.update(record.scalars_in)
@@ -188,6 +190,32 @@ class Sweep:
         no earlier record touched the array and the caller did not give that shadow."""
         return (self.position is not None and ident not in self.given
                 and self.first_use.get(ident) == self.position)
+
+    def copies_of(self, node: int) -> int:
+        """How many processes hold scalar ``node`` as one value: P where it was computed
+        from allreduce results (over P processes) and numbers alone, else 1.  Such a target
+        is seeded 1/P on each process, so that the objective, the sum over processes of
+        their targets, counts it once (tapegrad.mpi.allreduce's convention)."""
+        if not self.tape.holds_copies:
+            return 1
+        made_by = {r.scalar_out: r for r in self.records if r.scalar_out is not None}
+        copies: dict[int, int] = {}
+        stack = [node]
+        while stack:                 # (iterative: a loss summed over 10,000 steps is deep)
+            n = stack[-1]
+            record = made_by.get(n)
+            if record is None or record.reads:   # a source, or a reduction of this process's
+                copies[stack.pop()] = 1         # arrays: its own value
+            elif record.copies > 1:
+                copies[stack.pop()] = record.copies
+            else:
+                waiting = [m for m in record.scalars_in if m not in copies]
+                if waiting:
+                    stack.extend(waiting)
+                    continue
+                found = {copies[m] for m in record.scalars_in}
+                copies[stack.pop()] = found.pop() if len(found) == 1 else 1
+        return copies[node]
 
     def add_scalar_bar(self, node: int, value: float) -> None:
         self.scalar_bar[node] = self.scalar_bar.get(node, 0.0) + value

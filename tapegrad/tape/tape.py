@@ -62,6 +62,7 @@ class Tape:
     """
 
     foreign_scalars = False     # whether a launch was given another tape's scalar
+    holds_copies = False        # whether a record's result is held by several processes
 
     def __init__(self, watch_changes: bool = True, verify: bool | None = None,
                  max_memory: int | None = None):
@@ -278,6 +279,22 @@ class Tape:
         if self.limit is not None:
             self.limit.check(self.records)
 
+    def before_host_write(self, x: Any, who: str) -> tuple:
+        """Before a recorded host operation (``who``) writes part of ``x`` in place: ``x`` is
+        as the last recorded operation left it, and records that still need its contents
+        get a copy.  Returns ``x``'s identity, for ``after_host_write``."""
+        ident = self.track(x)
+        stamp = self.stamps.get(ident) if self.stamps else None
+        if stamp is not None and stamp != self.sample(x):
+            self.changed_by_host(x, stamp, who)
+        self.will_overwrite(x, False, ident)
+        return ident
+
+    def after_host_write(self, x: Any, ident: tuple) -> None:
+        """After it wrote: what it left is what later recorded operations must find."""
+        if np.dtype(x.dtype).kind == "f":
+            self.stamps[ident] = self.sample(x)
+
     def changed_by_host(self, x: Any, stamp: Any, reader: str) -> None:
         """A recorded operation is about to read ``x``, which a recorded launch wrote, and
         its contents differ from what that launch left (``stamp``): host code changed it."""
@@ -374,7 +391,7 @@ class Tape:
                 seed += w
         sweep = self.sweep({**seeds, **grads}, sources, unwritten, scratch)
         for node, w in scalar_seeds:
-            sweep.add_scalar_bar(node, w)
+            sweep.add_scalar_bar(node, w / sweep.copies_of(node))
         sweep.run(list(outputs), sources)
         return self.gradients_of(sources, grads, sweep)
 
