@@ -21,6 +21,7 @@ import numpy as np
 from tapegrad.backends.registry import array_kind
 from tapegrad.errors import TapegradError
 from tapegrad.mpi.buffers import check_array, incoming, mpi, on_device_of, outgoing
+from tapegrad.mpi.node import share_cores
 from tapegrad.tape.modes import current_forward, recording_tapes
 from tapegrad.tape.records import Record
 
@@ -63,6 +64,7 @@ class Halo:
         else:
             dims = MPI.Compute_dims(comm.Get_size(), ndim)
             self.cart = comm.Create_cart(dims, periods=list(flags), reorder=False)
+        share_cores(self.cart, MPI)
         if width < 1:
             raise TapegradError(f"Halo: width is the number of ghost cells per side (>= 1), "
                                 f"got {width}")

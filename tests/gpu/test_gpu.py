@@ -224,3 +224,26 @@ def test_torch_cuda_tensors_zero_copy_and_gradcheck(cp):
     torch.testing.assert_close(x.grad, torch.sigmoid(x.detach()))
     small = torch.linspace(-2.0, 2.0, 7, dtype=torch.float64, device="cuda", requires_grad=True)
     assert torch.autograd.gradcheck(softplus, (small,))
+
+
+def test_a_halo_exchange_on_cupy_arrays_and_its_gradient_match_numpy(cp):
+    """tapegrad.mpi on GPU arrays (one process, periodic: it exchanges with itself; staged
+    through the host unless the MPI library is CUDA-aware)."""
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed on the GPU machine")
+    from mpi4py import MPI
+
+    import tapegrad.mpi as tgm
+    halo = tgm.Halo(MPI.COMM_SELF, (40, 24), width=2, periodic=True)
+    host = halo.local(np.random.default_rng(3).random((40, 24)))
+    results = []
+    for u0 in (host.copy(), cp.asarray(host)):
+        with tg.Tape() as tape:
+            u = tg.copy(u0)
+            halo.exchange(u)
+            flat = tg.reshape(u, (-1,))
+            out = cp.empty_like(flat) if isinstance(flat, cp.ndarray) else np.empty_like(flat)
+            sin_kernel(tg.get_backend(flat))(out, flat, ndrange=flat.size)
+            total = tgm.allreduce(tg.dot(out, out), MPI.COMM_SELF)
+        (g,) = tape.gradient(total, [u0])
+        results.append(g if isinstance(g, np.ndarray) else cp.asnumpy(g))
+    np.testing.assert_allclose(results[1], results[0], rtol=1e-12, atol=1e-14)
