@@ -75,10 +75,11 @@ def main():
     halo = tgm.Halo(comm, (N, N), width=1)       # a balanced 2-D process grid, not periodic
     owned = halo.owned()
     observed = simulate(halo, halo.local(true_initial_field()))     # the "measurement"
+    sent = comm.allreduce(halo.volume(), op=MPI.SUM)
     if rank == 0:
         print(f"{size} process(es) as a {halo.dims[0]} x {halo.dims[1]} grid; {N} x {N} plate, "
-              f"{STEPS} steps; this process's block {halo.interior}, "
-              f"{halo.volume() / 1024:.1f} KiB sent per exchange")
+              f"{STEPS} steps; this process's block {halo.interior}; all processes send "
+              f"{sent / 1024:.1f} KiB per exchange (as much again in its adjoint)")
     T0 = halo.zeros()                            # first guess: a cold plate
     first = None
     t0 = time.perf_counter()

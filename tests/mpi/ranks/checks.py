@@ -201,3 +201,35 @@ def test_forward_mode_through_exchanges_and_allreduce_equals_reverse():
 def test_a_width_larger_than_a_share_is_refused_on_every_process():
     with pytest.raises(tg.TapegradError, match="fewer than the ghost width 3"):
         tgm.Halo(comm, (2 * P - 1,), width=3)
+
+
+def test_a_checkpointed_loop_of_exchanges_equals_the_plain_tape():
+    """tg.checkpoint_loop around steps that exchange ghosts: the sweep's recomputation and
+    each step's adjoint communicate in the same order on every process."""
+    shape, width, periodic = (13, 10), 1, (True, False)
+    halo = tgm.Halo(comm, shape, width, periodic)
+    g = global_grid(shape)
+    stencil = step_2d(tg.CPU())
+
+    def step(u, k):
+        halo.exchange(u)
+        out = halo.zeros()
+        stencil(out, u, k, width, ndrange=u.shape)
+        return out
+
+    results = []
+    for snapshots in (None, 3):
+        u0 = halo.local(g)
+        with tg.Tape() as tape:
+            k = tape.watch(0.11)
+            u = tg.copy(u0)
+            if snapshots is None:
+                for _ in range(9):
+                    u = step(u, k)
+            else:
+                u = tg.checkpoint_loop(step, u, 9, params=(k,), snapshots=snapshots)
+            loss = tgm.allreduce(tg.dot(u, u), halo.cart)
+        g_u, g_k = tape.gradient(loss, [u0, k])
+        results.append((halo.gather(g_u), comm.allreduce(g_k, op=MPI.SUM)))
+    np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-12)
+    assert results[1][1] == pytest.approx(results[0][1], rel=1e-12)
