@@ -2,7 +2,7 @@
 process owns a block of the plate, exchanges one ghost cell per side each step (a recorded
 `Halo.exchange`), and the loss is a global sum (`tgm.allreduce`); `tape.gradient` on every
 process gives its block of the global gradient. Prints the loss falling and a gradient check.
-Run: mpiexec -n 4 python examples/heat_mpi.py     (N, STEPS, ITERS in the environment)"""
+Run: mpiexec -n 4 python examples/heat_mpi.py     (HEAT_MPI_N, _STEPS, _ITERS: sizes)"""
 
 import os
 import time
@@ -13,9 +13,9 @@ from mpi4py import MPI
 import tapegrad as tg
 import tapegrad.mpi as tgm
 
-N = int(os.environ.get("N", 64))            # global grid points per side
-STEPS = int(os.environ.get("STEPS", 100))   # explicit time steps per simulation
-ITERS = int(os.environ.get("ITERS", 30))    # gradient-descent iterations
+N = int(os.environ.get("HEAT_MPI_N", 64))           # global grid points per side
+STEPS = int(os.environ.get("HEAT_MPI_STEPS", 100))  # explicit time steps per simulation
+ITERS = int(os.environ.get("HEAT_MPI_ITERS", 30))   # gradient-descent iterations
 ALPHA = 0.2                                 # diffusion number (stable below 0.25)
 
 

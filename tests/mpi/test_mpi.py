@@ -39,6 +39,7 @@ def test_gradients_on_p_processes_equal_one_process(processes):
 
 
 def test_the_mpi_example_runs_on_4_processes():
-    proc = mpiexec(4, "examples/heat_mpi.py", N="48", STEPS="60", ITERS="15")
+    proc = mpiexec(4, "examples/heat_mpi.py", HEAT_MPI_N="48", HEAT_MPI_STEPS="60",
+                   HEAT_MPI_ITERS="15")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 x 2 grid" in proc.stdout and "gradient check" in proc.stdout
