@@ -8,7 +8,9 @@ derive from :class:`SyntaxError`, so Python's traceback shows the offending line
 from __future__ import annotations
 
 import ast
+import importlib
 import linecache
+from typing import Any
 
 
 class TapegradError(Exception):
@@ -79,3 +81,12 @@ def located(node: ast.AST, filename: str, message: str, cls: type[KernelError] =
             ) -> KernelError:
     """Build a kernel error pointing at ``node``'s line in ``filename``."""
     return cls(message, filename, getattr(node, "lineno", None), getattr(node, "col_offset", None))
+
+
+def optional_module(name: str, how: str, error: type[TapegradError] = TapegradError) -> Any:
+    """The optional package ``name`` (mpi4py.MPI, cupy, torch, ...), or ``error`` with
+    ``how``: what needs it and how to install it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise error(how) from None

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad.errors import TapegradError
+from tapegrad.errors import TapegradError, optional_module
 from tapegrad.interop.call import RecordedCall
 
 _calls: dict[int, RecordedCall] = {}          # forward passes waiting for their backward
@@ -32,11 +32,7 @@ KEPT = 4096      # forward passes kept at most (JAX may drop a backward it never
 
 
 def _jax() -> Any:
-    try:
-        import jax
-    except ImportError:
-        raise TapegradError("tapegrad.jax needs JAX: pip install 'tapegrad[jax]'") from None
-    return jax
+    return optional_module("jax", "tapegrad.jax needs JAX: pip install 'tapegrad[jax]'")
 
 
 def function(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -20,18 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad.errors import TapegradError
+from tapegrad.errors import TapegradError, optional_module
 from tapegrad.interop.call import RecordedCall
 
 _handover = threading.local()      # forward -> setup_context: the call just recorded (weakly)
 
 
 def _torch() -> Any:
-    try:
-        import torch
-    except ImportError:
-        raise TapegradError("tapegrad.torch needs PyTorch: pip install 'tapegrad[torch]'") from None
-    return torch
+    return optional_module("torch", "tapegrad.torch needs PyTorch: pip install 'tapegrad[torch]'")
 
 
 def function(f: Callable[..., Any]) -> Callable[..., Any]:

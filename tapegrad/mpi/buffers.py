@@ -12,18 +12,14 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad.errors import TapegradError
+from tapegrad.errors import TapegradError, optional_module
 
 
 def mpi() -> Any:
     """mpi4py's ``MPI`` module."""
-    try:
-        from mpi4py import MPI
-    except ImportError:
-        raise TapegradError("tapegrad.mpi needs mpi4py and an MPI library: pip install "
-                            "'tapegrad[mpi]' (mpi4py with the MPICH wheel), or mpi4py built "
-                            "against your cluster's MPI") from None
-    return MPI
+    return optional_module("mpi4py.MPI", "tapegrad.mpi needs mpi4py and an MPI library: pip "
+                           "install 'tapegrad[mpi]' (mpi4py with the MPICH wheel), or mpi4py "
+                           "built against your cluster's MPI")
 
 
 @functools.cache

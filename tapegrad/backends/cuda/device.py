@@ -6,7 +6,7 @@ from typing import Any
 
 from tapegrad.backends.cuda.limits import DeviceLimits
 from tapegrad.backends.cuda.nvrtc import Binary
-from tapegrad.errors import BackendError
+from tapegrad.errors import BackendError, optional_module
 
 _INSTALL = ("install the CUDA extra matching your driver: pip install 'tapegrad[cuda13]' "
             "(or 'tapegrad[cuda12]')")
@@ -14,14 +14,10 @@ _INSTALL = ("install the CUDA extra matching your driver: pip install 'tapegrad[
 
 def cupy_module() -> Any:
     """CuPy, or a BackendError saying how to install it."""
-    try:
-        import cupy
-    except ImportError:
-        raise BackendError(f"tg.CUDA() needs CuPy for its arrays and launches: {_INSTALL}. "
-                           "Without an NVIDIA GPU, tg.OpenCL() runs the same generated C on "
-                           "other GPUs or on the CPU (PoCL), and tg.CPU() runs on the CPU"
-                           ) from None
-    return cupy
+    return optional_module(
+        "cupy", f"tg.CUDA() needs CuPy for its arrays and launches: {_INSTALL}. Without an "
+        "NVIDIA GPU, tg.OpenCL() runs the same generated C on other GPUs or on the CPU (PoCL), "
+        "and tg.CPU() runs on the CPU", BackendError)
 
 
 def device_limits(cupy: Any, device: int) -> DeviceLimits:

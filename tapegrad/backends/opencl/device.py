@@ -8,18 +8,14 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad.errors import BackendError
+from tapegrad.errors import BackendError, optional_module
 
 _INSTALL = ("install PyOpenCL and an OpenCL driver: pip install 'tapegrad[opencl]' "
             "(PyOpenCL with PoCL, which runs OpenCL on the CPU), or your GPU vendor's driver")
 
 
 def _cl() -> Any:
-    try:
-        import pyopencl
-    except ImportError:
-        raise BackendError(f"tg.OpenCL() needs PyOpenCL: {_INSTALL}") from None
-    return pyopencl
+    return optional_module("pyopencl", f"tg.OpenCL() needs PyOpenCL: {_INSTALL}", BackendError)
 
 
 def devices() -> list[Any]:
