@@ -2,9 +2,10 @@
 ``jax.jit``, ``jax.grad`` and ``jax.vmap``.
 
 On JAX's CPU backend it runs through ``jax.experimental.buffer_callback``: ``f`` reads JAX's
-buffers in place and the results are written straight into JAX's (~20 us per call; where
-JAX's default backend is a GPU, through ``jax.pure_callback``, which copies to the host and
-back, ~150 us: host-side for now).  The forward callback runs ``f`` on a tape of its own (on
+buffers in place and the results are written straight into JAX's (where JAX's default
+backend is a GPU, through ``jax.pure_callback``, which copies every argument into a new JAX
+array first, and to the host and back: host-side for now; the costs of both are in
+docs/performance.md, "Calls wrapped for PyTorch and JAX").  The forward callback runs ``f`` on a tape of its own (on
 copies of the arrays: JAX reuses its buffers once the callback returns) and keeps it under a
 number that travels through JAX as the residual; the backward callback takes that tape's
 vector-Jacobian product and frees it.  The results' shapes come from running ``f`` once on

@@ -58,8 +58,9 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(f)
     def apply(*inputs: Any) -> Any:
-        # (the setup_context style that torch.func needs costs ~100 us more per call in
-        # torch itself: plain autograd takes the classic Function)
+        # (the setup_context style that torch.func needs costs more per call in torch
+        # itself, a signature bound on every apply: plain autograd takes the classic
+        # Function; docs/performance.md, "Calls wrapped for PyTorch and JAX")
         return (transformable if transforms_active() else plain).apply(*inputs)
     apply.autograd_function = transformable
     # (torch.compile: Dynamo cannot trace tapegrad's host code and Numba; the call is a graph
@@ -149,8 +150,8 @@ def _plain_function(torch: Any, f: Callable[..., Any]) -> Any:
     def gradients(ctx: Any, *grads: Any) -> tuple:
         results = iter(_gradients(torch, ctx.call, ctx.metas, ctx.needs_input_grad, grads))
         return tuple(None if meta is None else next(results) for meta in ctx.metas)
-    # (once_differentiable's wrapper costs ~6 us a call, a 64-element gradient's 3%: taken
-    # only where it does something)
+    # (once_differentiable's wrapper is taken only where it does something: its cost is
+    # a visible part of a small call's)
     refusing_second_derivatives = once_differentiable(gradients)
     return Plain
 
@@ -276,6 +277,6 @@ def _to_torch(torch: Any, y: Any, inputs: tuple) -> Any:
         return torch.from_numpy(np.ascontiguousarray(y))
     if hasattr(y, "__cuda_array_interface__") or hasattr(y, "__dlpack__"):
         return torch.from_dlpack(y)
-    t = torch.from_numpy(np.array(float(y)))     # (float64; 4x cheaper than torch.tensor)
+    t = torch.from_numpy(np.array(float(y)))     # (float64; cheaper than torch.tensor)
     device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), t.device)
     return t if device == t.device else t.to(device)

@@ -2,8 +2,7 @@
 
 ``mpiexec -n 4`` on a 4-core node starts four processes, and Numba would give each a thread
 per core: sixteen threads on four cores, every parallel launch waiting at its barrier for a
-descheduled thread (on this 2-core machine, 4 processes: 4.96 s per gradient of the MPI
-example against 0.51 s with one thread each).  So the first ``Halo`` of a process caps its
+descheduled thread (measured: docs/performance.md, "Processes sharing a node").  So the first ``Halo`` of a process caps its
 launches at ``cores // (processes of the communicator on this node)`` threads, at least one.
 ``TAPEGRAD_CAP_THREADS=0`` keeps Numba's count, as for the other caps
 (``tapegrad/backends/cpu/threads.py``).
