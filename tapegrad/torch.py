@@ -85,8 +85,21 @@ def _torch_stream(torch: Any, tensors: tuple) -> Any:
     if device is None:
         return contextlib.nullcontext()
     import cupy
-    stream = torch.cuda.current_stream(device)
-    return cupy.cuda.ExternalStream(stream.cuda_stream, device.index)
+    handle = torch.cuda.current_stream(device).cuda_stream
+    if hasattr(cupy.cuda.Stream, "from_external"):       # CuPy 14 deprecates ExternalStream
+        return cupy.cuda.Stream.from_external(_StreamHandle(handle))
+    return cupy.cuda.ExternalStream(handle, device.index)
+
+
+class _StreamHandle:
+    """A raw ``cudaStream_t`` under the CUDA stream protocol (what CuPy's
+    ``Stream.from_external`` takes)."""
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
 
 
 def _input_metas(torch: Any, inputs: tuple) -> list:

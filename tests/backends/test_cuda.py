@@ -19,7 +19,7 @@ from tapegrad.backends.cuda.device import device_limits
 from tapegrad.backends.cuda.limits import DeviceLimits, check_function, launch_shape
 from tapegrad.backends.structure import device_functions
 from tapegrad.errors import CacheWarning
-from tests.conftest import _opencl_on_numpy
+from tests.conftest import BACKENDS, _opencl_on_numpy
 
 H200 = DeviceLimits("NVIDIA H200", 90, 1024, (1024, 1024, 64), (2**31 - 1, 65535, 65535),
                     232448)
@@ -66,9 +66,10 @@ def test_a_grid_past_the_gpus_y_limit_is_a_tapegrad_error():
 
 
 def _adjoints(kernel, ndrange, groupsize, annotated):
-    """The typed kernels a reverse-mode launch compiles (recorded on the OpenCL harness)."""
+    """The typed kernels a reverse-mode launch compiles, recorded on the GPU where the tests
+    have one, else on the OpenCL harness (PoCL)."""
     compiled = []
-    harness = _opencl_on_numpy()
+    harness = BACKENDS.get("cuda", _opencl_on_numpy)()
     run = type(harness).compile
 
     class Recording(type(harness)):
@@ -90,7 +91,7 @@ def dense_adjoint():
     kernels = _adjoints(dense, (TILE, TILE), (TILE, TILE),
                         (tg.Duplicated(C, W.copy()), tg.Duplicated(A, dA),
                          tg.Duplicated(B, dB), tg.Duplicated(bias, dbias), tg.Active(1.5)))
-    # (the harness ran it on PoCL: the adjoint is right, not merely compiled)
+    # (the harness ran it, on PoCL or the GPU: the adjoint is right, not merely compiled)
     np.testing.assert_allclose(dA, 1.5 * W @ B.T, rtol=1e-12)
     np.testing.assert_allclose(dB, 1.5 * A.T @ W, rtol=1e-12)
     np.testing.assert_allclose(dbias, W.sum(axis=0), rtol=1e-12)

@@ -961,7 +961,7 @@ def test_device_functions(backend):
     src = use_funcs.source(backend=backend)
     # poly (and square, through it) specialised once for float32 and once for float64
     # one specialisation per argument type, defined as a Python or a C function
-    define = r"^static \w+ {}\(" if backend.name == "opencl" else r"^def {}\("
+    define = r"^static [\w ]* {}\(" if backend.name in ("opencl", "cuda") else r"^def {}\("
     for symbol in ("poly__f32", "poly__f64", "square__f32", "square__f64"):
         assert re.search(define.format(symbol), src, re.M), symbol
 

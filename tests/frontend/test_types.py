@@ -45,7 +45,7 @@ def test_float_literals_are_weak_with_float32_data(backend, data):
     # computing in float64 and rounding once would give other bits for some elements
     assert differs((2.0 * x.astype(np.float64) + 0.1).astype(np.float32), expected)
     src = scale_shift.source(backend=backend)
-    if backend.name == "opencl":                  # C: float literals
+    if backend.name in ("opencl", "cuda"):        # C: float literals
         assert "2.0f" in src and "0.1f" in src
     else:
         assert "np.float32(2.0)" in src and "np.float32(0.1)" in src
