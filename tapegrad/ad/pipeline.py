@@ -16,6 +16,7 @@ from tapegrad.ad.gather import split_gathers
 from tapegrad.ad.localgather import gather_local_updates
 from tapegrad.ad.normalize import normalize
 from tapegrad.ad.reverse import reverse_kernel
+from tapegrad.ad.sinkzeros import sink_zero_stores
 from tapegrad.ad.tidy import tidy
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import Array, Type, specialize
@@ -38,6 +39,7 @@ def adjoint_ir(kernel: Any, argtypes: tuple[Type, ...], activity: tuple[str, ...
             tidy(adjoint)                           # what the gathered loops read is dead
     if not adjoint.uses_status:                                     # stencils: no atomics
         adjoint.ir, adjoint.gathers = split_gathers(adjoint.ir, list(adjoint.shadow_of), rank)
+    sink_zero_stores(adjoint.ir.body, set(adjoint.shadow_of))       # zeros after updates
     return adjoint
 
 
