@@ -260,17 +260,60 @@ def device_main(name: str, quick: bool = False, json_path: str | None = None) ->
                      "fraction_of_copy_bandwidth": frac, "adjoint_over_primal": a_ms / p_ms})
         print(f"{label:<26} {p_ms:>6.3f} ms {frac:>9.0%} {a_ms:>6.3f} ms {a_ms / p_ms:>9.2f}x "
               f"{t_ms:>6.3f} ms {t_ms / p_ms:>9.2f}x")
+    torch_rows = _torch_cuda(host, n, repeats) if gpu else {}
+    for label, row in torch_rows.items():
+        mine = next(r for r in rows if r["kernel"] == label)
+        print(f"{label:<26} PyTorch CUDA: primal {row['primal_ms']:.3f} ms, forward + backward "
+              f"{row['forward_backward_ms']:.3f} ms; tapegrad primal + adjoint "
+              f"{mine['primal_ms'] + mine['adjoint_ms']:.3f} ms")
     overheads = _launch_overheads(quick, backend)
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"device": repr(backend), "n": n, "copy_gbs": copy_gbs,
                        "max_relative_error_vs_cpu": errors, "results": rows,
-                       "launch_overhead_us": overheads}, f, indent=2)
+                       "torch_cuda": torch_rows, "launch_overhead_us": overheads}, f,
+                      indent=2)
         print(f"wrote {json_path}")
     worst = max(errors.values())
     print(f"results against the CPU backend's: largest relative difference {worst:.1e} "
           f"({'ok' if worst < 1e-5 else 'WRONG'})")
     return 0 if worst < 1e-5 else 1
+
+
+def _torch_cuda(host: dict, n: int, repeats: int) -> dict:
+    """The same two kernels in PyTorch on the same GPU, where PyTorch has CUDA: the primal,
+    and forward + backward through autograd (milliseconds between CUDA events)."""
+    try:
+        import torch
+    except ImportError:
+        return {}
+    if not torch.cuda.is_available():
+        return {}
+
+    def ms(fn: Callable[[], Any]) -> float:
+        fn()
+        times = []
+        for _ in range(repeats):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(
+                enable_timing=True)
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop))
+        return float(np.median(times))
+
+    a, x, y = (torch.from_numpy(host[k]).cuda() for k in ("A", "X", "Y"))
+    b, z, ones = torch.empty_like(a), torch.empty_like(a), torch.ones_like(a)
+    a_req, x_req, y_req = (t.clone().requires_grad_() for t in (a, x, y))
+    scale = torch.tensor(2.0, device="cuda", requires_grad=True)
+    return {
+        "sin": {"primal_ms": ms(lambda: torch.sin(a, out=b)),
+                "forward_backward_ms": ms(lambda: torch.sin(a_req).backward(ones))},
+        "z = a x + y (Active a)": {
+            "primal_ms": ms(lambda: torch.add(y, x, alpha=2.0, out=z)),
+            "forward_backward_ms": ms(lambda: (scale * x_req + y_req).backward(ones))},
+    }
 
 
 def _check_against_cpu(backend: Any, host: dict, arrays: tuple, n: int) -> dict:
