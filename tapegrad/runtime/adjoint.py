@@ -205,7 +205,8 @@ def _run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tup
     for attempt in range(2):
         args = [v.copy() if p in adjoint.scratch else v for p, v in zip(params, values)]
         args += [shadows[p] for p in adjoint.shadow_of.values()]
-        outs = [backend.zeros(np.float64, 1) for _ in adjoint.active_scalars]
+        outs = [backend.zeros(np.float64, backend.scalar_sum_size)
+                for _ in adjoint.active_scalars]
         args += outs
         status = backend.zeros(np.int64, 1) if adjoint.uses_status else None
         if status is not None:
@@ -213,7 +214,8 @@ def _run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tup
         launch_adjoint(launcher, tuple(args), nd, fresh_at)
         needed = int(backend.to_numpy(status)[0]) if status is not None else 0
         if needed == 0:
-            return {p: float(backend.to_numpy(o)[0]) for p, o in zip(adjoint.active_scalars, outs)}
+            return {p: float(backend.to_numpy(o).sum())
+                    for p, o in zip(adjoint.active_scalars, outs)}
         if attempt == 1:
             raise AdjointStackOverflow(
                 f"the adjoint of {kernel.name} needed a stack of {needed} entries per work-item "

@@ -192,6 +192,11 @@ def test_adjoints_that_add_with_atomics(cl):
                              tg.Duplicated(on(cl, np.zeros(1000)), on(cl, np.ones(1000))),
                              tg.Active(2.0), on(cl, Z), ndrange=1000)[0]
     assert da == pytest.approx(Z.sum(), rel=1e-12)
+    # 125 workgroups of 8: the sum's slots (64, one per group mod 64) wrap around
+    (_, da, _) = tg.autodiff(tg.Reverse, scaled(cl, 8), tg.Const,
+                             tg.Duplicated(on(cl, np.zeros(1000)), on(cl, np.ones(1000))),
+                             tg.Active(2.0), on(cl, Z), ndrange=1000)[0]
+    assert da == pytest.approx(Z.sum(), rel=1e-12)
     A, B, W = rng.random((16, 24)), rng.random((24, 12)), rng.random((16, 12))
     dA, dB = on(cl, np.zeros_like(A)), on(cl, np.zeros_like(B))
     tg.autodiff(tg.Reverse, matmul(cl, (TILE, TILE)), tg.Const,

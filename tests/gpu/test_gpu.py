@@ -132,6 +132,23 @@ def test_ten_million_atomic_adds_into_16_bins(cp):
     cp.testing.assert_allclose(H, cp.bincount(keys, weights, minlength=16), rtol=1e-9)
 
 
+@tg.kernel
+def scaled(Y, a, X):
+    i = tg.index()
+    Y[i] = a * X[i]
+
+
+def test_an_active_scalars_sum_over_many_blocks_and_a_ragged_edge(cp):
+    """Warps' sums spread over the 64 slots (one per block mod 64), partial warps at the
+    edge adding one by one: the sum is the closed form's."""
+    n = 10**6 + 7
+    X = cp.random.rand(n)
+    (_, da, _) = tg.autodiff(tg.Reverse, scaled(tg.CUDA()), tg.Const,
+                             tg.Duplicated(cp.zeros(n), cp.ones(n)), tg.Active(2.0), X,
+                             ndrange=n)[0]
+    assert da == pytest.approx(float(X.sum()), rel=1e-11)
+
+
 def test_launches_go_on_cupys_current_stream_without_waiting(cp):
     B = cp.zeros(1 << 16)
     gpu = tg.CUDA()

@@ -90,6 +90,16 @@ CUDA = Dialect(
 _CUDA_AXES = "xyz"
 STATIC_SHARED_LIMIT = 0xC000    # CUDA's static shared memory per block (48 KiB); more is dynamic
 _ITEMSIZE = {"float64": 8, "float32": 4, "int64": 8, "int32": 4, "bool": 1}
+# An Active scalar's sum goes to 64 slots 128 bytes apart, a workgroup's to slot (its index
+# mod 64), and the runtime adds the slots up: atomics on one address wait for each other
+# (docs/gpu.md, "Active scalars")
+SCALAR_SLOTS, SLOT_STRIDE = 64, 16
+SCALAR_SUM_SIZE = SCALAR_SLOTS * SLOT_STRIDE
+_GROUP_SLOT = {
+    "cuda": "(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z))",
+    "opencl": "(get_group_id(0) + get_num_groups(0) * (get_group_id(1) + get_num_groups(1) "
+              "* get_group_id(2)))",
+}
 
 # Python's semantics where C's differ, written once into each module that uses them
 _HELPERS = {
@@ -320,24 +330,30 @@ class CPrinter:
 
     def group_add_helper(self, dtype: str, space: str) -> str:
         """``tg_group_add_<type>_<space>(p, v)``: ``*p += v`` for every work-item, summed first
-        (an Active scalar's adjoint: ``tg.group_reduce_add``).  On CUDA a full warp sums its
-        values with shuffles and adds once, so that a million work-items make 31,250 atomic
-        updates of one address, not a million; a partial warp (the ndrange's edge, a branch)
-        adds per work-item.  Elsewhere one atomic per work-item, for now."""
+        (an Active scalar's adjoint: ``tg.group_reduce_add``, into an array of
+        ``SCALAR_SUM_SIZE`` elements in global memory, which the runtime sums).  A workgroup
+        adds into its slot (``SCALAR_SLOTS`` of them, a cache line apart); on CUDA a full warp
+        sums its values with shuffles and adds once, so that a million work-items make 31,250
+        atomic updates spread over 64 addresses, not a million on one; a partial warp (the
+        ndrange's edge, a branch) adds per work-item.  OpenCL: one atomic per work-item into
+        its group's slot, for now."""
         name = f"tg_group_add_{dtype}_{space}"
         if name in self.helpers:
             return name
         atomic = self.atomic_helper("add", dtype, space)
         T = self.d.ctype(dtype)
+        slot = (f"p += {SLOT_STRIDE} * ({_GROUP_SLOT[self.d.name]} & {SCALAR_SLOTS - 1});"
+                if space == "global" else "")
         if self.d.name == "opencl" or space != "global" or dtype not in ("float64", "float32"):
             qualifier = {"global": "__global ", "local": "__local ", "private": ""}[space] \
                 if self.d.name == "opencl" else ""
             volatile = "volatile " if self.d.name == "opencl" and space != "private" else ""
             fn = "static inline" if self.d.name == "opencl" else "static __device__ inline"
             self.helpers[name] = (f"{fn} void {name}({volatile}{qualifier}{T} *p, {T} v) "
-                                  f"{{ {atomic}(p, v); }}")
+                                  f"{{ {slot} {atomic}(p, v); }}")
             return name
         self.helpers[name] = f"""static __device__ inline void {name}({T} *p, {T} v) {{
+    {slot}
     const unsigned all = 0xffffffffu;
     if (__activemask() != all) {{ {atomic}(p, v); return; }}
     for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(all, v, o);

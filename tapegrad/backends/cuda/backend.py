@@ -16,7 +16,7 @@ import numpy as np
 from tapegrad.backends.base import Backend
 from tapegrad.backends.c.arguments import packer
 from tapegrad.backends.c.printer import CUDA as CUDA_DIALECT
-from tapegrad.backends.c.printer import CPrinter
+from tapegrad.backends.c.printer import SCALAR_SUM_SIZE, CPrinter
 from tapegrad.backends.cuda.arrays import CUDA_ARRAYS
 from tapegrad.backends.cuda.device import cupy_module, limits_of, load_function
 from tapegrad.backends.cuda.limits import check_function, launch_shape
@@ -39,6 +39,7 @@ class CUDA(Backend):
     """
 
     name = "cuda"
+    scalar_sum_size = SCALAR_SUM_SIZE
     arrays: ArrayKind = CUDA_ARRAYS
 
     def __init__(self, device: int = 0):

@@ -9,7 +9,7 @@ import numpy as np
 
 from tapegrad.backends.base import Backend
 from tapegrad.backends.c.arguments import packer
-from tapegrad.backends.c.printer import OPENCL, CPrinter
+from tapegrad.backends.c.printer import OPENCL, SCALAR_SUM_SIZE, CPrinter
 from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
 from tapegrad.backends.opencl.device import arrays_on, devices, queue
 from tapegrad.backends.registry import ArrayKind
@@ -27,6 +27,7 @@ class OpenCL(Backend):
     """
 
     name = "opencl"
+    scalar_sum_size = SCALAR_SUM_SIZE
     arrays: ArrayKind = OPENCL_ARRAYS
 
     def __init__(self, device: int = 0):
