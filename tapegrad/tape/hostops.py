@@ -29,7 +29,7 @@ def _xp(x: Any) -> Any:
 class ReductionRecord(Record):
     """``out = rule(arrays)``; backward adds ``out_bar * d out / d array`` to each shadow.
 
-    ``grad(bar, k, *arrays)`` gives array ``k``'s cotangent as ``(scale, array)``, meaning
+    ``grad(bar, k, value, *arrays)`` gives array ``k``'s cotangent as ``(scale, array)``, meaning
     ``scale * array`` (``array`` None: ``scale`` everywhere), so that it is computed only for
     active arrays and written straight into a shadow that holds no values yet: a 100-step
     simulation's ``tg.dot(state, w)`` made both cotangents as new arrays, then copied one,
@@ -37,6 +37,8 @@ class ReductionRecord(Record):
 
     views: list[Any] = field(default_factory=list)
     grad: Callable[..., tuple[Any, Any]] | None = None
+    value: float = 0.0
+    reduce: Callable[..., float] | None = None     # the value from the arrays (a replay's)
 
     def redirect(self, pos: int, copy: Any) -> None:
         self.views[pos] = copy
@@ -48,7 +50,7 @@ class ReductionRecord(Record):
         for k, ident in enumerate(self.reads):
             if ident not in sweep.active_ids:
                 continue
-            scale, array = self.grad(bar, k, *self.views)
+            scale, array = self.grad(bar, k, self.value, *self.views)
             shadow = sweep.shadow(ident, unwritten_ok=True)
             if ident in sweep.fresh:
                 if array is None:
@@ -62,19 +64,20 @@ class ReductionRecord(Record):
                 shadow += scale * array
 
 
-def _reduce(name: str, arrays: tuple, value: float, grad: Callable[..., tuple[Any, Any]],
-            jvp: Callable[..., float]) -> Any:
-    """Record (reverse mode) or carry tangents (forward mode) for a reduction.
+def _reduce(name: str, arrays: tuple, reduce: Callable[..., float],
+            grad: Callable[..., tuple[Any, Any]], jvp: Callable[..., float]) -> Any:
+    """``reduce(*arrays)``, recorded (reverse mode) or carrying tangents (forward mode).
 
-    ``grad(bar, k, *arrays)`` gives array ``k``'s cotangent as ``(scale, array or None)``
-    (see ``ReductionRecord``); ``jvp(tangents, *arrays)`` the reduction's tangent given one
-    tangent (or None) per array."""
+    ``grad(bar, k, value, *arrays)`` gives array ``k``'s cotangent as ``(scale, array or
+    None)`` (see ``ReductionRecord``); ``jvp(tangents, value, *arrays)`` the reduction's
+    tangent given one tangent (or None) per array."""
+    value = reduce(*arrays)
     ctx = current_forward()
     if ctx is not None:
         per_array = [ctx.tangent_of(a) for a in arrays]
         if all(t is None for t in per_array):
             return value     # a constant (so float() of it, refused for dual scalars, works)
-        tangents = [jvp([t[j] if t is not None else None for t in per_array], *arrays)
+        tangents = [jvp([t[j] if t is not None else None for t in per_array], value, *arrays)
                     for j in range(ctx.width)]
         return DualScalar(value, tangents)
     tapes = recording_tapes()
@@ -84,7 +87,7 @@ def _reduce(name: str, arrays: tuple, value: float, grad: Callable[..., tuple[An
     for tape in tapes:
         record = ReductionRecord(reads=[tape.track(a) for a in arrays], writes=[], name=name,
                                  scalar_out=scalar.node_on(tape), views=list(arrays),
-                                 grad=grad)
+                                 grad=grad, value=value, reduce=reduce)
         tape.record_host(record, [(a, k) for k, a in enumerate(arrays)])
     return scalar
 
@@ -102,16 +105,24 @@ def sum(x: Any) -> Any:  # noqa: A001 - the public name is tg.sum
     6.0
     """
     _check_array("sum", x)
-    return _reduce("sum", (x,), float(_xp(x).sum(x)), lambda bar, k, a: (bar, None),
-                   lambda t, a: _f(t[0], lambda d: d.sum()))
+    return _reduce("sum", (x,), _sum, lambda bar, k, v, a: (bar, None),
+                   lambda t, v, a: _f(t[0], lambda d: d.sum()))
+
+
+def _sum(a: Any) -> float:
+    return float(_xp(a).sum(a))
 
 
 def mean(x: Any) -> Any:
     """The mean of all elements, differentiable."""
     _check_array("mean", x)
     n = x.size
-    return _reduce("mean", (x,), float(_xp(x).mean(x)), lambda bar, k, a: (bar / n, None),
-                   lambda t, a: _f(t[0], lambda d: d.mean()))
+    return _reduce("mean", (x,), _mean, lambda bar, k, v, a: (bar / n, None),
+                   lambda t, v, a: _f(t[0], lambda d: d.mean()))
+
+
+def _mean(a: Any) -> float:
+    return float(_xp(a).mean(a))
 
 
 def dot(x: Any, y: Any) -> Any:
@@ -126,22 +137,28 @@ def dot(x: Any, y: Any) -> Any:
     if x.size != y.size:
         raise TapegradError(f"tg.dot needs arrays of the same size, got {x.shape} and {y.shape}")
     xp = _xp(x)
-    value = float(xp.vdot(x.ravel(), y.ravel()))
-    return _reduce("dot", (x, y), value,
-                   lambda bar, k, a, b: (bar, b.reshape(a.shape) if k == 0 else
-                                         a.reshape(b.shape)),
-                   lambda t, a, b: _f(t[0], lambda d: xp.vdot(d.ravel(), b.ravel()))
+    return _reduce("dot", (x, y), _vdot,
+                   lambda bar, k, v, a, b: (bar, b.reshape(a.shape) if k == 0 else
+                                            a.reshape(b.shape)),
+                   lambda t, v, a, b: _f(t[0], lambda d: xp.vdot(d.ravel(), b.ravel()))
                    + _f(t[1], lambda d: xp.vdot(a.ravel(), d.ravel())))
+
+
+def _vdot(a: Any, b: Any) -> float:
+    return float(_xp(a).vdot(a.ravel(), b.ravel()))
 
 
 def norm(x: Any) -> Any:
     """The Euclidean norm of all elements, differentiable (its gradient at 0 is 0)."""
     _check_array("norm", x)
-    value = float(_xp(x).linalg.norm(x.ravel()))
-    return _reduce("norm", (x,), value,
-                   lambda bar, k, a: _norm_cotangent(bar, a, value),
-                   lambda t, a: _f(t[0], lambda d: _xp(a).vdot(a.ravel(), d.ravel()) / value
-                                   if value else 0.0))
+    return _reduce("norm", (x,), _norm,
+                   lambda bar, k, v, a: _norm_cotangent(bar, a, v),
+                   lambda t, v, a: _f(t[0], lambda d: _xp(a).vdot(a.ravel(), d.ravel()) / v
+                                      if v else 0.0))
+
+
+def _norm(a: Any) -> float:
+    return float(_xp(a).linalg.norm(a.ravel()))
 
 
 def _norm_cotangent(bar: float, a: Any, value: float) -> tuple[Any, Any]:

@@ -9,6 +9,8 @@ tangents (forward mode).  Both use the one table of host derivative rules below.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,17 +80,46 @@ class TrackedScalar(float):
                 "recording ends")
         return float.__float__(self)
 
-    def _op(self, name: str, others: tuple, value: float, partials: tuple) -> Any:
-        return record_scalar_op(name, (self,) + others, value, partials)
+    def _op(self, name: str, others: tuple, value: float, partials: tuple,
+            rule: Callable[..., tuple] | None = None) -> Any:
+        return record_scalar_op(name, (self,) + others, value, partials, rule)
 
     def _arith(self, kind: str, o: Any, reflected: bool = False) -> Any:
         """``self (op) o``, or ``o (op) self`` when reflected, recorded with the table's rule."""
-        a, b = float.__float__(self), operand(o)
-        if reflected:
-            value, (p_o, p_self) = host_operator(kind, b, a)
-            return self._op(OPERATORS[kind].symbol, (o,), value, (p_self, p_o))
-        value, partials = host_operator(kind, a, b)
-        return self._op(OPERATORS[kind].symbol, (o,), value, partials)
+        rule = _operator_rule(kind, reflected)
+        value, partials = rule(float.__float__(self), operand(o))
+        return self._op(OPERATORS[kind].symbol, (o,), value, partials, rule)
+
+    # A comparison (or bool(), int(), round()) of a tape scalar gives a plain answer; while a
+    # captured function records (tg.capture), the answer is a guard its replays check.
+    def __lt__(self, o: Any) -> bool:
+        return _concrete(operator.lt, self, o)
+
+    def __le__(self, o: Any) -> bool:
+        return _concrete(operator.le, self, o)
+
+    def __gt__(self, o: Any) -> bool:
+        return _concrete(operator.gt, self, o)
+
+    def __ge__(self, o: Any) -> bool:
+        return _concrete(operator.ge, self, o)
+
+    def __eq__(self, o: Any) -> bool:
+        return _concrete(operator.eq, self, o) if isinstance(o, (float, int)) else NotImplemented
+
+    def __ne__(self, o: Any) -> bool:
+        return _concrete(operator.ne, self, o) if isinstance(o, (float, int)) else NotImplemented
+
+    __hash__ = float.__hash__
+
+    def __bool__(self) -> bool:
+        return _concrete(bool, self)
+
+    def __int__(self) -> int:
+        return _concrete(int, self)
+
+    def __round__(self, ndigits: int | None = None) -> Any:
+        return _concrete(round, self) if ndigits is None else _concrete(round, self, ndigits)
 
     def __add__(self, o: Any) -> Any:
         return self._arith("Add", o)
@@ -125,15 +156,17 @@ class TrackedScalar(float):
         return self._arith("Mod", o, reflected=True)
 
     def __neg__(self) -> Any:
-        value, partials = host_operator("USub", float.__float__(self))
-        return self._op("neg", (), value, partials)
+        rule = _operator_rule("USub", False)
+        value, partials = rule(float.__float__(self))
+        return self._op("neg", (), value, partials, rule)
 
     def __pos__(self) -> Any:
         return self
 
     def __abs__(self) -> Any:
-        value, partials = _evaluated(ABS, (float.__float__(self),))
-        return self._op("abs", (), value, partials)
+        rule = _math_rule(ABS)
+        value, partials = rule(float.__float__(self))
+        return self._op("abs", (), value, partials, rule)
 
     def __tg_math__(self, name: str, args: tuple) -> Any:
         return scalar_math(name, args)
@@ -247,8 +280,15 @@ class DualScalar(float):
 
 @dataclass
 class ScalarRecord(Record):
+    """``scalar_out = rule(*operands)``: its adjoint adds ``partial * bar`` to each tracked
+    operand's.  ``constants``: the operands that are plain numbers (None where tracked), and
+    ``rule`` what computes the value and the partials from all operands' values (a captured
+    function's replay recomputes them: tg.capture)."""
+
     partials: tuple = ()
     inputs: list[int | None] = field(default_factory=list)
+    constants: tuple = ()
+    rule: Callable[..., tuple] | None = None
 
     def redirect(self, pos: int, copy: Any) -> None:
         pass
@@ -260,12 +300,16 @@ class ScalarRecord(Record):
                 sweep.add_scalar_bar(node, bar * p)
 
 
-def record_scalar_op(name: str, operands: tuple, value: float, partials: tuple) -> Any:
-    """Record ``value = name(*operands)`` (reverse mode) given its partial derivatives."""
-    return _record_scalar_op(name, operands, value, partials)
+def record_scalar_op(name: str, operands: tuple, value: float, partials: tuple,
+                     rule: Callable[..., tuple] | None = None) -> Any:
+    """Record ``value = name(*operands)`` (reverse mode) given its partial derivatives;
+    ``rule(*values)`` gives both again from the operands' values (None: a record that a
+    captured function cannot replay)."""
+    return _record_scalar_op(name, operands, value, partials, rule)
 
 
-def _record_scalar_op(name: str, operands: tuple, value: float, partials: tuple) -> Any:
+def _record_scalar_op(name: str, operands: tuple, value: float, partials: tuple,
+                      rule: Callable[..., tuple] | None) -> Any:
     tapes = tuple({id(t): t for o in operands if isinstance(o, TrackedScalar)
                    for t in (o.tape, *(t for t, _ in o.outer)) if t.recording}.values())
     if not tapes:
@@ -281,7 +325,9 @@ def _record_scalar_op(name: str, operands: tuple, value: float, partials: tuple)
         nodes = [o.node_on(tape) if isinstance(o, TrackedScalar) else None for o in operands]
         record = ScalarRecord(reads=[], writes=[], name=name, scalar_out=scalar.node_on(tape),
                               scalars_in=[n for n in nodes if n is not None],
-                              partials=partials, inputs=nodes)
+                              partials=partials, inputs=nodes, rule=rule,
+                              constants=tuple(None if n is not None else o
+                                              for n, o in zip(nodes, operands)))
         tape.record_host(record, [])
     return scalar
 
@@ -298,6 +344,55 @@ def host_operator(kind: str, *values: float) -> tuple[float, tuple[float, ...]]:
     with np.errstate(all="ignore"):
         partials = row.host_partials(*(np.float64(v) for v in values), np.float64(value))
     return value, tuple(float(p) for p in partials)
+
+
+class _Rule:
+    """An operation's value and partials from its operands' values (``rule(*values)``): a
+    table operator (``reflected``: the scalar is its right operand) or a math row."""
+
+    __slots__ = ("kind", "row", "reflected")
+
+    def __init__(self, kind: str | None, row: Primitive | None, reflected: bool):
+        self.kind, self.row, self.reflected = kind, row, reflected
+
+    def __call__(self, *values: float) -> tuple[float, tuple[float, ...]]:
+        if self.row is not None:
+            return _evaluated(self.row, values)
+        if self.reflected:
+            value, (p_o, p_self) = host_operator(self.kind, values[1], values[0])
+            return value, (p_self, p_o)
+        return host_operator(self.kind, *values)
+
+
+_RULES: dict[tuple, _Rule] = {}
+
+
+def _operator_rule(kind: str, reflected: bool) -> _Rule:
+    rule = _RULES.get((kind, reflected))
+    if rule is None:
+        rule = _RULES[kind, reflected] = _Rule(kind, None, reflected)
+    return rule
+
+
+def _math_rule(row: Primitive) -> _Rule:
+    rule = _RULES.get(("math", row.name))
+    if rule is None:
+        rule = _RULES["math", row.name] = _Rule(None, row, False)
+    return rule
+
+
+# A function told of every comparison (and bool/int/round) of a tape scalar in this context,
+# as ``watch(fn, args, answer)``: set while tg.capture records a function.
+concretized: ContextVar[Any] = ContextVar("tapegrad_concretized", default=None)
+
+
+def _concrete(fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn`` of plain values (tape scalars as their floats), reported to the watcher."""
+    answer = fn(*(float.__float__(a) if isinstance(a, float) else a for a in args))
+    watch = concretized.get()
+    if watch is not None:
+        watch(fn, args, answer)
+    return answer
 
 
 def _evaluated(row: Primitive, plain: tuple) -> tuple[float, tuple[float, ...]]:
@@ -325,10 +420,11 @@ def scalar_math(name: str, args: tuple) -> Any:
     plain = tuple(plain_value(a) for a in args)
     if not row.differentiable:       # piecewise constant, or not a number: the plain result
         return row.host_function()(*plain)
-    value, partials = _evaluated(row, plain)
+    rule = _math_rule(row)
+    value, partials = rule(*plain)
     if any(isinstance(a, DualScalar) for a in args):
         return DualScalar.combine(args, value, partials)
-    return record_scalar_op(name, args, value, partials)
+    return record_scalar_op(name, args, value, partials, rule)
 
 
 # NumPy's ufuncs of host scalars: those of the table's rows, by NumPy's name (the arithmetic
@@ -388,7 +484,7 @@ def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
     if name in _OPERATORS and len(inputs) == 2:
         return _OPERATORS[name](*inputs)       # the scalars' own operators and rules
     if name in _COMPARISONS and len(inputs) == 2:
-        return _COMPARISONS[name](*(plain(v) for v in inputs))
+        return _concrete(_COMPARISONS[name], *inputs)
     if name == "negative":
         return -inputs[0]
     if name == "square":

@@ -14,7 +14,12 @@ from typing import Any
 from tapegrad.errors import TapegradError
 from tapegrad.tape import chains
 from tapegrad.tape.arrays import allocate, is_array, repeats, spares
+from tapegrad.tape.identity import Ident
 from tapegrad.tape.scalars import TrackedScalar
+
+
+def _is_array(x: Any) -> bool:
+    return type(x) is Ident or is_array(x)
 
 
 class Sweep:
@@ -53,7 +58,9 @@ class Sweep:
         self.activity_from(sources)
 
     def key(self, x: Any) -> Any:
-        return self.tape.key(x)
+        # (an identity stands for its array: a captured function's sweep has no arrays of
+        # its own between calls: tapegrad/capturing)
+        return x if type(x) is Ident else self.tape.key(x)
 
     def tracks(self, x: Any) -> bool:
         return self.tape.tracks(x)
@@ -131,7 +138,7 @@ class Sweep:
         their outputs must be active as well: passes to a fixed point (an array read while
         constant, then overwritten from the source, made the earlier reader's adjoint take
         an active input into a constant output, which adjoint generation refuses)."""
-        active = self.active_ids = {self.key(s) for s in sources if is_array(s)}
+        active = self.active_ids = {self.key(s) for s in sources if _is_array(s)}
         nodes = self.active_nodes = {s.node_on(self.tape) for s in sources
                                      if isinstance(s, TrackedScalar)} - {None}
         first_use = self.first_use
@@ -150,7 +157,7 @@ class Sweep:
 
     def useful_from(self, targets: list[Any]) -> tuple[set[int], set[int]]:
         """Backward pass: what can reach the targets (the rest is skipped)."""
-        ids = {self.key(t) for t in targets if is_array(t)}
+        ids = {self.key(t) for t in targets if _is_array(t)}
         nodes = {t.node_on(self.tape) for t in targets if isinstance(t, TrackedScalar)} - {None}
         for record in reversed(self.records):
             if record.communicates or not ids.isdisjoint(record.writes) or (
@@ -225,7 +232,7 @@ class Sweep:
         always a copy made with NumPy, which tapes cannot see, so say so."""
         seen = self.first_use
         for s in sources:
-            if is_array(s) and self.key(s) not in seen:
+            if type(s) is not Ident and is_array(s) and self.key(s) not in seen:
                 # (a source the tape tracks but no record touched is not a view of itself)
                 tracked = None if self.tracks(s) else self.ids.overlapping(s)
                 if tracked is not None:
