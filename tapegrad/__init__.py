@@ -27,6 +27,7 @@ from tapegrad.backends import (
 )
 from tapegrad.errors import (
                                BackendError,
+                               CaptureError,
                                KernelCompileError,
                                KernelError,
                                KernelIndexError,
@@ -66,10 +67,11 @@ __all__ = [
     "Global", "Local", "Group", "Linear", "NTuple",
     "Backend", "CPU", "CUDA", "OpenCL", "get_backend", "allocate", "zeros", "ones", "asarray", "to_numpy",
     "TapegradError", "KernelError", "KernelSyntaxError", "KernelTypeError", "KernelCompileError",
-    "KernelIndexError", "LaunchError", "BackendError", "OutsideKernelError",
+    "KernelIndexError", "LaunchError", "BackendError", "OutsideKernelError", "CaptureError",
 ] + sorted(MATH_FUNCTIONS)
 
 from tapegrad.api import AdjointStackOverflow, autodiff, gradient, hvp, jacobian, jvp, vjp  # noqa: E402
+from tapegrad.capturing import capture  # noqa: E402
 from tapegrad.checkpointing.loop import checkpoint_loop  # noqa: E402
 from tapegrad.checkpointing.segment import checkpoint  # noqa: E402
 from tapegrad.tape.activity import (  # noqa: E402
@@ -93,6 +95,7 @@ __all__ += ["autodiff", "gradient", "jacobian", "vjp", "jvp", "hvp", "Tape", "su
             "reshape", "scale",
             "register_adjoint", "AdjointStackOverflow", "Const", "Active", "Duplicated",
             "DuplicatedNoNeed", "BatchDuplicated", "Forward", "ForwardWithPrimal", "Reverse",
-            "ReverseWithPrimal", "make_zero", "make_zero_", "checkpoint_loop", "checkpoint"]
+            "ReverseWithPrimal", "make_zero", "make_zero_", "checkpoint_loop", "checkpoint",
+            "capture"]
 
 from tapegrad import testing  # noqa: E402, F401  (tg.testing.check_grad)

@@ -68,6 +68,11 @@ class OutsideKernelError(TapegradError, RuntimeError):
     """A kernel-language function (``tg.index``, ``tg.synchronize``, ...) was called from host code."""
 
 
+class CaptureError(TapegradError):
+    """A captured function (``tg.capture``) cannot be replayed: it uses an operation a replay
+    cannot repeat, or (``strict=True``) a call would take another path than the recorded one."""
+
+
 class CacheError(TapegradError):
     """The compile cache folder cannot be trusted (another user owns it, or others can write it);
     the message names the folder and ``TAPEGRAD_CACHE_DIR``."""

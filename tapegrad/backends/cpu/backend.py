@@ -129,7 +129,8 @@ class _ByLaunchSize:
         """The last launch's variant's (``_Launcher.chain_runner``)."""
         return self.last.chain_runner(n_args, x_slot, y_slot)
 
-    def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
+    def variant(self, ndrange: tuple[int, ...]) -> _Launcher:
+        """The variant a launch over ``ndrange`` runs."""
         run = self.variant_of.get(ndrange)
         if run is None:
             items = 1
@@ -139,6 +140,10 @@ class _ByLaunchSize:
                 else self.launch_groups
             if len(self.variant_of) < 64:
                 self.variant_of[ndrange] = run
+        return run
+
+    def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
+        run = self.variant_of.get(ndrange) or self.variant(ndrange)
         self.last = run
         run(args, ndrange)
 

@@ -1,0 +1,203 @@
+"""A captured program's launches on the CPU as compiled functions (``tapegrad/capturing``):
+each stretch of consecutive launches (and copies) becomes one generated Numba function that
+calls the kernels one after another, so that a replay pays one Python call per stretch
+instead of a launcher call per launch.  Runs of the same launch whose arrays take turns (a
+simulation's state and its next state, sharing two buffers) are written as a loop, so that a
+10,000-step run is a short function.  The generated source is readable in the cache folder.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba.core.errors import NumbaError
+
+from tapegrad.backends.cache import load_source
+from tapegrad.backends.compiler_process import compile_elsewhere
+from tapegrad.backends.cpu.backend import _ByLaunchSize, _Launcher, launch_threads
+
+LOOP_FROM = 4          # a run of this many alternating launches or more is written as a loop
+MOST_ARGUMENTS = 200   # a stretch with more distinct arrays and scalars is cut in two
+
+
+class Stretch:
+    """Ops ``[start, stop)`` of a program as one compiled function: ``arrays`` the slot of
+    each of its array parameters, ``scalars`` each scalar parameter's reference."""
+
+    def __init__(self, fn: Any, arrays: list[int], scalars: list[tuple], start: int,
+                 stop: int):
+        self.fn, self.arrays, self.scalars = fn, arrays, scalars
+        self.start, self.stop = start, stop
+
+    def __call__(self, frame: Any) -> None:
+        values = frame.scalars
+        call = [frame.arrays[k] for k in self.arrays]
+        call += [values[what] if kind == "s" else what for kind, what in self.scalars]
+        call.append(launch_threads())
+        if not self.fn.overloads:       # its first run: compiled apart, loaded here
+            compile_elsewhere(self.fn, tuple(call))
+        self.fn(*call)
+
+
+def plan(program: Any, frame: Any) -> list[tuple[bool, Any]] | None:
+    """``program``'s ops as (compiled, what): a ``Stretch`` for each stretch of two or more
+    launches the CPU can run compiled, else the op's index; None if no stretch was found.
+    ``frame``: a call's arrays (the layouts every later call shares)."""
+    ops = program.ops
+    storage = _storage_of(program)
+    out: list[tuple[bool, Any]] = []
+    k = 0
+    while k < len(ops):
+        end = k
+        while end < len(ops) and _compilable(ops[end], program, frame) and \
+                _arguments(ops[k:end + 1], storage) <= MOST_ARGUMENTS:
+            end += 1
+        if sum(ops[j].kind == "launch" for j in range(k, end)) >= 2:
+            try:
+                out.append((True, _stretch(program, storage, k, end)))
+                k = end
+                continue
+            except (NumbaError, ImportError, SyntaxError):
+                pass              # (not expected: the ops run one by one instead)
+        out += [(False, j) for j in range(k, max(end, k + 1))]
+        k = max(end, k + 1)
+    return out if any(compiled for compiled, _ in out) else None
+
+
+def _variant(op: Any) -> Any:
+    """The ``_Launcher`` that ``op``'s launch runs (a ``_ByLaunchSize`` picks by ndrange)."""
+    fn = op.fn
+    return fn.variant(op.nd) if isinstance(fn, _ByLaunchSize) else fn
+
+
+def _compilable(op: Any, program: Any, frame: Any) -> bool:
+    if op.kind == "launch":
+        run = _variant(op)
+        return (isinstance(run, _Launcher) and run.compiled and not run.checked
+                and not run.lowered.pools and 0 not in op.nd)
+    if op.kind == "copy":
+        src, dst = (frame.arrays[k] for _, k in op.refs)
+        return (type(src) is np.ndarray and type(dst) is np.ndarray
+                and src.flags.c_contiguous and dst.flags.c_contiguous
+                and src.shape == dst.shape and src.dtype == dst.dtype)
+    return False
+
+
+def _storage_of(program: Any) -> list[Any]:
+    """Per slot, what memory it is: temporaries that share the program's scratch memory are
+    one array (a replay's arguments take turns in it); every other slot its own."""
+    storage = []
+    for k, slot in enumerate(program.slots):
+        shared = program.scratch[k] if slot.kind == "temp" and not slot.kept else None
+        storage.append(("scratch", id(shared)) if shared is not None else ("slot", k))
+    return storage
+
+
+def _arguments(ops: list[Any], storage: list[Any]) -> int:
+    arrays = {storage[k] for op in ops for kind, k in op.refs if kind == "a"}
+    scalars = {(kind, _scalar_key(what)) for op in ops for kind, what in op.refs
+               if kind != "a"}
+    return len(arrays) + len(scalars)
+
+
+def _scalar_key(value: Any) -> Any:
+    return (type(value), value)
+
+
+def _stretch(program: Any, storage: list[Any], start: int, stop: int) -> Stretch:
+    """The compiled function of ops ``[start, stop)``."""
+    ops = program.ops[start:stop]
+    array_names: dict[Any, str] = {}
+    array_slots: list[int] = []
+    scalar_names: dict[Any, str] = {}
+    scalar_refs: list[tuple] = []
+    kernels: dict[int, str] = {}
+    imports: list[str] = []
+
+    def array(k: int) -> str:
+        key = storage[k]
+        if key not in array_names:
+            array_names[key] = f"a{len(array_names)}"
+            array_slots.append(k)
+        return array_names[key]
+
+    def scalar(ref: tuple) -> str:
+        key = (ref[0], _scalar_key(ref[1]))
+        if key not in scalar_names:
+            scalar_names[key] = f"s{len(scalar_names)}"
+            scalar_refs.append(ref)
+        return scalar_names[key]
+
+    def kernel(run: _Launcher) -> str:
+        if id(run) not in kernels:
+            kernels[id(run)] = f"k{len(kernels)}"
+            imports.append(f"from {run.dispatcher.py_func.__module__} import "
+                           f"{run.lowered.symbol} as {kernels[id(run)]}")
+        return kernels[id(run)]
+
+    def call(op: Any) -> str:
+        if op.kind == "copy":
+            return f"_copy({array(op.refs[1][1])}, {array(op.refs[0][1])})"
+        run = _variant(op)
+        args = [array(what) if kind == "a" else scalar((kind, what)) for kind, what in op.refs]
+        groups = [-(-n // w) for n, w in zip(op.nd, run.groupsize)]
+        # (np.int64, not literals: a literal would compile the kernel again for its value)
+        extra = [f"np.int64({n})" for n in op.nd] + [f"np.int64({g})" for g in groups]
+        extra.append("_chunks")
+        return f"{kernel(run)}({', '.join(args + extra)})"
+
+    body: list[str] = []
+    j = 0
+    while j < len(ops):
+        run_end = _alternating_run(ops, j, storage)
+        if run_end - j >= LOOP_FROM:
+            count = run_end - j
+            body += [f"    for _s in range({count // 2}):",
+                     f"        {call(ops[j])}",
+                     f"        {call(ops[j + 1])}"]
+            if count % 2:
+                body.append(f"    {call(ops[j])}")
+            j = run_end
+        else:
+            body.append(f"    {call(ops[j])}")
+            j += 1
+    params = list(array_names.values()) + list(scalar_names.values()) + ["_chunks"]
+    source = "\n".join([
+        f"# Generated by tapegrad: ops {start} to {stop - 1} of the captured function "
+        f"{program.name} (tapegrad/backends/cpu/driver.py).",
+        "import numba", "import numpy as np", *imports, "", "",
+        "@numba.njit(cache=True, nogil=True)",
+        "def _copy(dst, src):",
+        "    d, s = dst.reshape(-1), src.reshape(-1)",
+        "    for i in range(d.size):",
+        "        d[i] = s[i]", "", "",
+        "@numba.njit(cache=True, nogil=True)",
+        f"def stretch({', '.join(params)}):", *body, ""])
+    module, _ = load_source(source, f"captured_{_safe(program.name)}")
+    return Stretch(module.stretch, array_slots, scalar_refs, start, stop)
+
+
+def _alternating_run(ops: list[Any], j: int, storage: list[Any]) -> int:
+    """The end of the run from ``ops[j]`` of launches of one kernel over one ndrange with
+    the same scalars, whose arrays repeat every second launch."""
+    first = ops[j]
+    if first.kind != "launch":
+        return j + 1
+
+    def same_template(op: Any) -> bool:
+        return (op.kind == "launch" and _variant(op) is _variant(first) and op.nd == first.nd
+                and all(ka == kb and (ka == "a" or _scalar_key(a) == _scalar_key(b))
+                        for (ka, a), (kb, b) in zip(op.refs, first.refs)))
+
+    end = j + 1
+    while end < len(ops) and same_template(ops[end]) and (
+            end < j + 2 or all(ka != "a" or storage[a] == storage[b]
+                               for (ka, a), (_, b) in zip(ops[end].refs, ops[end - 2].refs))):
+        end += 1
+    return end
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name)[:40]
+

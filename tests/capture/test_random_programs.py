@@ -1,0 +1,89 @@
+"""Random step sequences (Hypothesis): a captured function's replays give the function's own
+loss bit for bit and its gradients (with respect to the input array and a float parameter)
+to rounding, on new data and a new parameter, through every kind of operation a capture
+replays: launches (new arrays, an update in place, a tape scalar as a kernel's argument),
+tg.copy, tg.scale, tg.reshape, reductions and arithmetic on tape scalars."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tapegrad as tg
+
+N = 8
+CPU = tg.CPU()
+
+
+@tg.kernel
+def ring_diffuse(u_new, u, kappa):
+    i = tg.index()
+    n = u.shape[0]
+    u_new[i] = u[i] + kappa * (u[(i + 1) % n] - 2.0 * u[i] + u[(i - 1) % n])
+
+
+@tg.kernel
+def soft(y, x, a):
+    i = tg.index()
+    y[i] = math.tanh(a * x[i]) + 0.5 * x[i]
+
+
+@tg.kernel
+def cube_in_place(x, a):
+    i = tg.index()
+    x[i] = x[i] + a * x[i] * x[i] * x[i]
+
+
+def _apply(op: str, u: np.ndarray, kappa) -> np.ndarray:
+    if op == "diffuse":
+        v = np.empty_like(u)
+        ring_diffuse(CPU)(v, u, kappa, ndrange=N)
+        return v
+    if op == "soft":
+        v = np.empty_like(u)
+        soft(CPU)(v, u, 1.3, ndrange=N)
+        return v
+    if op == "in place":           # on the function's own copy: its input stays as it was
+        v = tg.copy(u)
+        cube_in_place(CPU)(v, 0.2, ndrange=N)
+        return v
+    if op == "scale":
+        return tg.scale(u, kappa)
+    if op == "reshape":
+        return tg.reshape(tg.reshape(u, (2, N // 2)), (N,))
+    if op == "mean as argument":   # a tape scalar computed on the way, given to a kernel
+        v = np.empty_like(u)
+        soft(CPU)(v, u, 0.5 + tg.mean(u) * tg.mean(u), ndrange=N)
+        return v
+    raise ValueError(op)
+
+
+OPS = ["diffuse", "soft", "in place", "scale", "reshape", "mean as argument"]
+
+
+def _program(ops: list[str]):
+    def run(u, kappa):
+        for op in ops:
+            u = _apply(op, u, kappa)
+        return tg.dot(u, u) + 0.3 * tg.sum(u) * kappa
+    return run
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.sampled_from(OPS), min_size=1, max_size=7),
+       st.lists(st.floats(0.05, 0.4), min_size=3, max_size=3), st.integers(0, 2**16))
+def test_captured_equals_uncaptured(ops, kappas, seed):
+    run = _program(ops)
+    captured = tg.capture(run)
+    rng = np.random.default_rng(seed)
+    for kappa in kappas:
+        u = rng.uniform(-1, 1, N)
+        assert float(captured(u, kappa)) == float(run(u, kappa))
+        g = tg.gradient(captured, u, kappa)
+        g_plain = tg.gradient(run, u, kappa)
+        np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-12, atol=1e-14)
+        assert math.isclose(g[1], g_plain[1], rel_tol=1e-12, abs_tol=1e-14)
+    assert captured.recordings == 1
