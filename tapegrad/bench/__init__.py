@@ -344,19 +344,28 @@ def _check_against_cpu(backend: Any, host: dict, arrays: tuple, n: int) -> dict:
 
 def _peer_table(quick: bool, repeats: int) -> list[dict]:
     from tapegrad.bench.peers import PEERS, Unavailable
-    from tapegrad.bench.problems import make_tapegrad, make_tapegrad_enzyme, problems
+    from tapegrad.bench.problems import (
+        make_tapegrad,
+        make_tapegrad_captured,
+        make_tapegrad_enzyme,
+        problems,
+    )
     print()
     header = (f"{'problem (float32)':<30} {'implementation':<10} {'primal':>10} {'gradient':>10} "
               f"{'grad/primal':>11}")
     print(header)
     print("-" * len(header))
     rows, skipped = [], {}
-    ours = [("tapegrad", make_tapegrad), ("tg Enzyme", make_tapegrad_enzyme)]
+    ours = [("tapegrad", make_tapegrad), ("tg Enzyme", make_tapegrad_enzyme),
+            ("tg capture", make_tapegrad_captured)]
     for prob in problems(quick):
         timings = {}
         for impl, make in ours + list(PEERS.items()):
             try:
-                primal, grad = make(prob)
+                pair = make(prob)
+                if pair is None:
+                    continue
+                primal, grad = pair
                 primal()
                 grad()
                 t_p, t_g = _alternating_medians(primal, grad, repeats)
@@ -378,6 +387,12 @@ def _peer_table(quick: bool, repeats: int) -> list[dict]:
             rows.append({"problem": prob["name"], "tapegrad_over_best_peer_gradient": ratio,
                          "best_peer": best})
             print(f"{'':<30} {'':<10} tapegrad gradient / best peer ({best}): {ratio:.2f}x")
+            if "tg capture" in timings:
+                captured = timings["tg capture"][1] / peers[best][1]
+                rows[-1]["captured_over_best_peer_gradient"] = captured
+                print(f"{'':<30} {'':<10} captured gradient / best peer: {captured:.2f}x; "
+                      f"captured gradient / uncaptured primal "
+                      f"{timings['tg capture'][1] / timings['tapegrad'][0]:.2f}x")
     for impl, why in skipped.items():
         print(f"skipped {impl}: {why}")
     return rows
@@ -451,10 +466,14 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
         finally:
             chains.enabled = True
 
+    captured = tg.capture(chain)
     repeats = 5 if quick else 20
     tape, loss = record()
     tape.gradient(loss, x)
     autodiff()
+    for _ in range(2):      # records, then compiles its replay
+        captured(x)
+        tg.gradient(captured, x)
     us = {
         "kernel_call": _median_ms(lambda: [launcher((z, 0.5, x, y), nd) for _ in range(steps)],
                                   repeats) * 1e3 / steps,
@@ -464,14 +483,36 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
         "replayed_adjoint": _median_ms(lambda: tape.gradient(loss, x), repeats) * 1e3 / steps,
         "replayed_one_by_one": _median_ms(replay_one_by_one, repeats) * 1e3 / steps,
         "autodiff": _median_ms(lambda: [autodiff() for _ in range(steps)], repeats) * 1e3 / steps,
+        "captured_replay": _median_ms(lambda: captured(x), repeats) * 1e3 / steps,
+        "captured_gradient": _median_ms(lambda: tg.gradient(captured, x), repeats) * 1e3 / steps,
     }
+    us.update(_captured_kernels_alone(captured, x, repeats, steps))
     print(f"\nper launch of a {n}-element kernel (all overhead): compiled kernel called "
           f"{us['kernel_call']:.1f} us, launch {us['launch']:.1f} us, recorded on a tape "
           f"{us['recorded_launch']:.1f} us, adjoint replayed {us['replayed_adjoint']:.1f} us "
           f"({us['replayed_one_by_one']:.1f} us record by record, where the launches are not "
           "one chain: tapegrad/tape/chains.py), "
           f"tg.autodiff {us['autodiff']:.1f} us")
+    if "compiled_kernels" in us:
+        print(f"captured (tg.capture) chain of {steps}: replayed {us['captured_replay']:.2f} us "
+              f"per launch, of which the compiled kernels themselves "
+              f"{us['compiled_kernels']:.2f} us: {us['captured_overhead']:.2f} us of replay "
+              f"overhead per launch; its gradient {us['captured_gradient']:.2f} us per launch")
     return us
+
+
+def _captured_kernels_alone(captured: Any, x: Any, repeats: int, steps: int) -> dict:
+    """A captured replay's compiled launches called without the replay around them (what the
+    kernels cost from compiled code), and the replay's overhead per launch beyond that."""
+    from tapegrad.backends.cpu.driver import Stretch
+    (program,) = next(iter(captured.programs.values()))
+    stretches = [what for compiled, what in program.compiled or () if compiled]
+    if not stretches or not isinstance(stretches[0], Stretch):
+        return {}
+    frame = program.frame((x,), fresh_kept=False)
+    alone = _median_ms(lambda: [s(frame) for s in stretches], repeats) * 1e3 / steps
+    replay = _median_ms(lambda: captured(x), repeats) * 1e3 / steps
+    return {"compiled_kernels": alone, "captured_overhead": replay - alone}
 
 
 def _compile_times() -> dict:

@@ -116,6 +116,28 @@ def make_tapegrad_enzyme(p: dict, backend: Any = None) -> Pair:
     return _make(p, backend, accumulate=True)
 
 
+def make_tapegrad_captured(p: dict, backend: Any = None) -> Pair | None:
+    """The heat simulation captured (``tg.capture``): its primal and gradient replay without
+    the loop's Python; None for the one-launch problems (nothing to capture)."""
+    if p["kind"] != "heat":
+        return None
+    cfg, steps, alpha, w = stencil2d_k(backend or tg.CPU(), (8, 64)), p["steps"], p["alpha"], p["w"]
+
+    @tg.capture
+    def simulate(t0: np.ndarray) -> np.ndarray:
+        t = tg.copy(t0)
+        for _ in range(steps):
+            t_new = np.empty_like(t)
+            cfg(t_new, t, alpha, ndrange=t.shape)
+            t = t_new
+        return t
+
+    def loss(t: np.ndarray) -> Any:
+        return tg.dot(simulate(t), w)
+
+    return lambda: simulate(p["x"]), lambda: tg.gradient(loss, p["x"])
+
+
 def _make(p: dict, backend: Any, accumulate: bool) -> Pair:
     cpu = backend or tg.CPU()
     kind, x, w = p["kind"], p["x"], p["w"]
