@@ -78,6 +78,11 @@ class CacheError(TapegradError):
     the message names the folder and ``TAPEGRAD_CACHE_DIR``."""
 
 
+class CaptureWarning(UserWarning):
+    """A captured function replays more slowly than it could (a stretch of its GPU launches
+    could not be recorded as a CUDA graph, and replays launch by launch)."""
+
+
 class CacheWarning(UserWarning):
     """A compile cache entry was damaged or untrusted: tapegrad removed it and compiles again."""
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from tapegrad.backends.cpu.driver import plan as cpu_plan
+from tapegrad.backends.cuda.graphs import plan as cuda_plan
 from tapegrad.capturing.trace import Step, TraceTape
 from tapegrad.errors import CaptureError
 from tapegrad.tape.arrays import empty_like, is_array
@@ -93,7 +94,7 @@ class Program:
     written_before_guard: bool           # an input is written before some guard
     name: str = ""
     returns_tuple: bool = False
-    compiled: Any = None       # the ops' plan (backends/cpu/driver.py); False: one by one
+    compiled: Any = None       # the ops' plan (backends/cpu/driver.py, backends/cuda/graphs.py)
 
     # -- a call ---------------------------------------------------------------------------
 
@@ -112,10 +113,10 @@ class Program:
 
     def run(self, frame: Frame) -> None:
         """The forward operations on ``frame`` (GuardFailed where a branch differs): the
-        stretches of CPU launches compiled into one function each (the first replay compiles
-        them), the rest one by one."""
+        stretches of CPU launches compiled into one function each, of CUDA launches recorded
+        as one CUDA graph each (the first replay prepares them), the rest one by one."""
         if self.compiled is None:
-            self.compiled = cpu_plan(self, frame) or False
+            self.compiled = cpu_plan(self, frame) or cuda_plan(self, frame) or False
         plan = self.compiled or [(False, k) for k in range(len(self.ops))]
         for compiled, what in plan:
             if compiled:

@@ -61,5 +61,62 @@ def main() -> None:
     pstats.Stats(profile, stream=sys.stdout).sort_stats("tottime").print_stats(18)
 
 
+def captured_heat() -> None:
+    """The bench's heat simulation (100 steps of 256^2, float32) on the GPU: wall time per
+    step (to the GPU's finish) launched from Python and captured (CUDA graphs), the GPU's own
+    time per step, and both gradients."""
+    import os
+
+    from tapegrad.bench.problems import stencil2d_k
+    os.environ["TAPEGRAD_CAPTURE_CUDA_GRAPHS"] = "1"          # (off until run on a GPU)
+    cfg = stencil2d_k(tg.CUDA(), (8, 64))
+    x = cupy.random.rand(256, 256, dtype=np.float32)
+    w = cupy.random.rand(256, 256, dtype=np.float32)
+
+    def simulate(t0):
+        t = tg.copy(t0)
+        for _ in range(100):
+            t_new = cupy.empty_like(t)
+            cfg(t_new, t, 0.2, ndrange=t.shape)
+            t = t_new
+        return t
+
+    captured = tg.capture(simulate)
+    stream = cupy.cuda.get_current_stream()
+
+    def wall_us(fn, calls: int = 20) -> float:
+        fn()
+        fn()
+        stream.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        stream.synchronize()
+        return (time.perf_counter() - t0) / calls * 1e6
+
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    captured(x)
+    start.record()
+    captured(x)
+    stop.record()
+    stop.synchronize()
+    gpu = cupy.cuda.get_elapsed_time(start, stop) * 1e3 / 100
+    rows = {
+        "launched from Python, per step": wall_us(lambda: simulate(x)) / 100,
+        "captured (CUDA graphs), per step": wall_us(lambda: captured(x)) / 100,
+        "the GPU's own time in a captured call, per step": gpu,
+        "gradient, per step": wall_us(lambda: tg.gradient(lambda t: tg.dot(simulate(t), w),
+                                                         x)) / 100,
+        "gradient captured, per step": wall_us(lambda: tg.gradient(
+            lambda t: tg.dot(captured(t), w), x)) / 100,
+    }
+    print("\nheat, 100 steps of 256^2 float32 on the GPU:")
+    for label, us in rows.items():
+        print(f"{label:<50} {us:7.2f} us")
+    (program,) = next(iter(captured.programs.values()))
+    print("replay plan:", [type(what).__name__ for graph, what in program.compiled or ()])
+
+
 if __name__ == "__main__":
     main()
+    captured_heat()
