@@ -493,11 +493,11 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
           f"({us['replayed_one_by_one']:.1f} us record by record, where the launches are not "
           "one chain: tapegrad/tape/chains.py), "
           f"tg.autodiff {us['autodiff']:.1f} us")
-    if "compiled_kernels" in us:
-        print(f"captured (tg.capture) chain of {steps}: replayed {us['captured_replay']:.2f} us "
-              f"per launch, of which the compiled kernels themselves "
-              f"{us['compiled_kernels']:.2f} us: {us['captured_overhead']:.2f} us of replay "
-              f"overhead per launch; its gradient {us['captured_gradient']:.2f} us per launch")
+    split = (f", of which the compiled kernels themselves {us['compiled_kernels']:.2f} us: "
+             f"{us['captured_overhead']:.2f} us of replay overhead per launch"
+             if "compiled_kernels" in us else "")
+    print(f"captured (tg.capture) chain of {steps}: replayed {us['captured_replay']:.2f} us per "
+          f"launch{split}; its gradient {us['captured_gradient']:.2f} us per launch")
     return us
 
 

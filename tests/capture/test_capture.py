@@ -266,3 +266,25 @@ def test_the_docs_example_runs(tmp_path):
     fd = (float(ns["loss"](u0, 0.2 + h)) - float(ns["loss"](u0, 0.2 - h))) / (2 * h)
     assert ns["dkappa"] == pytest.approx(fd, rel=1e-6)
     assert simulate.recordings == 1
+
+
+def test_inside_a_jax_function(u0):
+    import jax
+    from jax.test_util import check_grads
+
+    import tapegrad.jax as tgj
+
+    jax.config.update("jax_enable_x64", True)
+    w = np.linspace(-1.0, 1.0, N)
+
+    def loss(u, kappa):
+        return tg.dot(simulate(u, kappa, 5), w)
+
+    captured = tg.capture(loss)
+    f = tgj.function(captured)
+    u, kappa = jax.numpy.asarray(u0), jax.numpy.asarray(0.2)
+    check_grads(f, (u, kappa), order=1, modes=["rev"])
+    g = jax.grad(f, argnums=(0, 1))(u, kappa)
+    g_plain = tg.gradient(loss, u0, 0.2)
+    np.testing.assert_allclose(np.asarray(g[0]), g_plain[0], rtol=1e-12)
+    assert float(g[1]) == pytest.approx(g_plain[1], rel=1e-12)
