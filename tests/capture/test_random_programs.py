@@ -1,5 +1,5 @@
-"""Random step sequences (Hypothesis): a captured function's replays give the function's own
-loss bit for bit and its gradients (with respect to the input array and a float parameter)
+"""Random step sequences (Hypothesis), on the CPU and on OpenCL: a captured function's replays
+give the function's own loss bit for bit and its gradients (with respect to the input array and a float parameter)
 to rounding, on new data and a new parameter, through every kind of operation a capture
 replays: launches (new arrays, an update in place, a tape scalar as a kernel's argument),
 tg.copy, tg.scale, tg.reshape, reductions and arithmetic on tape scalars."""
@@ -13,9 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tapegrad as tg
+from tests.conftest import _opencl_on_numpy
 
 N = 8
 CPU = tg.CPU()
+OPENCL = _opencl_on_numpy()
 
 
 @tg.kernel
@@ -37,18 +39,18 @@ def cube_in_place(x, a):
     x[i] = x[i] + a * x[i] * x[i] * x[i]
 
 
-def _apply(op: str, u: np.ndarray, kappa) -> np.ndarray:
+def _apply(op: str, u: np.ndarray, kappa, backend) -> np.ndarray:
     if op == "diffuse":
         v = np.empty_like(u)
-        ring_diffuse(CPU)(v, u, kappa, ndrange=N)
+        ring_diffuse(backend)(v, u, kappa, ndrange=N)
         return v
     if op == "soft":
         v = np.empty_like(u)
-        soft(CPU)(v, u, 1.3, ndrange=N)
+        soft(backend)(v, u, 1.3, ndrange=N)
         return v
     if op == "in place":           # on the function's own copy: its input stays as it was
         v = tg.copy(u)
-        cube_in_place(CPU)(v, 0.2, ndrange=N)
+        cube_in_place(backend)(v, 0.2, ndrange=N)
         return v
     if op == "scale":
         return tg.scale(u, kappa)
@@ -56,7 +58,7 @@ def _apply(op: str, u: np.ndarray, kappa) -> np.ndarray:
         return tg.reshape(tg.reshape(u, (2, N // 2)), (N,))
     if op == "mean as argument":   # a tape scalar computed on the way, given to a kernel
         v = np.empty_like(u)
-        soft(CPU)(v, u, 0.5 + tg.mean(u) * tg.mean(u), ndrange=N)
+        soft(backend)(v, u, 0.5 + tg.mean(u) * tg.mean(u), ndrange=N)
         return v
     raise ValueError(op)
 
@@ -64,19 +66,16 @@ def _apply(op: str, u: np.ndarray, kappa) -> np.ndarray:
 OPS = ["diffuse", "soft", "in place", "scale", "reshape", "mean as argument"]
 
 
-def _program(ops: list[str]):
+def _program(ops: list[str], backend):
     def run(u, kappa):
         for op in ops:
-            u = _apply(op, u, kappa)
+            u = _apply(op, u, kappa, backend)
         return tg.dot(u, u) + 0.3 * tg.sum(u) * kappa
     return run
 
 
-@settings(max_examples=25, deadline=None)
-@given(st.lists(st.sampled_from(OPS), min_size=1, max_size=7),
-       st.lists(st.floats(0.05, 0.4), min_size=3, max_size=3), st.integers(0, 2**16))
-def test_captured_equals_uncaptured(ops, kappas, seed):
-    run = _program(ops)
+def _check(ops: list[str], kappas: list[float], seed: int, backend) -> None:
+    run = _program(ops, backend)
     captured = tg.capture(run)
     rng = np.random.default_rng(seed)
     for kappa in kappas:
@@ -87,3 +86,21 @@ def test_captured_equals_uncaptured(ops, kappas, seed):
         np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-12, atol=1e-14)
         assert math.isclose(g[1], g_plain[1], rel_tol=1e-12, abs_tol=1e-14)
     assert captured.recordings == 1
+
+
+PROGRAMS = st.lists(st.sampled_from(OPS), min_size=1, max_size=7)
+KAPPAS = st.lists(st.floats(0.05, 0.4), min_size=3, max_size=3)
+
+
+@settings(max_examples=25, deadline=None)
+@given(PROGRAMS, KAPPAS, st.integers(0, 2**16))
+def test_captured_equals_uncaptured(ops, kappas, seed):
+    _check(ops, kappas, seed, CPU)
+
+
+@settings(max_examples=8, deadline=None)
+@given(PROGRAMS, KAPPAS, st.integers(0, 2**16))
+def test_captured_equals_uncaptured_on_opencl(ops, kappas, seed):
+    """The same on OpenCL C (PoCL, through the test harness that copies NumPy arrays to the
+    device at each launch), where the operations replay one by one."""
+    _check(ops, kappas, seed, OPENCL)
