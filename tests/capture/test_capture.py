@@ -288,3 +288,16 @@ def test_inside_a_jax_function(u0):
     g_plain = tg.gradient(loss, u0, 0.2)
     np.testing.assert_allclose(np.asarray(g[0]), g_plain[0], rtol=1e-12)
     assert float(g[1]) == pytest.approx(g_plain[1], rel=1e-12)
+
+
+def test_a_captured_function_inside_another_is_part_of_its_recording(u0):
+    inner = tg.capture(simulate)
+    inner(u0, 0.1, 3)
+    outer = tg.capture(lambda u, k: tg.sum(inner(u, k, 3)) * k)
+    for k in (0.1, 0.2):
+        assert float(outer(u0, k)) == float(tg.sum(simulate(u0, k, 3)) * k)
+    assert outer.recordings == 1 and inner.recordings == 1
+    g, g_plain = tg.gradient(outer, u0, 0.2), tg.gradient(
+        lambda u, k: tg.sum(simulate(u, k, 3)) * k, u0, 0.2)
+    np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-13)
+    assert g[1] == pytest.approx(g_plain[1], rel=1e-13)
