@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad.capturing.program import GuardFailed, Program, build
+from tapegrad.capturing.program import GuardFailed, Program, build, root
 from tapegrad.capturing.record import before_writes, record_call
 from tapegrad.capturing.trace import TraceTape
 from tapegrad.errors import CaptureError
 from tapegrad.tape.arrays import is_array
+from tapegrad.tape.identity import array_key
 from tapegrad.tape.modes import current_forward, recording_tapes
 from tapegrad.tape.scalars import DualScalar, TrackedScalar
 
@@ -99,6 +100,7 @@ class Captured:
     def record(self, key: tuple, args: tuple) -> Any:
         """Run ``fn`` on a trace tape (inside any recording tapes, which record its
         operations one by one as they would without capture) and keep its program."""
+        _distinct_arrays(args, self.name)
         tapes = recording_tapes()
         trace = TraceTape()
         with trace:
@@ -137,6 +139,17 @@ class Captured:
         return tuple(results) if program.returns_tuple else results[0]
 
 
+def _distinct_arrays(args: tuple, name: str) -> None:
+    """Refuse one array given for two arguments (before anything runs)."""
+    seen: dict[tuple, int] = {}
+    for pos, a in enumerate(args):
+        if is_array(a):
+            first = seen.setdefault(array_key(a), pos)
+            if first != pos:
+                raise CaptureError(f"{name}: arguments {first} and {pos} are the same array; "
+                                   "a captured function takes distinct arrays")
+
+
 def _arity(fn: Callable[..., Any]) -> int | None:
     """How many positional parameters ``fn`` has (None: any number, ``*args``)."""
     try:
@@ -159,12 +172,16 @@ def signature(args: tuple, name: str) -> tuple:
     """What a replay needs to be the same per argument: an array's type, shape, dtype and
     order; that an argument is a float (a parameter); any other argument's value."""
     parts = []
+    roots: dict[int, int] = {}        # the memory's owner -> the first argument that has it
     for pos, a in enumerate(args):
         if is_array(a):
             flags = a.flags
             order = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "strided"
+            # (arguments sharing memory replay another program than distinct ones would)
+            shares = roots.setdefault(id(root(a)), pos)
             parts.append(("array", type(a), tuple(a.shape), a.dtype, order,
-                          tuple(a.strides) if order == "strided" else ()))
+                          tuple(a.strides) if order == "strided" else (),
+                          shares if shares != pos else None))
         elif isinstance(a, (float, np.floating)) and not isinstance(a, bool):
             parts.append(("float",))
         else:

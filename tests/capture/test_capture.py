@@ -301,3 +301,16 @@ def test_a_captured_function_inside_another_is_part_of_its_recording(u0):
         lambda u, k: tg.sum(simulate(u, k, 3)) * k, u0, 0.2)
     np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-13)
     assert g[1] == pytest.approx(g_plain[1], rel=1e-13)
+
+
+def test_one_array_for_two_arguments_is_not_replayed_as_two(u0):
+    def step(u, v):
+        diffuse(CPU)(v, u, 0.1, ndrange=N)
+        return tg.sum(v)
+
+    captured = tg.capture(step)
+    captured(u0.copy(), np.empty(N))
+    a = u0.copy()
+    with pytest.raises(tg.CaptureError, match="arguments 0 and 1 are the same array"):
+        captured(a, a)
+    np.testing.assert_array_equal(a, u0)          # (refused before anything ran)
