@@ -9,8 +9,6 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from tapegrad.capturing.program import GuardFailed, Program, build, root
 from tapegrad.capturing.record import before_writes, record_call
 from tapegrad.capturing.trace import TraceTape
@@ -107,8 +105,7 @@ class Captured:
             params, call_args = [], list(args)
             for pos, a in enumerate(args):
                 if key[pos][0] == "float":
-                    s = trace.new_node(float.__float__(float(a)) if not isinstance(a, float)
-                                       else float.__float__(a))
+                    s = trace.new_node(float.__float__(a))
                     if isinstance(a, TrackedScalar):     # still the enclosing tapes' scalar
                         s.outer = tuple((t, a.node_on(t)) for t in tapes
                                         if a.node_on(t) is not None)
@@ -170,7 +167,9 @@ def _plain(result: Any) -> Any:
 
 def signature(args: tuple, name: str) -> tuple:
     """What a replay needs to be the same per argument: an array's type, shape, dtype and
-    order; that an argument is a float (a parameter); any other argument's value."""
+    order (and which earlier argument's memory it shares); that an argument is a float (a
+    parameter: Python's, NumPy's float64 or a tape scalar); any other argument's value (a
+    NumPy float32 too: kernels take it as float32, a parameter would be a float64)."""
     parts = []
     roots: dict[int, int] = {}        # the memory's owner -> the first argument that has it
     for pos, a in enumerate(args):
@@ -182,7 +181,7 @@ def signature(args: tuple, name: str) -> tuple:
             parts.append(("array", type(a), tuple(a.shape), a.dtype, order,
                           tuple(a.strides) if order == "strided" else (),
                           shares if shares != pos else None))
-        elif isinstance(a, (float, np.floating)) and not isinstance(a, bool):
+        elif isinstance(a, float):      # (Python's, NumPy's float64, a tape scalar)
             parts.append(("float",))
         else:
             try:

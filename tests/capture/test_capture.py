@@ -314,3 +314,11 @@ def test_one_array_for_two_arguments_is_not_replayed_as_two(u0):
     with pytest.raises(tg.CaptureError, match="arguments 0 and 1 are the same array"):
         captured(a, a)
     np.testing.assert_array_equal(a, u0)          # (refused before anything ran)
+
+
+def test_a_float32_argument_is_a_constant_of_its_own_type(u0):
+    x = u0.astype(np.float32)
+    captured = tg.capture(simulate)
+    for kappa in (np.float32(0.2), np.float32(0.2), np.float32(0.1)):
+        np.testing.assert_array_equal(captured(x, kappa, 5), simulate(x, kappa, 5))
+    assert captured.recordings == 2
