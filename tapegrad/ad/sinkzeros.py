@@ -8,9 +8,9 @@ shadow is consumed) and adds into ``X_bar``::
     X_bar[i] = X_bar[i] + ...            Y_bar[i] = 0.0
 
 Both orders compute the same (no two shadow parameters are one array: the runtime merges or
-separates them before an adjoint runs), but on an NVIDIA H200 the first runs 6x slower than
-the second: a constant stored to the address just loaded holds back the work-item's next
-loads (docs/gpu.md, "The adjoint's zero stores").  This pass moves each such store down its
+separates them before an adjoint runs), but on an NVIDIA H200 the first runs several times
+slower than the second: a constant stored to the address just loaded holds back the
+work-item's next loads (measured: docs/gpu.md, "Measured").  This pass moves each such store down its
 statement list, past plain assignments that name neither its array nor a variable of its
 index, and stops at anything else (a branch, a loop, a call such as a barrier or an atomic).
 """

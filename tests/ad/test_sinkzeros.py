@@ -1,5 +1,5 @@
 """A consumed shadow's zero store comes after the statement's updates (tapegrad/ad/sinkzeros.py:
-6x faster on an H200), never past anything that reads or writes that shadow or changes its
+faster on an H200), never past anything that reads or writes that shadow or changes its
 index, and the derivatives stay exact (closed forms)."""
 
 import ast
