@@ -9,12 +9,13 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from tapegrad.capturing.program import GuardFailed, Program, build, root
+from tapegrad.capturing.program import GuardFailed, Program, build
 from tapegrad.capturing.record import before_writes, record_call
 from tapegrad.capturing.trace import TraceTape
 from tapegrad.errors import CaptureError
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.identity import array_key
+from tapegrad.tape.memory import owner
 from tapegrad.tape.modes import current_forward, recording_tapes
 from tapegrad.tape.scalars import DualScalar, TrackedScalar
 
@@ -177,7 +178,7 @@ def signature(args: tuple, name: str) -> tuple:
             flags = a.flags
             order = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "strided"
             # (arguments sharing memory replay another program than distinct ones would)
-            shares = roots.setdefault(id(root(a)), pos)
+            shares = roots.setdefault(id(owner(a)), pos)
             parts.append(("array", type(a), tuple(a.shape), a.dtype, order,
                           tuple(a.strides) if order == "strided" else (),
                           shares if shares != pos else None))

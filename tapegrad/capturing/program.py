@@ -25,6 +25,7 @@ from tapegrad.capturing.trace import Step, TraceTape
 from tapegrad.errors import CaptureError
 from tapegrad.tape.arrays import empty_like, is_array
 from tapegrad.tape.hostops import CopyRecord, ReductionRecord, ScaleRecord
+from tapegrad.tape.memory import owner
 from tapegrad.tape.recorder import Released
 from tapegrad.tape.records import LaunchRecord
 from tapegrad.tape.scalars import ScalarRecord, TrackedScalar
@@ -365,48 +366,36 @@ def _check_origins(fn: Any, args: tuple, slots: list[Slot], name: str) -> None:
     that buffer); and a view of an argument or a temporary that ``fn`` made anew (a replay
     would use the first call's view)."""
     outside = _outside_arrays(fn)
-    made = {id(root(a)): f"argument {k}" for k, a in enumerate(args) if is_array(a)}
+    made = {id(owner(a)): f"argument {k}" for k, a in enumerate(args) if is_array(a)}
     for slot in slots:
         if slot.kind in (TEMP, OUTPUT) and slot.proto is not None:
-            made.setdefault(id(root(slot.proto)), "an array it made")
+            made.setdefault(id(owner(slot.proto)), "an array it made")
     for slot in slots:
         x = slot.proto
         if slot.kind == INPUT or x is None:
             continue
-        owner = root(x)
-        if slot.kind == TEMP and (id(x) in outside or id(owner) in outside):
+        base = owner(x)
+        if slot.kind == TEMP and (id(x) in outside or id(base) in outside):
             raise CaptureError(
                 f"{name} writes an array of shape {tuple(x.shape)} that it was not given and "
                 "did not make (a buffer from outside, reached through a closure, a global or "
                 "self): a replay would not write that buffer. Pass it as an argument, or make "
                 "it inside the function (np.empty_like)")
-        if slot.kind == CONST and id(x) not in outside and id(owner) not in outside \
-                and id(owner) not in made:
+        if slot.kind == CONST and id(x) not in outside and id(base) not in outside \
+                and id(base) not in made:
             raise CaptureError(
                 f"{name} reads an array of shape {tuple(x.shape)} that no recorded operation "
                 "wrote and that it was not given: made by host code inside the function "
                 "(NumPy, say), which a replay does not run: every replay would read the first "
                 "call's contents. Make it outside the captured function (a closure's or a "
                 "global's constant), pass it as an argument, or make it with a kernel")
-        if owner is not x and id(owner) in made and (slot.kind == CONST or
-                                                    made[id(owner)] != "an array it made"):
+        if base is not x and id(base) in made and (slot.kind == CONST or
+                                                   made[id(base)] != "an array it made"):
             raise CaptureError(
-                f"{name} passes a view of {made[id(owner)]} (shape {tuple(x.shape)} of "
-                f"{tuple(owner.shape)}) to a recorded operation; a captured function does not "
+                f"{name} passes a view of {made[id(base)]} (shape {tuple(x.shape)} of "
+                f"{tuple(base.shape)}) to a recorded operation; a captured function does not "
                 "replay views of its arguments or of arrays it made yet: pass whole arrays "
                 "and let the kernel's indices pick the part")
-
-
-def root(x: Any) -> Any:
-    """The array owning ``x``'s memory: the end of its chain of ``base`` arrays of its own
-    kind (a NumPy array over another library's buffer ends at itself: such buffers are not
-    arrays to look into, and some may not be touched once their owner's call ended)."""
-    while True:
-        base = getattr(x, "base", None)
-        if base is None or not isinstance(base, np.ndarray if isinstance(x, np.ndarray)
-                                          else type(x)):
-            return x
-        x = base
 
 
 def _outside_arrays(fn: Any) -> dict[int, Any]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
 
@@ -46,10 +48,16 @@ def kept_by(record: Any) -> Iterable[tuple[str, Any]]:
 
 
 def owner(x: Any) -> Any:
-    """The array that owns ``x``'s buffer (a view keeps its base alive)."""
-    while getattr(x, "base", None) is not None and is_array(x.base):
-        x = x.base
-    return x
+    """The array that owns ``x``'s buffer (a view keeps its base alive): the end of its chain
+    of ``base`` arrays of its own kind.  A NumPy array over another library's buffer ends at
+    itself: such a buffer is no array to look into, and a JAX callback's may not even be
+    touched (asking it for ``shape`` crashed the interpreter)."""
+    while True:
+        base = getattr(x, "base", None)
+        if base is None or not isinstance(base, np.ndarray if isinstance(x, np.ndarray)
+                                          else type(x)):
+            return x
+        x = base
 
 
 class MemoryLimit:
