@@ -121,9 +121,19 @@ def make_tapegrad_captured(p: dict, backend: Any = None) -> Pair | None:
     the loop's Python; None for the one-launch problems (nothing to capture)."""
     if p["kind"] != "heat":
         return None
-    cfg, steps, alpha, w = stencil2d_k(backend or tg.CPU(), (8, 64)), p["steps"], p["alpha"], p["w"]
+    simulate = tg.capture(heat_simulation(p, backend or tg.CPU()))
 
-    @tg.capture
+    def loss(t: np.ndarray) -> Any:
+        return tg.dot(simulate(t), p["w"])
+
+    return lambda: simulate(p["x"]), lambda: tg.gradient(loss, p["x"])
+
+
+def heat_simulation(p: dict, backend: Any) -> Any:
+    """``simulate(t0)``: the heat problem's ``p["steps"]`` stencil steps from a copy of
+    ``t0``."""
+    cfg, steps, alpha = stencil2d_k(backend, (8, 64)), p["steps"], p["alpha"]
+
     def simulate(t0: np.ndarray) -> np.ndarray:
         t = tg.copy(t0)
         for _ in range(steps):
@@ -131,11 +141,7 @@ def make_tapegrad_captured(p: dict, backend: Any = None) -> Pair | None:
             cfg(t_new, t, alpha, ndrange=t.shape)
             t = t_new
         return t
-
-    def loss(t: np.ndarray) -> Any:
-        return tg.dot(simulate(t), w)
-
-    return lambda: simulate(p["x"]), lambda: tg.gradient(loss, p["x"])
+    return simulate
 
 
 def _make(p: dict, backend: Any, accumulate: bool) -> Pair:
@@ -186,15 +192,7 @@ def _make(p: dict, backend: Any, accumulate: bool) -> Pair:
                 lambda: reverse(cfg, out, tg.Duplicated(x, dx), tg.Duplicated(b, db),
                                 ndrange=out.shape))
     if kind == "heat":
-        cfg, steps, alpha = stencil2d_k(cpu, (8, 64)), p["steps"], p["alpha"]
-
-        def simulate(t0: np.ndarray) -> np.ndarray:
-            t = tg.copy(t0)
-            for _ in range(steps):
-                t_new = np.empty_like(t)
-                cfg(t_new, t, alpha, ndrange=t.shape)
-                t = t_new
-            return t
+        simulate = heat_simulation(p, cpu)
 
         def loss(t: np.ndarray) -> Any:
             return tg.dot(simulate(t), w)
