@@ -3,12 +3,12 @@ faster on an H200), never past anything that reads or writes that shadow or chan
 index, and the derivatives stay exact (closed forms)."""
 
 import ast
-import math
 
 import numpy as np
 
 import tapegrad as tg
 from tapegrad.ad.sinkzeros import sink_zero_stores
+from tapegrad.bench.problems import sin_k
 
 
 def _sunk(source: str, shadows=("Y_bar", "X_bar")) -> list[str]:
@@ -44,12 +44,6 @@ def test_inside_a_loop_body_too():
 
 
 @tg.kernel
-def sin_of(Y, X):
-    i = tg.index()
-    Y[i] = math.sin(X[i])
-
-
-@tg.kernel
 def square_in_place(X):
     i = tg.index()
     X[i] = X[i] * X[i]
@@ -59,11 +53,11 @@ def test_the_adjoint_consumes_the_seed_after_adding_its_gradient():
     n = 7
     x = np.linspace(-1.0, 1.0, n)
     seed, x_bar = np.linspace(0.5, 2.0, n), np.full(n, 0.25)
-    tg.autodiff(tg.Reverse, sin_of(tg.CPU()), tg.Const, tg.Duplicated(np.zeros(n), seed),
+    tg.autodiff(tg.Reverse, sin_k(tg.CPU()), tg.Const, tg.Duplicated(np.zeros(n), seed),
                 tg.Duplicated(x, x_bar), ndrange=n)
     np.testing.assert_allclose(x_bar, 0.25 + np.linspace(0.5, 2.0, n) * np.cos(x), rtol=1e-15)
     assert not seed.any()
-    lines = [ln.strip() for ln in sin_of.source("reverse").splitlines()]
+    lines = [ln.strip() for ln in sin_k.source("reverse").splitlines()]
     assert lines.index("Y_bar[i] = 0.0") > next(k for k, ln in enumerate(lines)
                                                  if ln.startswith("X_bar[i] +="))
 

@@ -15,17 +15,11 @@ import pytest
 
 import tapegrad as tg
 from tapegrad.backends.cuda.graphs import GraphStretch
+from tests.capture.test_capture import diffuse, simulate
 
-N = 10
+N = 12
 CPU = tg.CPU()
 _recording: list | None = None
-
-
-@tg.kernel
-def relax(u_new, u, kappa):
-    i = tg.index()
-    n = u.shape[0]
-    u_new[i] = u[i] + kappa * (u[(i + 1) % n] - 2.0 * u[i] + u[(i - 1) % n])
 
 
 class _Graph:
@@ -102,11 +96,7 @@ def _as_graphs(captured, args):
 
 def test_graphs_read_each_calls_arrays_and_scalars(fake_cupy):
     def sim(u, kappa):
-        for _ in range(7):
-            u_new = np.empty_like(u)
-            relax(CPU)(u_new, u, kappa, ndrange=N)
-            u = u_new
-        return u
+        return simulate(u, kappa, 7)
 
     captured = tg.capture(sim)
     rng = np.random.default_rng(1)
@@ -124,8 +114,8 @@ def test_graphs_read_each_calls_arrays_and_scalars(fake_cupy):
 
 def test_an_input_written_in_place_is_copied_back(fake_cupy):
     def smooth_in_place(u, v):
-        relax(CPU)(v, u, 0.25, ndrange=N)
-        relax(CPU)(u, v, 0.25, ndrange=N)
+        diffuse(CPU)(v, u, 0.25, ndrange=N)
+        diffuse(CPU)(u, v, 0.25, ndrange=N)
         return tg.sum(u)
 
     captured = tg.capture(smooth_in_place)
@@ -140,9 +130,9 @@ def test_an_input_written_in_place_is_copied_back(fake_cupy):
 def test_a_stretch_that_cannot_be_recorded_warns_and_runs_one_by_one(fake_cupy, monkeypatch):
     def sim(u):
         v = np.empty_like(u)
-        relax(CPU)(v, u, 0.2, ndrange=N)
+        diffuse(CPU)(v, u, 0.2, ndrange=N)
         w = np.empty_like(u)
-        relax(CPU)(w, v, 0.2, ndrange=N)
+        diffuse(CPU)(w, v, 0.2, ndrange=N)
         return w
 
     captured = tg.capture(sim)
@@ -163,7 +153,7 @@ def test_a_scalar_computed_before_the_stretch_picks_its_graph(fake_cupy):
         kappa = 0.1 + 0.2 * tg.mean(u)          # a tape scalar the launches read
         for _ in range(4):
             u_new = np.empty_like(u)
-            relax(CPU)(u_new, u, kappa, ndrange=N)
+            diffuse(CPU)(u_new, u, kappa, ndrange=N)
             u = u_new
         return tg.dot(u, u)
 

@@ -17,6 +17,7 @@ from tapegrad.bench.problems import TILE
 from tapegrad.bench.problems import matmul_k as matmul  # the benchmark's tiled matmul
 from tests.backends.test_cuda import TILE as DENSE_TILE
 from tests.backends.test_cuda import dense
+from tests.capture.test_capture import diffuse
 
 pytestmark = pytest.mark.skipif(os.environ.get("TAPEGRAD_TEST_GPU") != "1",
                                 reason="needs an NVIDIA GPU (set TAPEGRAD_TEST_GPU=1 there)")
@@ -149,13 +150,6 @@ def test_an_active_scalars_sum_over_many_blocks_and_a_ragged_edge(cp):
     assert da == pytest.approx(float(X.sum()), rel=1e-11)
 
 
-@tg.kernel
-def ring_heat(u_new, u, kappa):
-    i = tg.index()
-    n = u.shape[0]
-    u_new[i] = u[i] + kappa * (u[(i + 1) % n] - 2.0 * u[i] + u[(i - 1) % n])
-
-
 def test_a_captured_simulation_replays_as_cuda_graphs(cp, monkeypatch):
     """The 50 launches replay as one graph per value of the float parameter; results and
     gradients equal the uncaptured ones."""
@@ -165,7 +159,7 @@ def test_a_captured_simulation_replays_as_cuda_graphs(cp, monkeypatch):
     def sim(u, kappa):
         for _ in range(50):
             u_new = cp.empty_like(u)
-            ring_heat(tg.CUDA())(u_new, u, kappa, ndrange=u.size)
+            diffuse(tg.CUDA())(u_new, u, kappa, ndrange=u.size)
             u = u_new
         return u
 
