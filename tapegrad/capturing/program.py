@@ -208,7 +208,6 @@ def build(tape: TraceTape, fn: Any, args: tuple, params: list[tuple[int, int]], 
             add(INPUT, pos, a)
     outputs = result if isinstance(result, tuple) else (result,)
     results: list[tuple] = []
-    nodes_made: set[int] = set()
     ops: list[Op] = []
     guards = iter(tape.guards)
     guard = next(guards, None)
@@ -234,13 +233,20 @@ def build(tape: TraceTape, fn: Any, args: tuple, params: list[tuple[int, int]], 
             results.append(("a", k))
         elif isinstance(y, TrackedScalar) and y.node_on(tape) is not None:
             results.append(("s", y.node_on(tape)))
-            nodes_made.add(y.node_on(tape))
+        elif isinstance(y, TrackedScalar):
+            tape.foreign_scalars = True      # (an enclosing tape's scalar, returned as it is)
+            results.append(("c", y))
         elif isinstance(y, (int, float)) or y is None:
             results.append(("c", y))
         else:
             raise CaptureError(f"{name} returned a {type(y).__name__}; a captured function "
                                "returns arrays, tape scalars (tg.sum, tg.dot, ...), numbers, "
                                "or a tuple of them")
+    if tape.foreign_scalars:
+        raise CaptureError(
+            f"{name} uses a tape scalar from outside (a closure's or a global's) without "
+            "taking it as an argument: a replay would use its value at the first call, and "
+            "its gradient would be lost. Pass it as a float argument")
     for slot in slots:
         if slot.kind == CONST and slot.written:
             raise CaptureError(

@@ -282,6 +282,8 @@ def scale(x: Any, a: Any) -> Any:
                          + (da[j] * x if da is not None else 0) for j in range(ctx.width)])
     for tape in recording_tapes():
         node = a.node_on(tape) if isinstance(a, TrackedScalar) else None
+        if node is None and isinstance(a, TrackedScalar):
+            tape.foreign_scalars = True     # (another tape's scalar: a constant here)
         record = ScaleRecord(reads=[tape.track(x)], writes=[tape.track(y)], name="scale",
                              scalars_in=[] if node is None else [node], factor=value,
                              node=node, views=[x] if node is not None else [])

@@ -323,6 +323,8 @@ def _record_scalar_op(name: str, operands: tuple, value: float, partials: tuple,
     scalar = new_scalar(value, tapes)
     for tape in tapes:
         nodes = [o.node_on(tape) if isinstance(o, TrackedScalar) else None for o in operands]
+        if any(n is None and isinstance(o, TrackedScalar) for o, n in zip(operands, nodes)):
+            tape.foreign_scalars = True     # (another tape's scalar: a constant here)
         record = ScalarRecord(reads=[], writes=[], name=name, scalar_out=scalar.node_on(tape),
                               scalars_in=[n for n in nodes if n is not None],
                               partials=partials, inputs=nodes, rule=rule,

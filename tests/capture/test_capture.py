@@ -322,3 +322,22 @@ def test_a_float32_argument_is_a_constant_of_its_own_type(u0):
     for kappa in (np.float32(0.2), np.float32(0.2), np.float32(0.1)):
         np.testing.assert_array_equal(captured(x, kappa, 5), simulate(x, kappa, 5))
     assert captured.recordings == 2
+
+
+def test_a_tape_scalar_from_outside_is_refused(u0):
+    """Taken through a closure, its value would be the first call's and its gradient lost."""
+    for uses in (lambda u, k: tg.sum(simulate(u, k, 3)),         # in a launch
+                 lambda u, k: tg.sum(u) * k,                     # in host arithmetic
+                 lambda u, k: tg.sum(tg.scale(u, k)),            # in tg.scale
+                 lambda u, k: (tg.sum(u), k)[1]):                # returned as it is
+        with tg.Tape() as tape:
+            k = tape.watch(0.2)
+            captured = tg.capture(_closing_over(uses, k))
+            with pytest.raises(tg.CaptureError, match="uses a tape scalar from outside.*"
+                               "Pass it as a float argument"):
+                captured(u0)
+
+
+def _closing_over(f, k):
+    """``f`` with the tape scalar ``k`` taken from a closure, not as an argument."""
+    return lambda *state: f(*state, k)

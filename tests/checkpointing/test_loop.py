@@ -158,6 +158,19 @@ def test_what_step_reads_from_outside_without_params_is_refused(data):
         with tg.Tape() as tape:
             k = tape.watch(0.7)
             tg.checkpoint_loop(lambda u, v: step(u, v, forcing, k), (u0, v0), 5)
+    # in host arithmetic or tg.scale rather than a launch (its gradient was lost silently)
+    for through in (lambda u, v, k: step(u, v, forcing, 2.0 * k),
+                    lambda u, v, k: (tg.scale(u, k), tg.scale(v, 0.5))):
+        with pytest.raises(tg.TapegradError,
+                           match="uses a tape scalar from outside without taking it"):
+            with tg.Tape() as tape:
+                k = tape.watch(0.7)
+                tg.checkpoint_loop(_closing_over(through, k), (u0, v0), 5)
+
+
+def _closing_over(f, k):
+    """``f`` with the tape scalar ``k`` taken from a closure, not from params=."""
+    return lambda *state: f(*state, k)
 
 
 @pytest.mark.parametrize("bad, message", [
