@@ -1,8 +1,9 @@
 """Random step sequences (Hypothesis), on the CPU and on OpenCL: a captured function's replays
-give the function's own loss bit for bit and its gradients (with respect to the input array and a float parameter)
-to rounding, on new data and a new parameter, through every kind of operation a capture
-replays: launches (new arrays, an update in place, a tape scalar as a kernel's argument),
-tg.copy, tg.scale, tg.reshape, reductions and arithmetic on tape scalars."""
+give the function's own loss bit for bit and its gradients (with respect to the input array
+and a float parameter) to rounding, and agree with central differences, on new data and a new
+parameter, through every kind of operation a capture replays: launches (new arrays, an update
+in place, a tape scalar as a kernel's argument), tg.copy, tg.scale, tg.reshape, reductions
+and arithmetic on tape scalars."""
 
 from __future__ import annotations
 
@@ -79,6 +80,11 @@ def _check(ops: list[str], kappas: list[float], seed: int, backend) -> None:
         g_plain = tg.gradient(run, u, kappa)
         np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-12, atol=1e-14)
         assert math.isclose(g[1], g_plain[1], rel_tol=1e-12, abs_tol=1e-14)
+    # and independently: central differences of the replays along a random direction
+    d, dk, h = rng.uniform(-1, 1, N), 0.5, 1e-6
+    fd = (float(captured(u + h * d, kappa + h * dk))
+          - float(captured(u - h * d, kappa - h * dk))) / (2 * h)
+    assert math.isclose(fd, float(g[0] @ d) + g[1] * dk, rel_tol=1e-6, abs_tol=1e-8)
     assert captured.recordings == 1
 
 
