@@ -108,8 +108,7 @@ class Program:
                 arrays[k] = args[slot.index]
             elif slot.kind == OUTPUT or fresh_kept and slot.kept and slot.kind == TEMP:
                 arrays[k] = new_array(slot)
-        scalars = {node: float.__float__(args[pos]) if isinstance(args[pos], float)
-                   else float(args[pos]) for pos, node in self.params}
+        scalars = {node: float.__float__(args[pos]) for pos, node in self.params}
         return Frame(arrays, scalars)
 
     def run(self, frame: Frame) -> None:

@@ -49,9 +49,11 @@ def plan(program: Any, frame: Any) -> list[tuple[bool, Any]] | None:
     out: list[tuple[bool, Any]] = []
     k = 0
     while k < len(ops):
-        end = k
-        while end < len(ops) and _compilable(ops[end], program, frame) and \
-                _arguments(ops[k:end + 1], storage) <= MOST_ARGUMENTS:
+        end, arguments = k, set()
+        while end < len(ops) and _compilable(ops[end], program, frame):
+            arguments |= _arguments(ops[end], storage)
+            if len(arguments) > MOST_ARGUMENTS:
+                break
             end += 1
         if sum(ops[j].kind == "launch" for j in range(k, end)) >= 2:
             try:
@@ -94,11 +96,11 @@ def _storage_of(program: Any) -> list[Any]:
     return storage
 
 
-def _arguments(ops: list[Any], storage: list[Any]) -> int:
-    arrays = {storage[k] for op in ops for kind, k in op.refs if kind == "a"}
-    scalars = {(kind, _scalar_key(what)) for op in ops for kind, what in op.refs
-               if kind != "a"}
-    return len(arrays) + len(scalars)
+def _arguments(op: Any, storage: list[Any]) -> set:
+    """What ``op`` makes a parameter of its stretch's function: its arrays' memories and its
+    scalars."""
+    return {storage[what] if kind == "a" else (kind, _scalar_key(what))
+            for kind, what in op.refs}
 
 
 def _scalar_key(value: Any) -> Any:
