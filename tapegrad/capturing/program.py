@@ -29,6 +29,7 @@ from tapegrad.tape.memory import owner
 from tapegrad.tape.recorder import Released
 from tapegrad.tape.records import LaunchRecord
 from tapegrad.tape.scalars import ScalarRecord, TrackedScalar
+from tapegrad.tape.sweep import Frozen
 
 INPUT, OUTPUT, CONST, TEMP = "input", "output", "const", "temp"
 
@@ -96,6 +97,7 @@ class Program:
     name: str = ""
     returns_tuple: bool = False
     compiled: Any = None       # the ops' plan (backends/cpu/driver.py, backends/cuda/graphs.py)
+    frozen: Frozen | None = None   # what its reverse sweeps work out once (CapturedRecord)
 
     # -- a call ---------------------------------------------------------------------------
 
@@ -261,7 +263,7 @@ def build(tape: TraceTape, fn: Any, args: tuple, params: list[tuple[int, int]], 
         op.kind in ("launch", "copy", "scale") and _writes_input(op, slots)
         for op in ops[:first_guard])
     program = Program(tape, slots, ops, params, results, rebind, scratch, written_before, name,
-                      isinstance(result, tuple))
+                      isinstance(result, tuple), frozen=Frozen(tape.records))
     for slot in slots:
         if slot.kind != CONST and slot.layout[0] is np.ndarray:
             slot.proto = None            # (the program holds no call's arrays)

@@ -50,7 +50,7 @@ class CapturedRecord(Record):
             targets.append(TrackedScalar(0.0, tape, self.result_node))
         program.bind(self.frame)
         try:
-            inner = Sweep(tape, shadows, sources)
+            inner = Sweep(tape, shadows, sources, frozen=program.frozen)
             if self.result_node is not None:
                 inner.scalar_bar[self.result_node] = sweep.scalar_bar.get(self.scalar_out, 0.0)
             inner.run(targets, sources)

@@ -25,8 +25,9 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
-from tapegrad.tape.records import _DUP, _FRESH
+from tapegrad.tape.records import _ACTIVE, _DUP, _FRESH
 
+_VALUES = operator.attrgetter("values")
 MIN_RUN = 2      # shorter runs go record by record (the compiled call costs a launch)
 enabled = True   # False: every record goes by itself (``python -m tapegrad bench`` compares)
 
@@ -77,7 +78,8 @@ def extend(sweep: Any, records: list, k: int, head: tuple) -> int:
     # array without a shadow (the same object where the adjoint reads its contents; any
     # array of the head's type will do where it does not: the loop passes the head's).
     # A record with the head's ``replays`` has the head's recording plan, so the same
-    # argument types, written positions and tracked scalars (none): those need no test.
+    # argument types, written positions and tracked scalars' positions (those must not be
+    # active: the loop adds into no scalar's gradient, see _run_length)
     ids = record.ids
     scalar_at = tuple(pos for pos in range(len(values)) if ids[pos] is None)
     const_at = tuple(pos for pos in range(len(values))
@@ -89,23 +91,23 @@ def extend(sweep: Any, records: list, k: int, head: tuple) -> int:
     scalars, consts, read = pick_scalars(values), pick_consts(ids), pick_read(values)
     # (-0.0 == 0.0: where the head has a zero, its sign is compared too)
     zeros = [(pos, math.copysign(1.0, values[pos])) for pos in scalar_at if values[pos] == 0]
-    active, fresh, replays, nd = sweep.active_ids, sweep.fresh, record.replays, record.nd
-    above_in, n = in_k, 0
-    for j in range(k - 1, -1, -1):
-        r = records[j]
-        if getattr(r, "replays", None) is not replays or r.nd != nd:
-            break
-        out_j, in_j = r.ids[o], r.ids[i]
-        if out_j is not above_in or in_j.meta != meta or in_j not in active \
-                or in_j in current or in_j in given or in_j in fresh \
-                or first_use.get(out_j) != j or out_j in given \
-                or (first_use.get(in_j) == j) != discard_in \
-                or pick_consts(r.ids) != consts or pick_scalars(r.values) != scalars \
-                or not all(map(operator.is_, pick_read(r.values), read)) \
-                or zeros and not all(math.copysign(1.0, r.values[pos]) == sign
-                                     for pos, sign in zeros):
-            break
-        above_in, n = in_j, n + 1
+    runs = sweep.runs
+    known = runs.get(k) if runs is not None else None
+    if known is not None and known[0] is replay:
+        n = known[1]
+        # (a sweep of this kind over this frozen tape verified the run's records: only the
+        # values of their scalars and read arrays, rebound per call, may differ)
+        vals = list(map(_VALUES, records[k - n:k]))
+        if scalar_at and list(map(pick_scalars, vals)).count(scalars) != n \
+                or read and not all(all(map(operator.is_, pick_read(v), read)) for v in vals) \
+                or zeros and not all(math.copysign(1.0, v[pos]) == sign
+                                     for v in vals for pos, sign in zeros):
+            sweep.runs = known = None     # off the verified path: check everything
+    if known is None or known[0] is not replay:
+        n = _run_length(sweep, records, k, record, (o, i), discard_in, consts, scalars, read,
+                        zeros, (pick_consts, pick_scalars, pick_read))
+        if sweep.runs is not None:
+            sweep.runs[k] = (replay, n)
     if n < MIN_RUN:
         return 0
     args = (*values, *[shadows[p] for p in replay.order])
@@ -120,12 +122,45 @@ def extend(sweep: Any, records: list, k: int, head: tuple) -> int:
     if not plan.runner(n, x, y, rest, nd):   # not compiled for these types: record by record
         replay.chain = False
         return 0
-    last = above_in
+    last = records[k - n].ids[i]          # the state the run's last record read
     pool.pop()                            # y, taken by record k - 1
     del current[in_k]                     # (record k - 1's output: freed after it)
     current[last], spare = (y, x) if n % 2 else (x, y)
     pool.append(spare)
     sweep.position = k - n
+    return n
+
+
+def _run_length(sweep: Any, records: list, k: int, record: Any, positions: tuple[int, int],
+                discard_in: bool, consts: tuple, scalars: tuple, read: tuple, zeros: list,
+                pickers: tuple) -> int:
+    """How many records below ``k`` continue the chain of ``record`` (``extend``'s head),
+    whose output and input are at ``positions``: the facts ``extend`` lists."""
+    o, i = positions
+    pick_consts, pick_scalars, pick_read = pickers
+    first_use, given, current = sweep.first_use, sweep.given, sweep.shadows
+    in_k = record.ids[i]
+    meta = in_k.meta
+    active, fresh, replays, nd = sweep.active_ids, sweep.fresh, record.replays, record.nd
+    tracked, active_nodes = record.tracked_at, sweep.active_nodes
+    above_in, n = in_k, 0
+    for j in range(k - 1, -1, -1):
+        r = records[j]
+        if getattr(r, "replays", None) is not replays or r.nd != nd:
+            break
+        if tracked and not active_nodes.isdisjoint([r.nodes[pos] for pos in tracked]):
+            break
+        out_j, in_j = r.ids[o], r.ids[i]
+        if out_j is not above_in or in_j.meta != meta or in_j not in active \
+                or in_j in current or in_j in given or in_j in fresh \
+                or first_use.get(out_j) != j or out_j in given \
+                or (first_use.get(in_j) == j) != discard_in \
+                or pick_consts(r.ids) != consts or pick_scalars(r.values) != scalars \
+                or not all(map(operator.is_, pick_read(r.values), read)) \
+                or zeros and not all(math.copysign(1.0, r.values[pos]) == sign
+                                     for pos, sign in zeros):
+            break
+        above_in, n = in_j, n + 1
     return n
 
 
@@ -143,9 +178,10 @@ def _plan(record: Any, replay: Any, pattern: tuple) -> ChainPlan | None:
     """Whether runs of this record's replay can go in one compiled loop: one CPU kernel
     launch with nothing to zero first, two arrays with shadows (one written, one only read)
     whose contents the adjoint does not read (it is linear in them; it writes no primal
-    array: a replay has no scratch copies), other arrays without shadows, no tracked
+    array: a replay has no scratch copies), other arrays without shadows, no active tracked
     scalar, the input's shadow new (stored into) and the output's not."""
-    if len(replay.steps) != 1 or replay.zeroed or record.tracked_at:
+    if len(replay.steps) != 1 or replay.zeroed \
+            or any(pattern[pos] == _ACTIVE for pos in record.tracked_at):
         return None
     if len(record.writes) != 1:
         return None

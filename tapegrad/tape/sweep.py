@@ -22,6 +22,47 @@ def _is_array(x: Any) -> bool:
     return type(x) is Ident or is_array(x)
 
 
+def first_uses(records: list) -> dict[Any, int]:
+    """Identity -> the position of the first record touching it."""
+    first_use: dict[Any, int] = {}
+    for k, record in enumerate(records):
+        for ident in record.reads:
+            first_use.setdefault(ident, k)
+        for ident in record.writes:
+            first_use.setdefault(ident, k)
+    return first_use
+
+
+class Frozen:
+    """What sweeps over a tape that no longer changes (a captured function's trace tape,
+    swept once per call) work out once: where each array is first used, what is active for
+    given sources and useful for given targets, and the chain runs ``chains.extend``
+    verified (per sweep kind: its active and useful sets and the shadows it was given).
+
+    A sweep over the same records with the same kind takes the same path (its bookkeeping
+    depends on nothing else but the scalars' values, which ``extend`` checks again), so a
+    run verified once is known to hold until a sweep leaves that path (``Sweep.runs``)."""
+
+    def __init__(self, records: list):
+        self.first_use = first_uses(records)
+        self.activity: dict[tuple, tuple] = {}
+        self.usefulness: dict[tuple, tuple] = {}
+        self.runs: dict[tuple, dict] = {}
+
+    @staticmethod
+    def remembered(memo: dict, key: tuple, work: Any) -> tuple[frozenset, frozenset]:
+        found = memo.get(key)
+        if found is None:
+            ids, nodes = work()
+            found = memo[key] = (frozenset(ids), frozenset(nodes))
+        return found
+
+    def runs_of(self, sweep: Sweep, useful: tuple) -> dict:
+        """Position -> (replay, length) of the runs verified by sweeps of ``sweep``'s kind."""
+        key = (sweep.active_ids, sweep.active_nodes, *useful, frozenset(sweep.given))
+        return self.runs.setdefault(key, {})
+
+
 class Sweep:
     """The state of one reverse sweep over ``tape``'s records.
 
@@ -32,17 +73,13 @@ class Sweep:
     """
 
     def __init__(self, tape: Any, shadows: dict[Any, Any], sources: list[Any],
-                 unwritten: set[Any] = frozenset(), scratch: set[Any] = frozenset()):
+                 unwritten: set[Any] = frozenset(), scratch: set[Any] = frozenset(),
+                 frozen: Frozen | None = None):
         self.tape = tape
         self.ids = tape.ids
         self.records = tape.records
-        first_use: dict[Any, int] = {}     # identity -> the first record touching it
-        for k, record in enumerate(self.records):
-            for ident in record.reads:
-                first_use.setdefault(ident, k)
-            for ident in record.writes:
-                first_use.setdefault(ident, k)
-        self.first_use = first_use
+        self.frozen = frozen
+        self.first_use = frozen.first_use if frozen else first_uses(self.records)
         self.check_sources_seen(sources)
         self.requested = shadows           # the caller's: kept to the end of the sweep
         self.shadows = dict(shadows)
@@ -55,6 +92,7 @@ class Sweep:
         self.scalar_bar: dict[int, float] = {}
         self.position: int | None = None        # the record whose adjoint runs
         self.last_replay: tuple | None = None   # the replay it ran (LaunchRecord.backward)
+        self.runs: dict | None = None    # the frozen tape's chain runs for this sweep (run)
         self.activity_from(sources)
 
     def key(self, x: Any) -> Any:
@@ -70,6 +108,8 @@ class Sweep:
         and read something active, in reverse order.  ``connected``: refuse outputs that no
         recorded operation connects to any source (every gradient would be zero)."""
         useful_ids, useful_nodes = self.useful_from(outputs)
+        if self.frozen is not None:
+            self.runs = self.frozen.runs_of(self, (useful_ids, useful_nodes))
         if connected and sources and useful_ids.isdisjoint(self.active_ids) \
                 and useful_nodes.isdisjoint(self.active_nodes):
             raise self.disconnected(useful_ids, sources)
@@ -96,6 +136,7 @@ class Sweep:
                 k -= chains.extend(self, records, k, head)
             k -= 1
         self.position = None
+        self.runs = None
         for ident in self.fresh:         # given shadows no adjoint reached: zero gradients
             self.shadows[ident].fill(0)
         self.fresh = set()
@@ -141,6 +182,16 @@ class Sweep:
         active = self.active_ids = {self.key(s) for s in sources if _is_array(s)}
         nodes = self.active_nodes = {s.node_on(self.tape) for s in sources
                                      if isinstance(s, TrackedScalar)} - {None}
+        if self.frozen is not None:
+            self.active_ids, self.active_nodes = self.frozen.remembered(
+                self.frozen.activity, (frozenset(active), frozenset(nodes)),
+                lambda: self.spread_activity(active, nodes))
+            return
+        self.spread_activity(active, nodes)
+
+    def spread_activity(self, active: set[Any], nodes: set[int]) -> tuple[set, set]:
+        """``activity_from``'s passes: ``active`` and ``nodes`` grown to what depends on
+        them (returned too)."""
         first_use = self.first_use
         again = True
         while again:            # (one pass, unless an earlier record touched what became active)
@@ -154,11 +205,20 @@ class Sweep:
                             again = again or first_use[ident] < k
                     if record.scalar_out is not None:
                         nodes.add(record.scalar_out)   # (read only by later records)
+        return active, nodes
 
     def useful_from(self, targets: list[Any]) -> tuple[set[int], set[int]]:
         """Backward pass: what can reach the targets (the rest is skipped)."""
         ids = {self.key(t) for t in targets if _is_array(t)}
         nodes = {t.node_on(self.tape) for t in targets if isinstance(t, TrackedScalar)} - {None}
+        if self.frozen is not None:
+            return self.frozen.remembered(self.frozen.usefulness,
+                                          (frozenset(ids), frozenset(nodes)),
+                                          lambda: self.spread_usefulness(ids, nodes))
+        return self.spread_usefulness(ids, nodes)
+
+    def spread_usefulness(self, ids: set[Any], nodes: set[int]) -> tuple[set, set]:
+        """``useful_from``'s pass: ``ids`` and ``nodes`` grown to what can reach them."""
         for record in reversed(self.records):
             if record.communicates or not ids.isdisjoint(record.writes) or (
                     record.scalar_out is not None and record.scalar_out in nodes):
