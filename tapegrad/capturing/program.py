@@ -98,6 +98,9 @@ class Program:
     returns_tuple: bool = False
     compiled: Any = None       # the ops' plan (backends/cpu/driver.py, backends/cuda/graphs.py)
     frozen: Frozen | None = None   # what its reverse sweeps work out once (CapturedRecord)
+    # per sweep kind (the slots whose shadows are given): its Reverse (capturing/reverse.py),
+    # or False where it stays a Python sweep
+    reverses: dict = field(default_factory=dict)
 
     # -- a call ---------------------------------------------------------------------------
 
@@ -140,6 +143,11 @@ class Program:
         elif kind == "copy":
             src, dst = value(op.refs[0]), value(op.refs[1])
             dst[...] = src.reshape(dst.shape)
+        elif kind == "add":        # (a reverse's ops: capturing/reverse.py)
+            src, dst = value(op.refs[0]), value(op.refs[1])
+            dst += src.reshape(dst.shape)
+        elif kind == "zero":
+            value(op.refs[0]).fill(0)
         elif kind == "scale":
             src, a, dst = (value(r) for r in op.refs)
             dst[...] = src * src.dtype.type(a)

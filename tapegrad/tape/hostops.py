@@ -184,6 +184,8 @@ class CopyRecord(Record):
     """``dst = src`` (copied, possibly reshaped): the adjoint adds ``dst``'s shadow, in
     ``src``'s shape, into ``src``'s."""
 
+    traceable = True
+
     def redirect(self, pos: int, copy: Any) -> None:
         pass
 
@@ -191,12 +193,17 @@ class CopyRecord(Record):
         src, dst = self.reads[0], self.writes[0]
         if src in sweep.active_ids:
             shadow = sweep.shadow(src, unwritten_ok=True)
-            bar = sweep.shadow(dst).reshape(shadow.shape)
+            dst_bar = sweep.shadow(dst)
+            bar = dst_bar.reshape(shadow.shape)
             if src in sweep.fresh:        # (no zeros to add to: a pass over it fewer)
                 shadow[...] = bar
                 sweep.written(src)
+                if sweep.trace is not None:
+                    sweep.trace.array_op("copy", shadow, dst_bar)
             else:
                 shadow += bar
+                if sweep.trace is not None:
+                    sweep.trace.array_op("add", shadow, dst_bar)
 
 
 @dataclass

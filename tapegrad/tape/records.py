@@ -29,6 +29,9 @@ class Record:
     # as one value (an allreduce), else 1.
     communicates: ClassVar[bool] = False
     copies: ClassVar[int] = 1
+    # Whether its adjoint tells a sweep's ``trace`` the array operations it runs (a captured
+    # program's reverse sweep, written down once and then run compiled: capturing/reverse.py)
+    traceable: ClassVar[bool] = False
 
     def backward(self, sweep: Any) -> None:
         raise NotImplementedError
@@ -44,6 +47,7 @@ class LaunchRecord(Record):
                  "float_at", "tracked_at", "released_at")
     __eq__ = object.__eq__               # one launch is one record (not Record's fields)
     __hash__ = object.__hash__
+    traceable = True
 
     def __init__(self, reads: tuple, writes: tuple, scalars_in: tuple, name: str, cfg: Any,
                  params: list[str], values: list[Any], ids: tuple, nd: tuple[int, ...],
@@ -113,9 +117,13 @@ class LaunchRecord(Record):
                 pattern), kept=self.needs)
         if replay is not None and (not sweep.aliased_given or len(shadows) < 2
                                    or not repeats(list(shadows.values()))):
+            if sweep.trace is not None:
+                sweep.trace.launch(self, replay, values, shadows)
             run_replay(self.cfg, replay, values, shadows, self.nd)
             sweep.last_replay = (self, replay, values, shadows, pattern)
             return
+        if sweep.trace is not None:
+            sweep.trace.fail(f"the adjoint of {self.name} runs by its general path")
         scalars = run_adjoint(self.cfg, tuple(values), shadows, *self.split(pattern)[:-1],
                                 kept=self.needs)
         if scalars:

@@ -93,6 +93,7 @@ class Sweep:
         self.position: int | None = None        # the record whose adjoint runs
         self.last_replay: tuple | None = None   # the replay it ran (LaunchRecord.backward)
         self.runs: dict | None = None    # the frozen tape's chain runs for this sweep (run)
+        self.trace: Any = None    # told the array operations the adjoints run (Record.traceable)
         self.activity_from(sources)
 
     def key(self, x: Any) -> Any:
@@ -126,19 +127,25 @@ class Sweep:
                     not active_ids.isdisjoint(record.reads)
                     or not active_nodes.isdisjoint(record.scalars_in)
                     or not active_ids.isdisjoint(record.writes)):
+                if self.trace is not None and not record.traceable:
+                    self.trace.fail(f"the adjoint of {record.name or type(record).__name__}")
                 record.backward(self)
             # no earlier record touches what this one made: its shadow is done, reuse the memory
             for ident in record.writes:
                 if first_use[ident] == k and ident not in requested and ident in current:
                     free.setdefault(ident.meta, []).append(current.pop(ident))
             head, self.last_replay = self.last_replay, None
-            if head is not None:         # the records below may replay it along a chain
+            if head is not None and self.trace is None:   # the records below may replay
+                # it along a chain (a traced sweep goes record by record: the trace's
+                # compiled form runs a chain as a loop of its own)
                 k -= chains.extend(self, records, k, head)
             k -= 1
         self.position = None
         self.runs = None
         for ident in self.fresh:         # given shadows no adjoint reached: zero gradients
             self.shadows[ident].fill(0)
+            if self.trace is not None:
+                self.trace.array_op("zero", self.shadows[ident])
         self.fresh = set()
         self.stand_ins = {}
         spares.keep(self.free)           # (only the sweep's own shadows are in it)
@@ -243,10 +250,14 @@ class Sweep:
                 sh = allocate(meta, zeroed=not unwritten_ok)
                 if unwritten_ok:
                     self.fresh.add(ident)
+                elif self.trace is not None:
+                    self.trace.array_op("zero", sh)
             self.shadows[ident] = sh
         if ident in self.fresh and not unwritten_ok:
             sh.fill(0)
             self.fresh.discard(ident)
+            if self.trace is not None:
+                self.trace.array_op("zero", sh)
         return sh
 
     def written(self, ident: Any) -> None:

@@ -40,12 +40,14 @@ class Stretch:
         self.fn(*call)
 
 
-def plan(program: Any, frame: Any) -> list[tuple[bool, Any]] | None:
+def plan(program: Any, frame: Any, storage: list[Any] | None = None
+         ) -> list[tuple[bool, Any]] | None:
     """``program``'s ops as (compiled, what): a ``Stretch`` for each stretch of two or more
     launches the CPU can run compiled, else the op's index; None if no stretch was found.
-    ``frame``: a call's arrays (the layouts every later call shares)."""
+    ``frame``: a call's arrays (the layouts every later call shares); ``storage``: per
+    array of the frame, what memory it is (default: ``storage_of(program)``)."""
     ops = program.ops
-    storage = _storage_of(program)
+    storage = storage_of(program) if storage is None else storage
     out: list[tuple[bool, Any]] = []
     k = 0
     while k < len(ops):
@@ -78,15 +80,15 @@ def _compilable(op: Any, program: Any, frame: Any) -> bool:
         run = _variant(op)
         return (isinstance(run, _Launcher) and run.compiled and not run.checked
                 and not run.lowered.pools and 0 not in op.nd)
-    if op.kind == "copy":
-        src, dst = (frame.arrays[k] for _, k in op.refs)
-        return (type(src) is np.ndarray and type(dst) is np.ndarray
-                and src.flags.c_contiguous and dst.flags.c_contiguous
-                and src.shape == dst.shape and src.dtype == dst.dtype)
+    if op.kind in ("copy", "add", "zero"):      # (a reverse's: capturing/reverse.py)
+        arrays = [frame.arrays[k] for _, k in op.refs]
+        return (all(type(x) is np.ndarray and x.flags.c_contiguous for x in arrays)
+                and all(x.size == arrays[0].size and x.dtype == arrays[0].dtype
+                        for x in arrays))
     return False
 
 
-def _storage_of(program: Any) -> list[Any]:
+def storage_of(program: Any) -> list[Any]:
     """Per slot, what memory it is: temporaries that share the program's scratch memory are
     one array (a replay's arguments take turns in it); every other slot its own."""
     storage = []
@@ -139,8 +141,10 @@ def _stretch(program: Any, storage: list[Any], start: int, stop: int) -> Stretch
         return kernels[id(run)]
 
     def call(op: Any) -> str:
-        if op.kind == "copy":
-            return f"_copy({array(op.refs[1][1])}, {array(op.refs[0][1])})"
+        if op.kind in ("copy", "add"):
+            return f"_{op.kind}({array(op.refs[1][1])}, {array(op.refs[0][1])})"
+        if op.kind == "zero":
+            return f"_zero({array(op.refs[0][1])})"
         run = _variant(op)
         args = [array(what) if kind == "a" else scalar((kind, what)) for kind, what in op.refs]
         groups = [-(-n // w) for n, w in zip(op.nd, run.groupsize)]
@@ -174,6 +178,16 @@ def _stretch(program: Any, storage: list[Any], start: int, stop: int) -> Stretch
         "    d, s = dst.reshape(-1), src.reshape(-1)",
         "    for i in range(d.size):",
         "        d[i] = s[i]", "", "",
+        "@numba.njit(cache=True, nogil=True)",
+        "def _add(dst, src):",
+        "    d, s = dst.reshape(-1), src.reshape(-1)",
+        "    for i in range(d.size):",
+        "        d[i] += s[i]", "", "",
+        "@numba.njit(cache=True, nogil=True)",
+        "def _zero(dst):",
+        "    d = dst.reshape(-1)",
+        "    for i in range(d.size):",
+        "        d[i] = 0", "", "",
         "@numba.njit(cache=True, nogil=True)",
         f"def stretch({', '.join(params)}):", *body, ""])
     module, _ = load_source(source, f"captured_{_safe(program.name)}")

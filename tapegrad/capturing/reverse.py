@@ -1,0 +1,153 @@
+"""A captured program's reverse sweep, written down once and then run as compiled code.
+
+The reverse sweep of a captured call (``CapturedRecord.backward``) is the trace tape's own
+sweep, pointed at the call's arrays.  Which adjoints it runs, on which shadows, zeroing what,
+depends on the records (fixed) and on the sweep's kind: which of the call's arrays have
+gradients wanted (``given``: the shadows the outer sweep hands it).  It does not depend on
+the values in the arrays or on the float arguments, which the adjoint kernels take as they
+are.  So the first sweep of a kind runs in Python with a ``ReverseTrace`` watching, and each
+adjoint tells it the array operations it runs (``Record.traceable``): launches of compiled
+adjoint kernels, zeroing, copies and additions of shadows.  When every operation was one of
+those, the trace becomes a ``Reverse``: the same operations over the call's arrays (the
+program's slots), the given shadows and buffers the program keeps for the shadows the sweep
+made, which later calls of that kind run without the sweep's Python; on the CPU each stretch
+of it is one compiled function (``backends/cpu/driver.py``, as the forward's stretches).
+
+A sweep that needs anything else (a scalar's gradient: a float argument differentiated, a
+scalar result; a host operation other than a copy; an adjoint by its general path; arrays
+other than NumPy's) stays a Python sweep, as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tapegrad.backends.cpu.driver import plan as cpu_plan
+from tapegrad.backends.cpu.driver import storage_of
+from tapegrad.capturing.program import Frame, Op
+from tapegrad.tape.arrays import repeats
+
+GIVEN, TEMP = "given", "temp"
+
+
+class ReverseTrace:
+    """What one Python sweep ran, in order: ``steps`` of (kind, fn, arguments, ndrange),
+    each argument an array (``("v", x)`` a value the adjoint reads, ``("any", x)`` one it
+    does not, ``("sh", x)`` a shadow) or a scalar reference (``("s", node)``, ``("c", value)``); ``failed``: why it cannot run
+    compiled (None: it can)."""
+
+    def __init__(self) -> None:
+        self.steps: list[tuple] = []
+        self.failed: str | None = None
+
+    def fail(self, why: str) -> None:
+        if self.failed is None:
+            self.failed = why
+
+    def array_op(self, kind: str, dst: Any, src: Any = None) -> None:
+        """``zero`` dst; ``copy`` src into dst; ``add`` src to dst (shadows, flattened)."""
+        refs = (("sh", dst),) if src is None else (("sh", src), ("sh", dst))
+        self.steps.append((kind, None, refs, ()))
+
+    def launch(self, record: Any, replay: Any, values: list, shadows: dict[str, Any]) -> None:
+        """The launches of ``record``'s replayed adjoint (``runtime.replay.run_replay``)."""
+        if 0 in record.nd:
+            self.fail(f"the adjoint of {record.name} over an empty ndrange")
+            return
+        for p in replay.zeroed:
+            self.array_op("zero", shadows[p])
+        args: list[tuple] = []
+        read = replay.adjoint.contents_read
+        for pos, v in enumerate(values):
+            if record.ids[pos] is not None:
+                # (an array whose contents the adjoint does not read may be a stand-in the
+                # sweep made for it: any array of its type will do)
+                args.append(("v" if record.params[pos] in read else "any", v))
+            elif pos in record.tracked_at:     # a float argument, or computed from one
+                args.append(("s", record.nodes[pos]))
+            else:
+                args.append(("c", v))
+        args += [("sh", shadows[p]) for p in replay.order]
+        for run, shaped_by in replay.steps:
+            if shaped_by is None:
+                self.steps.append(("launch", run, tuple(args), record.nd))
+            else:       # a gather kernel: over its shadow, the ndrange appended
+                self.steps.append(("launch", run,
+                                   tuple(args) + tuple(("c", n) for n in record.nd),
+                                   tuple(args[shaped_by][1].shape)))
+
+
+class Reverse:
+    """A sweep kind's operations (``ops``, as the program's) over a reverse frame: the call's
+    arrays (slots ``[0, S)``), then the given shadows, then the program's ``temps``."""
+
+    def __init__(self, program: Any, ops: list, n_given: int, temps: list[np.ndarray],
+                 storage: list[Any]):
+        self.program, self.ops, self.n_given, self.temps = program, ops, n_given, temps
+        self.storage = storage
+        self.name = f"{program.name} (reverse)"
+        self.compiled: Any = None
+
+    def __call__(self, frame: Frame, given: list[Any]) -> None:
+        rframe = Frame(frame.arrays + given + self.temps, frame.scalars)
+        if self.compiled is None:
+            self.compiled = cpu_plan(self, rframe, self.storage) or False
+        plan = self.compiled or [(False, k) for k in range(len(self.ops))]
+        for compiled, what in plan:
+            if compiled:
+                what(rframe)
+            else:
+                self.program.run_op(self.ops[what], what, rframe)
+
+
+def usable(given: list[Any]) -> bool:
+    """Whether a call's given shadows can go to a ``Reverse``: NumPy arrays, none twice."""
+    return all(type(g) is np.ndarray for g in given) and not repeats(given)
+
+
+def reverse_of(program: Any, frame: Frame, given: list[Any], trace: ReverseTrace) -> Any:
+    """The ``Reverse`` of a finished traced sweep over ``frame`` (its given shadows in
+    ``given``'s order), or None when it must stay a Python sweep."""
+    if trace.failed is not None or not trace.steps or not usable(given):
+        return None
+    slot_of: dict[int, int] = {}
+    for k, x in enumerate(frame.arrays):
+        if x is not None:
+            slot_of.setdefault(id(x), k)
+    base = len(frame.arrays)
+    given_of = {id(g): base + n for n, g in enumerate(given)}
+    temp_of: dict[Any, int] = {}
+    temps: list[np.ndarray] = []
+
+    def temp(key: Any, like: np.ndarray) -> int:
+        k = temp_of.get(key)
+        if k is None:
+            k = temp_of[key] = base + len(given) + len(temps)
+            temps.append(np.empty_like(like))
+        return k
+
+    def ref(arg: tuple) -> tuple | None:
+        kind, x = arg
+        if kind in ("s", "c"):
+            return arg
+        if type(x) is not np.ndarray:
+            return None
+        if kind == "v":                 # an array the adjoint reads: one of the call's
+            k = slot_of.get(id(x))
+            return None if k is None else ("a", k)
+        if kind == "any":               # one stand-in per type: runs of launches repeat
+            return ("a", temp((x.shape, x.dtype, x.strides, x.flags.writeable), x))
+        k = given_of.get(id(x))         # a shadow: given, or one the sweep made, for
+        return ("a", k if k is not None else temp(id(x), x))    # which the program keeps one
+
+    ops = []
+    for kind, fn, args, nd in trace.steps:
+        refs = tuple(ref(a) for a in args)
+        if any(r is None for r in refs):
+            return None
+        ops.append(Op(kind, fn=fn, refs=refs, nd=nd))
+    storage = storage_of(program) + [(GIVEN, n) for n in range(len(given))] \
+        + [(TEMP, n) for n in range(len(temps))]
+    return Reverse(program, ops, len(given), temps, storage)

@@ -1,0 +1,144 @@
+"""A captured program's reverse sweep, written down once and run compiled afterwards
+(``tapegrad/capturing/reverse.py``): its gradients are the uncaptured function's (to
+rounding, float64) on new data and parameters, per kind of sweep; sweeps it cannot write
+down stay Python sweeps and stay right."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad.backends.cpu.driver import Stretch
+from tapegrad.capturing.reverse import Reverse
+
+N = 16
+CPU = tg.CPU()
+
+
+@tg.kernel
+def react(u_new, u, k, K):
+    i = tg.index()
+    if i > 0 and i < u.shape[0] - 1:
+        u_new[i] = u[i] + k * (u[i + 1] - 2.0 * u[i] + u[i - 1]) - K[i] * u[i] * u[i] * u[i]
+    else:
+        u_new[i] = u[i]
+
+
+def simulate(u, K, a, b, steps=12):
+    u = tg.copy(u)
+    for s in range(steps):
+        u_new = np.empty_like(u)
+        react(CPU)(u_new, u, a if s < steps // 2 else b, K, ndrange=u.size)
+        u = u_new
+    return u
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(7)
+    return rng.uniform(-1, 1, N), rng.uniform(0.0, 0.05, N), rng.uniform(0.5, 1.5, N)
+
+
+def reverses(captured):
+    (program,) = next(iter(captured.programs.values()))
+    return program.reverses
+
+
+def test_a_nonlinear_simulations_reverse_runs_compiled_and_equals_the_python_one(data):
+    u0, K, w = data
+    captured = tg.capture(simulate)
+    rng = np.random.default_rng(0)
+    for a, b in ((0.2, 0.2), (0.2, 0.2), (0.3, 0.1), (0.15, 0.25)):
+        u = u0 + 0.1 * rng.standard_normal(N)        # new data each call
+        g = tg.gradient(lambda u, a=a, b=b: tg.dot(captured(u, K, a, b), w), u)[0]
+        g_plain = tg.gradient(lambda u, a=a, b=b: tg.dot(simulate(u, K, a, b), w), u)[0]
+        np.testing.assert_allclose(g, g_plain, rtol=1e-13, atol=1e-15)
+    (reverse,) = reverses(captured).values()
+    assert isinstance(reverse, Reverse)
+    # the launches, the copy's adjoint and the zeroing: compiled stretches only
+    assert reverse.compiled and all(isinstance(what, Stretch) for _, what in reverse.compiled)
+    assert captured.recordings == 1
+    # and against central differences along a random direction
+    d = rng.standard_normal(N)
+    h = 1e-6
+    f = lambda u: float(tg.dot(captured(u, K, 0.3, 0.1), w))   # noqa: E731
+    g = tg.gradient(lambda u: tg.dot(captured(u, K, 0.3, 0.1), w), u0)[0]
+    assert np.dot(g, d) == pytest.approx((f(u0 + h * d) - f(u0 - h * d)) / (2 * h), rel=1e-7)
+
+
+def test_each_kind_of_sweep_has_its_own_reverse_and_a_gradient_keeps_its_values(data):
+    u0, K, w = data
+    captured = tg.capture(simulate)
+    both = lambda u, K: tg.dot(captured(u, K, 0.2, 0.1), w)   # noqa: E731
+    plain = lambda u, K: tg.dot(simulate(u, K, 0.2, 0.1), w)  # noqa: E731
+    expected = tg.gradient(plain, u0, K)
+    kept = []
+    for _ in range(3):
+        gu, gK = tg.gradient(both, u0, K)
+        (gu_only,) = tg.gradient(lambda u: both(u, K), u0)
+        np.testing.assert_allclose(gu, expected[0], rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(gK, expected[1], rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(gu_only, expected[0], rtol=1e-13, atol=1e-15)
+        kept += [gu, gK, gu_only]
+    # (a gradient is the outer sweep's array, not a buffer the program reuses)
+    for g, want in zip(kept, [expected[0], expected[1], expected[0]] * 3):
+        np.testing.assert_allclose(g, want, rtol=1e-13, atol=1e-15)
+    kinds = reverses(captured)       # (u and K given, u alone; and the output's, both)
+    assert sorted(map(len, kinds)) == [2, 3]
+    assert all(isinstance(r, Reverse) for r in kinds.values())
+
+
+def test_a_float_argument_differentiated_stays_a_python_sweep(data):
+    u0, K, w = data
+    captured = tg.capture(simulate)
+    for _ in range(3):
+        g = tg.gradient(lambda u, a: tg.dot(captured(u, K, a, 0.1), w), u0, 0.2)
+        g_plain = tg.gradient(lambda u, a: tg.dot(simulate(u, K, a, 0.1), w), u0, 0.2)
+        np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-13, atol=1e-15)
+        assert g[1] == pytest.approx(g_plain[1], rel=1e-13)
+    assert reverses(captured) == {}
+
+
+def two_outputs(u, K):
+    v, z = np.empty_like(u), np.empty_like(u)
+    react(CPU)(v, u, 0.2, K, ndrange=u.size)
+    react(CPU)(z, K, 0.1, K, ndrange=u.size)      # does not depend on u
+    return v, z
+
+
+def test_an_output_no_adjoint_reaches_gets_its_zeros(data):
+    u0, K, w = data
+    captured = tg.capture(two_outputs)
+    for _ in range(3):
+        g = tg.gradient(lambda u: tg.dot(captured(u, K)[0], w) + tg.dot(captured(u, K)[1], w),
+                        u0)[0]
+        g_plain = tg.gradient(lambda u: tg.dot(two_outputs(u, K)[0], w)
+                              + tg.dot(two_outputs(u, K)[1], w), u0)[0]
+        np.testing.assert_allclose(g, g_plain, rtol=1e-13, atol=1e-15)
+
+
+@tg.kernel
+def square(y, x):
+    i = tg.index()
+    y[i] = x[i] * x[i]
+
+
+def head_squared(x):
+    u = tg.copy(x)
+    y = np.empty(x.size - 4)
+    square(CPU)(y, u, ndrange=y.size)     # reads u[:-4] only: u's shadow needs its zeros
+    return y
+
+
+def test_a_reverse_assumes_nothing_of_what_its_buffers_held_before(data):
+    u0, _, w = data
+    captured = tg.capture(head_squared)
+    expected = np.concatenate([2 * u0[:-4] * w[:-4], np.zeros(4)])
+    for _ in range(3):
+        g = tg.gradient(lambda x: tg.dot(captured(x), w[:-4]), u0)[0]
+        np.testing.assert_allclose(g, expected, rtol=1e-15)
+        for reverse in reverses(captured).values():
+            for buffer in reverse.temps:       # whatever they hold between calls
+                buffer.fill(np.nan)
+    assert len(reverses(captured)) == 1
