@@ -442,12 +442,15 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
     z, dx = backend.allocate(np.float32, (n,)), backend.allocate(np.float32, (n,))
     launcher, nd, _ = prepare(cfg, (z, 0.5, x, y), n)
 
-    def chain(x: Any) -> Any:
+    def states(x: Any) -> Any:
         for _ in range(steps):
             out = backend.allocate(np.float32, (n,))
             cfg(out, 0.5, x, y, ndrange=n)
             x = out
-        return tg.sum(x)
+        return x
+
+    def chain(x: Any) -> Any:
+        return tg.sum(states(x))
 
     def record() -> Any:
         tape = tg.Tape(watch_changes=False)
@@ -467,13 +470,19 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
             chains.enabled = True
 
     captured = tg.capture(chain)
+    captured_states = tg.capture(states)     # the loss outside: a compiled reverse
+
+    def loss_outside(x: Any) -> Any:
+        return tg.sum(captured_states(x))
+
     repeats = 5 if quick else 20
     tape, loss = record()
     tape.gradient(loss, x)
     autodiff()
-    for _ in range(2):      # records, then compiles its replay
+    for _ in range(3):      # records, then compiles its replay (and its reverse)
         captured(x)
         tg.gradient(captured, x)
+        tg.gradient(loss_outside, x)
     us = {
         "kernel_call": _median_ms(lambda: [launcher((z, 0.5, x, y), nd) for _ in range(steps)],
                                   repeats) * 1e3 / steps,
@@ -485,6 +494,8 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
         "autodiff": _median_ms(lambda: [autodiff() for _ in range(steps)], repeats) * 1e3 / steps,
         "captured_replay": _median_ms(lambda: captured(x), repeats) * 1e3 / steps,
         "captured_gradient": _median_ms(lambda: tg.gradient(captured, x), repeats) * 1e3 / steps,
+        "captured_reverse": _median_ms(lambda: tg.gradient(loss_outside, x),
+                                       repeats) * 1e3 / steps,
     }
     us.update(_captured_kernels_alone(captured, x, repeats, steps))
     print(f"\nper launch of a {n}-element kernel (all overhead): compiled kernel called "
@@ -497,7 +508,9 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
              f"{us['captured_overhead']:.2f} us of replay overhead per launch"
              if "compiled_kernels" in us else "")
     print(f"captured (tg.capture) chain of {steps}: replayed {us['captured_replay']:.2f} us per "
-          f"launch{split}; its gradient {us['captured_gradient']:.2f} us per launch")
+          f"launch{split}; its gradient {us['captured_gradient']:.2f} us per launch (its loss "
+          f"captured too: a Python reverse sweep), {us['captured_reverse']:.2f} us (the loss "
+          "outside: the reverse compiled, tapegrad/capturing/reverse.py)")
     return us
 
 
