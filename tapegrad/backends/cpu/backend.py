@@ -162,6 +162,15 @@ def launch_threads() -> int:
     return thread_count.for_launch(_thread_count())
 
 
+def pool_shape(a: np.ndarray, nd: int, ndrange: tuple[int, ...], chunks: int) -> tuple:
+    """The shape of the per-task copies of ``a`` (rank ``nd``) a launch over ``ndrange`` in
+    ``chunks`` tasks adds into (``_Launcher.pools``)."""
+    items = 1
+    for n in ndrange:
+        items *= n
+    return (chunks,) + a.shape if chunks * a.size <= 8 * items else (1,) * (nd + 1)
+
+
 class _Launcher:
     """Calls a compiled kernel; the first call compiles it (and reports failures at the
     user's line)."""
@@ -243,13 +252,10 @@ class _Launcher:
         pay (tasks x size <= 8 x work-items), else one element.  All zero, as each launch
         leaves them; kept for the next launch (per thread, a few shapes), so that a launch
         does not take fresh pages from the system and fault on each of them."""
-        items = 1
-        for n in ndrange:
-            items *= n
         out = []
         for pos, nd in self.lowered.pools:
             a = args[pos]
-            shape = (chunks,) + a.shape if chunks * a.size <= 8 * items else (1,) * (nd + 1)
+            shape = pool_shape(a, nd, ndrange, chunks)
             key = (threading.get_ident(), pos, shape, a.dtype)
             pool = self.pool_cache.get(key)
             if pool is None:
