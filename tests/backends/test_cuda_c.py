@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad.backends.c.printer import CUDA, OPENCL, CPrinter
+from tapegrad.backends.c.printer import CUDA, OPENCL, CPrinter, kernel_symbol
 from tapegrad.backends.cuda.nvrtc import compile_cuda
 from tapegrad.backends.structure import device_functions
 from tapegrad.frontend import kernel_ir
@@ -27,6 +27,8 @@ CASES = {
     "float32_literals": (corpus.float32_literals,
                          (np.zeros(3, np.float32), np.zeros(3, np.float32)), 1, (64,)),
     "saxpy": (corpus.saxpy, (np.zeros(3), 1.0, np.zeros(3)), 1, (256,)),
+    "named_step": (corpus.step, (np.zeros(3), np.zeros(3), 0.5), 1, (64,)),
+    "named_exp": (corpus.exp, (np.zeros(3), np.zeros(3)), 1, (64,)),
     "tree_sums": (corpus.tree_sums, (np.zeros(2), np.zeros(128)), 1, (64,)),
     "private_slots": (corpus.private_slots, (np.zeros(3), np.zeros(3)), 1, (64,)),
     "tiled_matmul": (tiled_matmul, (np.zeros((8, 8)),) * 3, 2, (TILE, TILE)),
@@ -41,7 +43,8 @@ CASES = {
 def _printed(kernel, args, rank, groupsize, dialect) -> tuple[str, str]:
     tk = specialize(kernel_ir(kernel), check_args(kernel, tg.CPU(), args), rank, groupsize,
                     kernel_ir)
-    return tk.name, CPrinter(tk, dialect).module(device_functions(tk))
+    # (kernels named as C reserves, step or exp, are step_kernel and exp_kernel in C)
+    return kernel_symbol(tk.name), CPrinter(tk, dialect).module(device_functions(tk))
 
 
 @pytest.fixture(scope="module")

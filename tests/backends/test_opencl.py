@@ -66,6 +66,32 @@ def test_a_saxpy_over_ragged_workgroups(cl):
     assert "__kernel void saxpy(" in saxpy.source(backend=cl)
 
 
+@tg.kernel
+def step(u_new, u, k):           # (OpenCL C has a built-in step(); C has exp(), CUDA too)
+    i = tg.index()
+    u_new[i] = u[i] + k * u[i] * u[i]
+
+
+@tg.kernel
+def exp(Y, X):
+    i = tg.index()
+    Y[i] = math.exp(X[i])
+
+
+def test_kernels_named_as_c_reserves_run_and_differentiate(cl):
+    x = np.random.default_rng(2).random(100)
+    u, y = on(cl, np.zeros(100)), on(cl, np.zeros(100))
+    step(cl)(u, on(cl, x), 0.5, ndrange=100)
+    exp(cl)(y, on(cl, x), ndrange=100)
+    np.testing.assert_allclose(u.get(), x + 0.5 * x * x, rtol=1e-15)
+    np.testing.assert_allclose(y.get(), np.exp(x), rtol=1e-14)
+    assert "__kernel void step_kernel(" in step.source(backend=cl)
+    xd, du = on(cl, x), on(cl, np.zeros(100))
+    tg.autodiff(tg.Reverse, step(cl), tg.Const, tg.DuplicatedNoNeed(u, on(cl, np.ones(100))),
+                tg.Duplicated(xd, du), 0.5, ndrange=100)
+    np.testing.assert_allclose(du.get(), 1.0 + x, rtol=1e-15)
+
+
 def test_control_flow_and_pythons_arithmetic_agree_with_the_cpu(cl):
     A = np.random.default_rng(1).random((37, 21))
     B = np.zeros_like(A)

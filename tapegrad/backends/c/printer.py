@@ -88,6 +88,36 @@ CUDA = Dialect(
     local_ptr="", barrier="__syncthreads();")
 
 _CUDA_AXES = "xyz"
+
+# Names a kernel may not take in C: keywords and type names of C, OpenCL C and CUDA, and the
+# built-in functions of OpenCL C (CUDA's math functions are C's: among them).  A kernel
+# named ``step`` or ``dot`` (OpenCL's) or ``exp`` (both) is emitted as ``step_kernel``.
+_RESERVED = frozenset("""
+    auto break case char const continue default do double else enum extern float for goto if
+    inline int long register restrict return short signed sizeof static struct switch typedef
+    union unsigned void volatile while bool half uchar ushort uint ulong size_t ptrdiff_t
+    intptr_t uintptr_t kernel global local constant private read_only write_only read_write
+    image2d_t image3d_t sampler_t event_t true false class new delete template this
+    acos acosh acospi asin asinh asinpi atan atan2 atanh atanpi atan2pi cbrt ceil copysign
+    cos cosh cospi erfc erf exp exp2 exp10 expm1 fabs fdim floor fma fmax fmin fmod fract
+    frexp hypot ilogb ldexp lgamma lgamma_r log log2 log10 log1p logb mad maxmag minmag modf
+    nan nextafter pow pown powr remainder remquo rint rootn round rsqrt sin sincos sinh sinpi
+    sqrt tan tanh tanpi tgamma trunc abs abs_diff add_sat hadd rhadd clamp clz ctz mad_hi
+    mad_sat max min mul_hi rotate sub_sat upsample popcount mad24 mul24 degrees mix radians
+    step smoothstep sign cross dot distance length normalize isequal isnotequal isgreater
+    isgreaterequal isless islessequal islessgreater isfinite isinf isnan isnormal isordered
+    isunordered signbit any all bitselect select barrier mem_fence read_mem_fence
+    write_mem_fence prefetch printf wait_group_events shuffle shuffle2 assert main
+    """.split())
+_RESERVED_PREFIXES = ("get_", "atomic_", "atom_", "native_", "half_", "convert_", "as_",
+                      "vload", "vstore", "async_", "fast_", "__", "_Z")
+
+
+def kernel_symbol(name: str) -> str:
+    """The name kernel ``name`` has in generated C: its own, unless C, OpenCL C or CUDA
+    reserves it (a kernel named ``step`` clashed with OpenCL's ``step()``)."""
+    reserved = name in _RESERVED or name.startswith(_RESERVED_PREFIXES)
+    return f"{name}_kernel" if reserved else name
 STATIC_SHARED_LIMIT = 0xC000    # CUDA's static shared memory per block (48 KiB); more is dynamic
 _ITEMSIZE = {"float64": 8, "float32": 4, "int64": 8, "int32": 4, "bool": 1}
 # An Active scalar's sum goes to 64 slots 128 bytes apart, a workgroup's to slot (its index
@@ -200,7 +230,7 @@ class CPrinter:
     def _kernel(self) -> list[str]:
         tk, d = self.tk, self.d
         params = self._params(tk) + [f"const {d.int64} _n{k}" for k in range(tk.rank)]
-        out = [f"{d.kernel} {tk.name}({', '.join(params)}) {{"]
+        out = [f"{d.kernel} {kernel_symbol(tk.name)}({', '.join(params)}) {{"]
         r, W = tk.rank, tk.groupsize
         for k in range(r):
             axis = r - 1 - k                  # the last dimension runs along the device's first

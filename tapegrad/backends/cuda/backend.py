@@ -16,7 +16,7 @@ import numpy as np
 from tapegrad.backends.base import Backend
 from tapegrad.backends.c.arguments import packer
 from tapegrad.backends.c.printer import CUDA as CUDA_DIALECT
-from tapegrad.backends.c.printer import SCALAR_SUM_SIZE, CPrinter
+from tapegrad.backends.c.printer import SCALAR_SUM_SIZE, CPrinter, kernel_symbol
 from tapegrad.backends.cuda.arrays import CUDA_ARRAYS
 from tapegrad.backends.cuda.device import cupy_module, limits_of, load_function
 from tapegrad.backends.cuda.limits import check_function, launch_shape
@@ -80,10 +80,10 @@ class CUDA(Backend):
     def compile(self, tk: TypedKernel) -> _Launcher:
         printer = CPrinter(tk, CUDA_DIALECT)
         source = printer.module(device_functions(tk))
-        binary = compile_cuda(source, tk.name, self.limits.arch)
+        binary = compile_cuda(source, kernel_symbol(tk.name), self.limits.arch)
         driver = self.cupy.cuda.driver
         with self.cupy.cuda.Device(self.device):
-            function = load_function(self.cupy, binary, tk.name)
+            function = load_function(self.cupy, binary, kernel_symbol(tk.name))
             dynamic = printer.dynamic_bytes
             check_function(tk, self.limits, printer.shared_bytes,
                            driver.funcGetAttribute(_MAX_THREADS_PER_BLOCK, function.ptr),

@@ -9,7 +9,7 @@ import numpy as np
 
 from tapegrad.backends.base import Backend
 from tapegrad.backends.c.arguments import packer
-from tapegrad.backends.c.printer import OPENCL, SCALAR_SUM_SIZE, CPrinter
+from tapegrad.backends.c.printer import OPENCL, SCALAR_SUM_SIZE, CPrinter, kernel_symbol
 from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
 from tapegrad.backends.opencl.device import arrays_on, devices, queue
 from tapegrad.backends.registry import ArrayKind
@@ -73,7 +73,7 @@ class OpenCL(Backend):
             raise KernelCompileError(
                 f"{tk.name}: the OpenCL compiler refused the generated code ({e}); this is "
                 f"tapegrad's bug: please report it with kern.source(backend=...)") from None
-        return _Launcher(getattr(program, tk.name), source, tk, self.queue)
+        return _Launcher(getattr(program, kernel_symbol(tk.name)), source, tk, self.queue)
 
 
 def opencl_devices() -> list[str]:
