@@ -29,6 +29,8 @@ CASES = {
     "saxpy": (corpus.saxpy, (np.zeros(3), 1.0, np.zeros(3)), 1, (256,)),
     "named_step": (corpus.step, (np.zeros(3), np.zeros(3), 0.5), 1, (64,)),
     "named_exp": (corpus.exp, (np.zeros(3), np.zeros(3)), 1, (64,)),
+    "variables_named_as_c_words": (corpus.halve, (np.zeros(3), np.zeros(3), 1.0, 0.5), 1,
+                                   (64,)),
     "tree_sums": (corpus.tree_sums, (np.zeros(2), np.zeros(128)), 1, (64,)),
     "private_slots": (corpus.private_slots, (np.zeros(3), np.zeros(3)), 1, (64,)),
     "tiled_matmul": (tiled_matmul, (np.zeros((8, 8)),) * 3, 2, (TILE, TILE)),

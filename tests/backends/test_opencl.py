@@ -92,6 +92,31 @@ def test_kernels_named_as_c_reserves_run_and_differentiate(cl):
     np.testing.assert_allclose(du.get(), 1.0 + x, rtol=1e-15)
 
 
+@tg.kernel
+def halve(y, local, constant, exp):
+    i = tg.index()
+    half = local[i] * 0.5          # (OpenCL C: local, constant and half are its words)
+    y[i] = half + constant + math.exp(exp)
+
+
+@tg.kernel
+def longer(y, x):
+    i = tg.index()
+    long = x[i] * 2.0
+    y[i] = long
+
+
+def test_variables_named_as_c_reserves_are_renamed_or_refused(cl):
+    x = np.random.default_rng(3).random(50)
+    y = on(cl, np.zeros(50))
+    halve(cl)(y, on(cl, x), 1.0, 0.5, ndrange=50)
+    np.testing.assert_allclose(y.get(), 0.5 * x + 1.0 + np.exp(0.5), rtol=1e-15)
+    source = halve.source(backend=cl)
+    assert "__global double *local_," in source and "exp(exp_)" in source
+    with pytest.raises(tg.KernelSyntaxError, match="a variable named 'long' is a word of C"):
+        longer(cl)(y, on(cl, x), ndrange=50)
+
+
 def test_control_flow_and_pythons_arithmetic_agree_with_the_cpu(cl):
     A = np.random.default_rng(1).random((37, 21))
     B = np.zeros_like(A)

@@ -26,6 +26,7 @@ Atomics call a helper per operation, type and memory (``CPrinter.atomic_helper``
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 
 from tapegrad.backends.returns import eliminate_returns
@@ -111,6 +112,24 @@ _RESERVED = frozenset("""
     """.split())
 _RESERVED_PREFIXES = ("get_", "atomic_", "atom_", "native_", "half_", "convert_", "as_",
                       "vload", "vstore", "async_", "fast_", "__", "_Z")
+
+
+# C words the printer writes itself (a variable of that name cannot be renamed in the text)
+_PRINTED_WORDS = frozenset("""
+    auto break case char const continue default do double else enum extern float for goto if
+    inline int long register restrict return short signed sizeof static struct switch typedef
+    union unsigned void volatile while bool uchar""".split())
+
+
+def _renamed(lines: list[str], names: set[str]) -> list[str]:
+    """``lines`` of C with the user's variables in ``names`` (named as C reserves: a local
+    ``half``, an argument ``local``) renamed ``<name>_``: every whole word that is one, except
+    where it is called (the built-in function of that name: variables are never called)."""
+    if not names:
+        return lines
+    word = re.compile(r"\b(" + "|".join(sorted(names)) + r")\b(?!\s*\()")
+    return [line if line.lstrip().startswith("//") else word.sub(r"\1_", line)
+            for line in lines]
 
 
 def kernel_symbol(name: str) -> str:
@@ -225,6 +244,13 @@ class CPrinter:
         if self.d.preamble:
             head.append(self.d.preamble)
         head += [f"#pragma OPENCL EXTENSION {e} : enable" for e in sorted(self.pragmas)]
+        names = {n for k in [*callees, self.tk] for n in [*k.ir.params, *k.locals]}
+        clash = sorted(names & _PRINTED_WORDS)
+        if clash:
+            raise self._fail(self.tk, None, f"a variable named '{clash[0]}' is a word of C "
+                                            "that the generated code uses itself: rename it "
+                                            "to run the kernel on a GPU")
+        body = _renamed(body, {n for n in names if kernel_symbol(n) != n})
         return "\n".join(head + [""] + list(self.helpers.values()) + [""] + body) + "\n"
 
     def _kernel(self) -> list[str]:
