@@ -118,7 +118,8 @@ _RESERVED_PREFIXES = ("get_", "atomic_", "atom_", "native_", "half_", "convert_"
 _PRINTED_WORDS = frozenset("""
     auto break case char const continue default do double else enum extern float for goto if
     inline int long register restrict return short signed sizeof static struct switch typedef
-    union unsigned void volatile while bool uchar""".split())
+    union unsigned void volatile while bool uchar threadIdx blockIdx blockDim gridDim
+    warpSize""".split())
 
 
 def _renamed(lines: list[str], names: set[str]) -> list[str]:
