@@ -47,6 +47,8 @@ class Slot:
     kept: bool = False
     written: bool = False
     layout: tuple = ()
+    used_at: str = ""        # the user's line of the first operation on it ("file:line")
+    written_at: str = ""     # ... of the first that wrote it
 
 
 @dataclass
@@ -259,8 +261,9 @@ def build(tape: TraceTape, fn: Any, args: tuple, params: list[tuple[int, int]], 
     for slot in slots:
         if slot.kind == CONST and slot.written:
             raise CaptureError(
-                f"{name} writes an array of shape {tuple(slot.proto.shape)} that it was not "
-                "given and did not make (a global's or a closure's): a replay would write it "
+                f"{_at(slot.written_at)}{name} writes an array of shape "
+                f"{tuple(slot.proto.shape)} that it was not given and did not make (a "
+                "global's or a closure's): a replay would write it "
                 "without the function's Python to say so. Pass it as an argument (or return "
                 "a new array)")
     rebind = _rebind(tape, slots, slot_of)
@@ -280,7 +283,30 @@ def build(tape: TraceTape, fn: Any, args: tuple, params: list[tuple[int, int]], 
 
 
 def _op(step: Step, tape: TraceTape, slots: list[Slot], slot_of: Any, name: str) -> Op:
-    """The operation that ``step`` of the trace stands for."""
+    """The operation that ``step`` of the trace stands for (its slots told where it is)."""
+    op = _op_of(step, tape, slots, slot_of, name)
+    for kind, k in op.refs:
+        if kind == "a":
+            slots[k].used_at = slots[k].used_at or step.where
+    if op.kind in ("launch", "copy", "scale"):
+        for kind, k in op.refs:
+            if kind == "a" and slots[k].written and not slots[k].written_at and (
+                    op.kind != "launch" or _launch_writes(step, op, k)):
+                slots[k].written_at = step.where
+    return op
+
+
+def _launch_writes(step: Step, op: Op, k: int) -> bool:
+    return any(ref == ("a", k) and step.record.ids[pos] in step.record.writes
+               for pos, ref in enumerate(op.refs))
+
+
+def _at(where: str) -> str:
+    """A message's prefix naming the user's line (``file:line: ``), if known."""
+    return f"{where}: " if where else ""
+
+
+def _op_of(step: Step, tape: TraceTape, slots: list[Slot], slot_of: Any, name: str) -> Op:
     record = step.record
     if step.kind == "launch":
         refs = []
@@ -318,7 +344,8 @@ def _op(step: Step, tape: TraceTape, slots: list[Slot], slot_of: Any, name: str)
                      for node, c in zip(record.inputs, record.constants))
         return Op("scalar", record.rule, refs, out=record.scalar_out, name=record.name)
     raise CaptureError(
-        f"{name} uses {record.name or type(record).__name__}, which a captured function cannot "
+        f"{_at(step.where)}{name} uses {record.name or type(record).__name__}, which a "
+        "captured function cannot "
         "replay yet (it replays kernel launches, tg.copy, tg.reshape, tg.scale, tg.sum, "
         "tg.mean, tg.dot, tg.norm and arithmetic on their results); call it outside the "
         "captured function, or do not capture this one")
@@ -392,22 +419,22 @@ def _check_origins(fn: Any, args: tuple, slots: list[Slot], name: str) -> None:
         base = owner(x)
         if slot.kind == TEMP and (id(x) in outside or id(base) in outside):
             raise CaptureError(
-                f"{name} writes an array of shape {tuple(x.shape)} that it was not given and "
-                "did not make (a buffer from outside, reached through a closure, a global or "
+                f"{_at(slot.written_at)}{name} writes an array of shape {tuple(x.shape)} that "
+                "it was not given and did not make (a buffer from outside, reached through a closure, a global or "
                 "self): a replay would not write that buffer. Pass it as an argument, or make "
                 "it inside the function (np.empty_like)")
         if slot.kind == CONST and id(x) not in outside and id(base) not in outside \
                 and id(base) not in made:
             raise CaptureError(
-                f"{name} reads an array of shape {tuple(x.shape)} that no recorded operation "
-                "wrote and that it was not given: made by host code inside the function "
+                f"{_at(slot.used_at)}{name} reads an array of shape {tuple(x.shape)} that no "
+                "recorded operation wrote and that it was not given: made by host code inside the function "
                 "(NumPy, say), which a replay does not run: every replay would read the first "
                 "call's contents. Make it outside the captured function (a closure's or a "
                 "global's constant), pass it as an argument, or make it with a kernel")
         if base is not x and id(base) in made and (slot.kind == CONST or
                                                    made[id(base)] != "an array it made"):
             raise CaptureError(
-                f"{name} passes a view of {made[id(base)]} (shape {tuple(x.shape)} of "
+                f"{_at(slot.used_at)}{name} passes a view of {made[id(base)]} (shape {tuple(x.shape)} of "
                 f"{tuple(base.shape)}) to a recorded operation; a captured function does not "
                 "replay views of its arguments or of arrays it made yet: pass whole arrays "
                 "and let the kernel's indices pick the part")

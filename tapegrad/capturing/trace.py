@@ -6,13 +6,29 @@ program."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 from tapegrad.runtime.launch import prepare
 from tapegrad.tape.records import LaunchRecord
 from tapegrad.tape.scalars import TrackedScalar, concretized, plain
 from tapegrad.tape.tape import Tape
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def user_line() -> str:
+    """``file:line`` of the innermost caller outside tapegrad (what a first call's error
+    names: the trace records it per step, once, on the first call)."""
+    frame = sys._getframe(1)
+    # (past tapegrad's frames and generated ones: a dataclass's __init__ is "<string>")
+    while frame is not None and frame.f_code.co_filename.startswith((_PACKAGE, "<")):
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
 @dataclass
@@ -27,6 +43,7 @@ class Step:
     launcher: Any = None
     args: tuple = ()
     nd: tuple[int, ...] = ()
+    where: str = field(default_factory=user_line)     # the user's line that did it
 
 
 @dataclass

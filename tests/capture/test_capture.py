@@ -4,7 +4,9 @@ differs (or refuses, strictly), and refuses what it could not replay faithfully.
 
 from __future__ import annotations
 
+import inspect
 import math
+import re
 
 import numpy as np
 import pytest
@@ -145,6 +147,13 @@ def test_forward_mode_runs_the_python(u0):
     np.testing.assert_allclose(dy, dy_plain, rtol=1e-13)
 
 
+def _line(fn, text: str) -> str:
+    """``test_capture.py:<line>`` of the line of ``fn`` holding ``text``, for a match."""
+    lines, start = inspect.getsourcelines(fn)
+    at = start + next(k for k, line in enumerate(lines) if text in line)
+    return re.escape(f"test_capture.py:{at}")
+
+
 def test_what_a_replay_could_not_do_faithfully_is_refused(u0):
     buffer = np.empty(N)
 
@@ -152,7 +161,9 @@ def test_what_a_replay_could_not_do_faithfully_is_refused(u0):
         diffuse(CPU)(buffer, u, 0.1, ndrange=u.size)
         return tg.sum(buffer)
 
-    with pytest.raises(tg.CaptureError, match="did not make.*Pass it as an argument"):
+    # (each names the line of the operation, in the user's file)
+    with pytest.raises(tg.CaptureError, match=_line(into_closure, "(buffer, u") +
+                       ": into_closure writes.*did not make.*Pass it as an argument"):
         tg.capture(into_closure)(u0)
 
     def view_of_argument(u):
@@ -160,7 +171,8 @@ def test_what_a_replay_could_not_do_faithfully_is_refused(u0):
         diffuse(CPU)(v, u[1:-1], 0.1, ndrange=N - 2)
         return v
 
-    with pytest.raises(tg.CaptureError, match="a view of argument 0"):
+    with pytest.raises(tg.CaptureError, match=_line(view_of_argument, "u[1:-1]") +
+                       ": view_of_argument passes a view of argument 0"):
         tg.capture(view_of_argument)(u0)
 
     captured = tg.capture(simulate)      # (by name is by position)
@@ -177,7 +189,8 @@ def test_what_a_replay_could_not_do_faithfully_is_refused(u0):
         diffuse(CPU)(v, noise, 0.1, ndrange=N)
         return tg.dot(v, u)
 
-    with pytest.raises(tg.CaptureError, match=r"made by host code inside the function.*"
+    with pytest.raises(tg.CaptureError, match=_line(made_by_numpy, "(v, noise") +
+                       r": made_by_numpy reads .*made by host code inside the function.*"
                        "read the first call's contents"):
         tg.capture(made_by_numpy)(u0)
 
