@@ -21,6 +21,7 @@ import numpy as np
 
 from tapegrad.backends.cpu.driver import plan as cpu_plan
 from tapegrad.backends.cuda.graphs import plan as cuda_plan
+from tapegrad.backends.opencl.queue import plan as opencl_plan
 from tapegrad.capturing.trace import Step, TraceTape
 from tapegrad.errors import CaptureError
 from tapegrad.tape.arrays import empty_like, is_array
@@ -121,9 +122,11 @@ class Program:
     def run(self, frame: Frame) -> None:
         """The forward operations on ``frame`` (GuardFailed where a branch differs): the
         stretches of CPU launches compiled into one function each, of CUDA launches recorded
-        as one CUDA graph each (the first replay prepares them), the rest one by one."""
+        as one CUDA graph each, of OpenCL launches packed once (the first replay prepares
+        them), the rest one by one."""
         if self.compiled is None:
-            self.compiled = cpu_plan(self, frame) or cuda_plan(self, frame) or False
+            self.compiled = cpu_plan(self, frame) or cuda_plan(self, frame) \
+                or opencl_plan(self, frame) or False
         plan = self.compiled or [(False, k) for k in range(len(self.ops))]
         for compiled, what in plan:
             if compiled:

@@ -201,7 +201,7 @@ def test_what_a_replay_could_not_do_faithfully_is_refused(u0):
         tg.capture(two_scalars)(u0)
 
 
-def test_on_opencl_arrays_the_ops_replay_one_by_one(u0):
+def test_on_opencl_arrays_the_launches_replay_packed_in_advance(u0):
     import pyopencl.array as cla
     cl = tg.OpenCL()
 
@@ -220,6 +220,11 @@ def test_on_opencl_arrays_the_ops_replay_one_by_one(u0):
         np.testing.assert_allclose(g[0].get(), g_plain[0].get(), rtol=1e-12)
         assert g[1] == pytest.approx(g_plain[1], rel=1e-12)
     assert captured.recordings == 1
+    # (the six launches: one run packed once, kappa put in its place per call)
+    (program,) = captured.programs[next(iter(captured.programs))]
+    queued = [what for packed, what in program.compiled if packed]
+    assert [type(q).__name__ for q in queued] == ["QueuedLaunches"]
+    assert queued[0].stop - queued[0].start == 6
 
 
 def test_inside_a_pytorch_function(u0):

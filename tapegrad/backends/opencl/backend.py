@@ -90,13 +90,17 @@ class _Launcher:
         self.pack = packer(tk.ir.params, tk.argtypes, _buffer)
 
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
-        values = self.pack(args, ndrange)
+        global_, local = self.sizes(ndrange)
+        self.kernel(self.queue, global_, local, *self.pack(args, ndrange))
+
+    def sizes(self, ndrange: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """The global and local sizes of a launch over ``ndrange``: the ndrange's last
+        dimension is the device's first (consecutive work-items touch consecutive elements
+        of row-major arrays)."""
         r, W = len(ndrange), self.groupsize
-        # the ndrange's last dimension is the device's first (consecutive work-items touch
-        # consecutive elements of row-major arrays)
         local = tuple(W[r - 1 - k] for k in range(r))
         global_ = tuple(-(-ndrange[r - 1 - k] // W[r - 1 - k]) * W[r - 1 - k] for k in range(r))
-        self.kernel(self.queue, global_, local, *values)
+        return global_, local
 
 
 def _buffer(name: str, a: Any) -> Any:

@@ -1,0 +1,70 @@
+"""A captured program's launches on OpenCL, packed in advance (``tapegrad/capturing``).
+
+A launch packs its arguments each time (an array's buffer and extents, each scalar as a
+NumPy scalar of its C type) before PyOpenCL enqueues it.  In a captured program only the
+arrays change from call to call (a call's inputs and results; the extents are the
+recording's) and the float parameters: so each run of consecutive launches is packed once,
+and a call puts its buffers and parameters into their places and enqueues the kernels one
+after another, with nothing else between them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tapegrad.backends.opencl.backend import _Launcher
+
+
+class QueuedLaunches:
+    """Ops ``[start, stop)`` of ``program`` (all OpenCL launches) packed for ``frame``'s
+    kind of arrays: per launch its kernel, queue, sizes, packed arguments, and where the
+    call's buffers (slot) and parameters (node, C type) go in them."""
+
+    def __init__(self, program: Any, start: int, stop: int, frame: Any):
+        self.start, self.stop = start, stop
+        self.launches = []
+        for op in program.ops[start:stop]:
+            run = op.fn
+            values = [frame.arrays[what] if kind == "a" else frame.scalars[what]
+                      if kind == "s" else what for kind, what in op.refs]
+            packed = run.pack(tuple(values), op.nd)
+            arrays, params, at = [], [], 0
+            for (kind, what), value in zip(op.refs, values):
+                if kind == "a":
+                    arrays.append((at, what))
+                    at += 1 + value.ndim           # its buffer, then its extents
+                else:
+                    if kind == "s":
+                        params.append((at, what, type(packed[at])))
+                    at += 1
+            global_, local = run.sizes(op.nd)
+            self.launches.append((run.kernel, run.queue, global_, local, packed, arrays,
+                                  params))
+
+    def __call__(self, frame: Any) -> None:
+        arrays, scalars = frame.arrays, frame.scalars
+        for kernel, queue, global_, local, packed, at_arrays, at_params in self.launches:
+            values = list(packed)
+            for at, k in at_arrays:
+                values[at] = arrays[k].base_data
+            for at, node, ctype in at_params:
+                values[at] = ctype(scalars[node])
+            kernel(queue, global_, local, *values)
+
+
+def plan(program: Any, frame: Any) -> list[tuple[bool, Any]] | None:
+    """``program``'s ops as (queued, what): a ``QueuedLaunches`` for each run of two or more
+    OpenCL launches, else the op's index; None where there is none."""
+    ops, out, k = program.ops, [], 0
+    while k < len(ops):
+        end = k
+        while end < len(ops) and ops[end].kind == "launch" \
+                and isinstance(ops[end].fn, _Launcher) and 0 not in ops[end].nd:
+            end += 1
+        if end - k >= 2:
+            out.append((True, QueuedLaunches(program, k, end, frame)))
+            k = end
+        else:
+            out += [(False, j) for j in range(k, max(end, k + 1))]
+            k = max(end, k + 1)
+    return out if any(queued for queued, _ in out) else None
