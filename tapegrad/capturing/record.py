@@ -52,21 +52,28 @@ class CapturedRecord(Record):
         if self.result_node is not None:
             targets.append(TrackedScalar(0.0, tape, self.result_node))
         trace = None
-        if not scalars and self.result_node is None:     # (only arrays: reverse.py's case)
+        seed = sweep.scalar_bar.get(self.scalar_out, 0.0) if self.result_node is not None \
+            else None
+        # (no float argument's gradient, and a scalar result's seeded: reverse.py's case;
+        # a zero seed skips the reduction's adjoint, which a trace would miss)
+        if not scalars and seed != 0.0:
             given = list(shadows.values())
-            key = tuple(kind)
+            key = (tuple(kind), seed is not None)
             reverse = program.reverses.get(key)
             if reverse and usable(given):
-                reverse(self.frame, given)
+                reverse(self.frame, given, seed or 0.0)
                 return
             if reverse is None and usable(given):
-                trace = ReverseTrace()
+                if all(r.traceable for r in tape.records):
+                    trace = ReverseTrace(self.result_node)
+                else:     # (scalar arithmetic, say: a trace would fail; spare its sweep)
+                    program.reverses[key] = False
         program.bind(self.frame)
         try:
             inner = Sweep(tape, shadows, sources, frozen=program.frozen)
             inner.trace = trace
             if self.result_node is not None:
-                inner.scalar_bar[self.result_node] = sweep.scalar_bar.get(self.scalar_out, 0.0)
+                inner.scalar_bar[self.result_node] = seed
             inner.run(targets, sources)
         finally:
             program.bind(None)

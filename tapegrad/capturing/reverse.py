@@ -7,15 +7,18 @@ gradients wanted (``given``: the shadows the outer sweep hands it).  It does not
 the values in the arrays or on the float arguments, which the adjoint kernels take as they
 are.  So the first sweep of a kind runs in Python with a ``ReverseTrace`` watching, and each
 adjoint tells it the array operations it runs (``Record.traceable``): launches of compiled
-adjoint kernels, zeroing, copies and additions of shadows.  When every operation was one of
-those, the trace becomes a ``Reverse``: the same operations over the call's arrays (the
+adjoint kernels, zeroing, copies and additions of shadows, a reduction's cotangent (below).
+When every operation was one of those, the trace becomes a ``Reverse``: the same operations over the call's arrays (the
 program's slots), the given shadows and buffers the program keeps for the shadows the sweep
 made, which later calls of that kind run without the sweep's Python; on the CPU each stretch
 of it is one compiled function (``backends/cpu/driver.py``, as the forward's stretches).
 
-A sweep that needs anything else (a scalar's gradient: a float argument differentiated, a
-scalar result; a host operation other than a copy; an adjoint by its general path; arrays
-other than NumPy's) stays a Python sweep, as before.
+A scalar result's gradient (the caller's seed) reaches the arrays through the reduction
+that made it (``tg.dot``, ``tg.sum``, ...): its cotangent is an operation of the trace too,
+computed per call from the seed and the call's arrays.  A sweep that needs anything else (a
+float argument's gradient, scalar arithmetic between a reduction and the result, a host
+operation other than a copy or a reduction, an adjoint by its general path, arrays other
+than NumPy's) stays a Python sweep, as before.
 """
 
 from __future__ import annotations
@@ -35,12 +38,23 @@ GIVEN, TEMP = "given", "temp"
 class ReverseTrace:
     """What one Python sweep ran, in order: ``steps`` of (kind, fn, arguments, ndrange),
     each argument an array (``("v", x)`` a value the adjoint reads, ``("any", x)`` one it
-    does not, ``("sh", x)`` a shadow) or a scalar reference (``("s", node)``, ``("c", value)``); ``failed``: why it cannot run
-    compiled (None: it can)."""
+    does not, ``("sh", x)`` a shadow) or a scalar reference (``("s", node)``, ``("c",
+    value)``); ``failed``: why it cannot run compiled (None: it can)."""
 
-    def __init__(self) -> None:
+    def __init__(self, seeded: int | None = None) -> None:
         self.steps: list[tuple] = []
         self.failed: str | None = None
+        self.seeded = seeded      # the node of the scalar result whose gradient is seeded
+
+    def cotangent(self, record: Any, k: int, shadow: Any, fresh: bool) -> None:
+        """A reduction's cotangent for its array ``k`` into ``shadow`` (stored where
+        ``fresh``, else added): the reduction of the scalar result alone (its gradient is
+        the call's seed; others' come through scalar arithmetic, which stays Python)."""
+        if record.scalar_out != self.seeded:
+            self.fail(f"the adjoint of {record.name} (its gradient from scalar arithmetic)")
+            return
+        args = (("sh", shadow),) + tuple(("v", v) for v in record.views)
+        self.steps.append(("cotangent", (record.grad, k, record.scalar_out, fresh), args, ()))
 
     def fail(self, why: str) -> None:
         if self.failed is None:
@@ -90,7 +104,9 @@ class Reverse:
         self.name = f"{program.name} (reverse)"
         self.compiled: Any = None
 
-    def __call__(self, frame: Frame, given: list[Any]) -> None:
+    def __call__(self, frame: Frame, given: list[Any], seed: float = 0.0) -> None:
+        """The sweep on a call's ``frame``, ``given`` its shadows (in the traced order) and
+        ``seed`` the gradient of its scalar result (where it has one)."""
         rframe = Frame(frame.arrays + given + self.temps, frame.scalars)
         if self.compiled is None:
             self.compiled = cpu_plan(self, rframe, self.storage) or False
@@ -98,8 +114,26 @@ class Reverse:
         for compiled, what in plan:
             if compiled:
                 what(rframe)
+            elif self.ops[what].kind == "cotangent":
+                _cotangent(self.ops[what], rframe, seed)
             else:
                 self.program.run_op(self.ops[what], what, rframe)
+
+
+def _cotangent(op: Op, rframe: Frame, seed: float) -> None:
+    """A reduction's cotangent (``ReductionRecord.backward``'s, for ``ReverseTrace``)."""
+    grad, k, node, fresh = op.fn
+    shadow, *views = (rframe.arrays[what] for _, what in op.refs)
+    scale, array = grad(seed, k, rframe.scalars[node], *views)
+    if fresh:
+        if array is None:
+            shadow.fill(scale)
+        else:
+            np.multiply(array, scale, out=shadow)
+    elif array is None:
+        shadow += scale
+    else:
+        shadow += scale * array
 
 
 def usable(given: list[Any]) -> bool:

@@ -43,6 +43,8 @@ class ReductionRecord(Record):
     def redirect(self, pos: int, copy: Any) -> None:
         self.views[pos] = copy
 
+    traceable = True
+
     def backward(self, sweep: Any) -> None:
         bar = sweep.scalar_bar.get(self.scalar_out, 0.0)
         if bar == 0.0:
@@ -52,6 +54,8 @@ class ReductionRecord(Record):
                 continue
             scale, array = self.grad(bar, k, self.value, *self.views)
             shadow = sweep.shadow(ident, unwritten_ok=True)
+            if sweep.trace is not None:
+                sweep.trace.cotangent(self, k, shadow, ident in sweep.fresh)
             if ident in sweep.fresh:
                 if array is None:
                     shadow.fill(scale)

@@ -113,16 +113,16 @@ def test_a_changing_scalar_breaks_the_chain_where_it_changes(runs):
 
 
 def test_a_captured_run_verified_for_equal_rates_is_not_reused_for_different_ones(runs):
-    # a captured program's Python sweeps (here: it returns a scalar) remember the runs they
-    # verified (tape.sweep.Frozen): with a == b the 11 steps' adjoints are one run; a later
-    # call with a != b must split it
+    # a captured program's Python sweeps (here: its scalar result is scalar arithmetic on a
+    # reduction) remember the runs they verified (tape.sweep.Frozen): with a == b the 11
+    # steps' adjoints are one run; a later call with a != b must split it
     rng = np.random.default_rng(4)
     x, w = rng.random((6, 6)), rng.random((6, 6))
-    captured = tg.capture(lambda t, a, b: tg.dot(simulate(t, 11, [a] * 5 + [b] * 6), w))
+    captured = tg.capture(lambda t, a, b: 2.0 * tg.dot(simulate(t, 11, [a] * 5 + [b] * 6), w))
     for a, b in ((0.1, 0.1), (0.1, 0.1), (0.1, 0.2), (0.2, 0.2), (0.3, 0.1)):
         runs.clear()
         (g,) = tg.gradient(lambda t, a=a, b=b: captured(t, a, b), x)
-        expected = w.ravel()
+        expected = 2.0 * w.ravel()
         for alpha in reversed([a] * 5 + [b] * 6):
             expected = step_matrix(x.shape, alpha).T @ expected
         np.testing.assert_allclose(g.ravel(), expected, rtol=1e-12)
