@@ -130,8 +130,9 @@ class Captured:
         if tapes:
             before_writes(program, args, tapes)
         frame = program.frame(args, fresh_kept=bool(tapes))
-        program.run(frame)
-        results = program.results_of(frame)
+        with program.lock:
+            program.run(frame)
+            results = program.results_of(frame)
         if tapes:
             results = record_call(program, frame, args, results, tapes)
         return tuple(results) if program.returns_tuple else results[0]

@@ -13,6 +13,7 @@ contents the reverse sweep reads (``kept``), which a call that a tape records ge
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
@@ -104,6 +105,9 @@ class Program:
     # per sweep kind (the slots whose shadows are given): its Reverse (capturing/reverse.py),
     # or False where it stays a Python sweep
     reverses: dict = field(default_factory=dict)
+    # held while a call runs it or its reverse: they use the program's memory (temporaries,
+    # the reverse's buffers) and point its trace tape at the call's arrays
+    lock: Any = field(default_factory=threading.RLock)
 
     # -- a call ---------------------------------------------------------------------------
 

@@ -34,6 +34,10 @@ class CapturedRecord(Record):
         self.frame.arrays[self.live[pos]] = copy
 
     def backward(self, sweep: Any) -> None:
+        with self.program.lock:
+            self.sweep(sweep)
+
+    def sweep(self, sweep: Any) -> None:
         program = self.program
         slots, tape = program.slots, program.tape
         shadows, sources, targets, kind = {}, [], [], []

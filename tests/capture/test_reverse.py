@@ -191,3 +191,27 @@ def test_a_loss_captured_with_its_simulation(data, kind):
         np.testing.assert_allclose(g, g_plain, rtol=1e-13, atol=1e-15)
     compiled = [r for r in reverses(captured).values() if r]
     assert len(compiled) == (0 if kind == "scaled" else 1)
+
+
+def test_threads_calling_one_captured_function_get_their_own_results(data):
+    # (a program's temporaries and its reverse's buffers are its own memory: calls take
+    # turns with them; the kernels themselves release the GIL)
+    from concurrent.futures import ThreadPoolExecutor
+    _, K, w = data
+    captured = tg.capture(simulate)
+    rng = np.random.default_rng(5)
+    inputs = [rng.uniform(-1, 1, N) for _ in range(16)]
+    captured(inputs[0], K, 0.2, 0.1)
+    tg.gradient(lambda u: tg.dot(captured(u, K, 0.2, 0.1), w), inputs[0])
+
+    def both(u):
+        return captured(u, K, 0.2, 0.1), tg.gradient(
+            lambda u: tg.dot(captured(u, K, 0.2, 0.1), w), u)[0]
+
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(5):
+            for u, (y, g) in zip(inputs, pool.map(both, inputs)):
+                np.testing.assert_array_equal(y, simulate(u, K, 0.2, 0.1))
+                np.testing.assert_allclose(
+                    g, tg.gradient(lambda u: tg.dot(simulate(u, K, 0.2, 0.1), w), u)[0],
+                    rtol=1e-13, atol=1e-15)
