@@ -40,7 +40,8 @@ def test_bench_quick_prints_the_table_and_writes_json(tmp_path):
     assert isinstance(overhead.pop("captured_overhead"), float)
     assert set(overhead) == {"kernel_call", "launch", "recorded_launch", "replayed_adjoint",
                              "replayed_one_by_one", "autodiff", "captured_replay",
-                             "captured_gradient", "captured_reverse", "compiled_kernels"}
+                             "captured_gradient", "nonlinear_gradient",
+                             "captured_nonlinear_gradient", "compiled_kernels"}
     assert all(v > 0 for v in overhead.values())
     assert "of replay overhead per launch" in proc.stdout
     captured = [r for r in data["peers"] if r.get("implementation") == "tg capture"]
