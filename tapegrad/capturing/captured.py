@@ -110,6 +110,8 @@ class Captured:
                     if isinstance(a, TrackedScalar):     # still the enclosing tapes' scalar
                         s.outer = tuple((t, a.node_on(t)) for t in tapes
                                         if a.node_on(t) is not None)
+                    else:     # a constant there, but theirs: not one from outside
+                        s.outer = tuple((t, t.next_node()) for t in tapes)
                     params.append((pos, s.node))
                     call_args[pos] = s
             result = self.fn(*call_args)

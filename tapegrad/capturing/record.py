@@ -33,6 +33,13 @@ class CapturedRecord(Record):
     def redirect(self, pos: int, copy: Any) -> None:
         self.frame.arrays[self.live[pos]] = copy
 
+    def held(self) -> Any:
+        """The call's arrays whose contents its reverse reads (``Tape.memory``; and what
+        tells ``tg.checkpoint_loop`` that a captured step is not linear)."""
+        for slot, x in zip(self.program.slots, self.frame.arrays):
+            if slot.kept and x is not None:
+                yield "arrays", x
+
     def backward(self, sweep: Any) -> None:
         with self.program.lock:
             self.sweep(sweep)

@@ -138,6 +138,32 @@ def test_a_captured_step_in_checkpoint_loop_and_tg_autodiff(u0):
     np.testing.assert_allclose(du, plain, rtol=1e-13)
 
 
+def two_states(u, v, a, b):
+    u_new, v_new = np.empty_like(u), np.empty_like(v)
+    squash(CPU)(u_new, v, a, ndrange=u.size)       # (nonlinear: the adjoints read u and v)
+    squash(CPU)(v_new, u, b, ndrange=u.size)
+    return u_new, v_new
+
+
+def test_a_nonlinear_captured_step_in_checkpoint_loop(u0):
+    # (its recording keeps the states: the loop must not take it for a linear step, whose
+    # one recording would serve every step; b, a plain float, is no tape scalar from outside)
+    captured, w = tg.capture(two_states), np.linspace(-1.0, 1.0, N)
+
+    def run(stepper, u, a):
+        u, v = tg.checkpoint_loop(stepper, (u, 0.5 * u0), 12, params=(a, 0.3), snapshots=3)
+        return tg.dot(u, w) + tg.dot(v, w)
+
+    g_plain = tg.gradient(lambda u, a: run(two_states, u, a), u0, 0.7)
+    for _ in range(3):
+        g = tg.gradient(lambda u, a: run(captured, u, a), u0, 0.7)
+        np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-12)
+        assert g[1] == pytest.approx(g_plain[1], rel=1e-12)
+    h = 1e-6
+    fd = (float(run(two_states, u0, 0.7 + h)) - float(run(two_states, u0, 0.7 - h))) / (2 * h)
+    assert g[1] == pytest.approx(fd, rel=1e-7)
+
+
 def test_forward_mode_runs_the_python(u0):
     captured = tg.capture(simulate)
     t = np.linspace(0.0, 1.0, N)
