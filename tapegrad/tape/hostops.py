@@ -48,6 +48,9 @@ class ReductionRecord(Record):
     def backward(self, sweep: Any) -> None:
         bar = sweep.scalar_bar.get(self.scalar_out, 0.0)
         if bar == 0.0:
+            # (skipped, by a value: the sweep leaves the path that sweeps of a frozen tape
+            # verified, and with it their chain runs, tape.sweep.Frozen)
+            sweep.runs = None
             return
         for k, ident in enumerate(self.reads):
             if ident not in sweep.active_ids:

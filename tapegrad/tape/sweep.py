@@ -40,8 +40,9 @@ class Frozen:
     verified (per sweep kind: its active and useful sets and the shadows it was given).
 
     A sweep over the same records with the same kind takes the same path (its bookkeeping
-    depends on nothing else but the scalars' values, which ``extend`` checks again), so a
-    run verified once is known to hold until a sweep leaves that path (``Sweep.runs``)."""
+    depends on nothing else but the values of the scalars, which ``extend`` checks again,
+    and of a reduction's gradient, whose adjoint a zero skips), so a run verified once is
+    known to hold until a sweep leaves that path (``Sweep.runs`` None)."""
 
     def __init__(self, records: list):
         self.first_use = first_uses(records)

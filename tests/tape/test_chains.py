@@ -130,6 +130,20 @@ def test_a_captured_run_verified_for_equal_rates_is_not_reused_for_different_one
     assert captured.recordings == 1
 
 
+def test_a_captured_loss_scaled_by_zero_between_others(runs):
+    # (a zero gradient for the reduction skips its adjoint: that sweep leaves the path the
+    # earlier ones verified, and the next ones must still be right)
+    rng = np.random.default_rng(6)
+    x, w = rng.random((6, 6)), rng.random((6, 6))
+    captured = tg.capture(lambda t, p: p * tg.dot(simulate(t, 11, [0.1] * 11), w))
+    expected = w.ravel()
+    for _ in range(11):
+        expected = step_matrix(x.shape, 0.1).T @ expected
+    for p in (1.0, 1.0, 0.0, 2.0, 0.0, -1.0):
+        (g,) = tg.gradient(lambda t, p=p: captured(t, p), x)
+        np.testing.assert_allclose(g.ravel(), p * expected, rtol=1e-12, atol=1e-300)
+
+
 def test_states_the_caller_keeps_are_neither_read_nor_written(runs):
     """The chain passes the first record's arrays for states the adjoint does not read:
     whether the caller still holds one does not matter, and it is left as it was."""
