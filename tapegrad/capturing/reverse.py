@@ -97,10 +97,8 @@ class Reverse:
     """A sweep kind's operations (``ops``, as the program's) over a reverse frame: the call's
     arrays (slots ``[0, S)``), then the given shadows, then the program's ``temps``."""
 
-    def __init__(self, program: Any, ops: list, n_given: int, temps: list[np.ndarray],
-                 storage: list[Any]):
-        self.program, self.ops, self.n_given, self.temps = program, ops, n_given, temps
-        self.storage = storage
+    def __init__(self, program: Any, ops: list, temps: list[np.ndarray], storage: list[Any]):
+        self.program, self.ops, self.temps, self.storage = program, ops, temps, storage
         self.name = f"{program.name} (reverse)"
         self.compiled: Any = None
 
@@ -172,7 +170,7 @@ def reverse_of(program: Any, frame: Frame, given: list[Any], trace: ReverseTrace
             k = slot_of.get(id(x))
             return None if k is None else ("a", k)
         if kind == "any":               # one stand-in per type: runs of launches repeat
-            return ("a", temp((x.shape, x.dtype, x.strides, x.flags.writeable), x))
+            return ("a", temp((x.shape, x.dtype, x.strides), x))
         k = given_of.get(id(x))         # a shadow: given, or one the sweep made, for
         return ("a", k if k is not None else temp(id(x), x))    # which the program keeps one
 
@@ -184,4 +182,4 @@ def reverse_of(program: Any, frame: Frame, given: list[Any], trace: ReverseTrace
         ops.append(Op(kind, fn=fn, refs=refs, nd=nd))
     storage = storage_of(program) + [(GIVEN, n) for n in range(len(given))] \
         + [(TEMP, n) for n in range(len(temps))]
-    return Reverse(program, ops, len(given), temps, storage)
+    return Reverse(program, ops, temps, storage)
