@@ -511,8 +511,8 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
     split = (f", of which the compiled kernels themselves {us['compiled_kernels']:.2f} us: "
              f"{us['captured_overhead']:.2f} us of replay overhead per launch"
              if "compiled_kernels" in us else "")
-    how = ("the reverse compiled too: tapegrad/capturing/reverse.py" if isinstance(x, np.ndarray)
-           else "the reverse a Python sweep: arrays other than NumPy's")
+    how = ("the reverse compiled too" if isinstance(x, np.ndarray)
+           else "the reverse's launches packed in advance") + ": tapegrad/capturing/reverse.py"
     print(f"captured (tg.capture) chain of {steps}: replayed {us['captured_replay']:.2f} us per "
           f"launch{split}; its gradient {us['captured_gradient']:.2f} us per launch ({how}); "
           "a chain of sin steps (each "

@@ -29,8 +29,10 @@ import numpy as np
 
 from tapegrad.backends.cpu.driver import plan as cpu_plan
 from tapegrad.backends.cpu.driver import storage_of
+from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
+from tapegrad.backends.opencl.queue import plan as opencl_plan
 from tapegrad.capturing.program import Frame, Op
-from tapegrad.tape.arrays import repeats
+from tapegrad.tape.arrays import empty_like, repeats
 
 GIVEN, TEMP = "given", "temp"
 
@@ -97,7 +99,7 @@ class Reverse:
     """A sweep kind's operations (``ops``, as the program's) over a reverse frame: the call's
     arrays (slots ``[0, S)``), then the given shadows, then the program's ``temps``."""
 
-    def __init__(self, program: Any, ops: list, temps: list[np.ndarray], storage: list[Any]):
+    def __init__(self, program: Any, ops: list, temps: list[Any], storage: list[Any]):
         self.program, self.ops, self.temps, self.storage = program, ops, temps, storage
         self.name = f"{program.name} (reverse)"
         self.compiled: Any = None
@@ -107,7 +109,8 @@ class Reverse:
         ``seed`` the gradient of its scalar result (where it has one)."""
         rframe = Frame(frame.arrays + given + self.temps, frame.scalars)
         if self.compiled is None:
-            self.compiled = cpu_plan(self, rframe, self.storage) or False
+            self.compiled = cpu_plan(self, rframe, self.storage) \
+                or opencl_plan(self, rframe) or False
         plan = self.compiled or [(False, k) for k in range(len(self.ops))]
         for compiled, what in plan:
             if compiled:
@@ -126,8 +129,10 @@ def _cotangent(op: Op, rframe: Frame, seed: float) -> None:
     if fresh:
         if array is None:
             shadow.fill(scale)
-        else:
+        elif type(shadow) is np.ndarray:
             np.multiply(array, scale, out=shadow)
+        else:
+            shadow[...] = array * scale
     elif array is None:
         shadow += scale
     else:
@@ -135,8 +140,14 @@ def _cotangent(op: Op, rframe: Frame, seed: float) -> None:
 
 
 def usable(given: list[Any]) -> bool:
-    """Whether a call's given shadows can go to a ``Reverse``: NumPy arrays, none twice."""
-    return all(type(g) is np.ndarray for g in given) and not repeats(given)
+    """Whether a call's given shadows can go to a ``Reverse``: NumPy or OpenCL arrays (one
+    kind), none twice.  (CuPy's would replay op by op too, but have not run on a GPU yet.)"""
+    return len({type(g) for g in given}) <= 1 and all(map(_replayable, given)) \
+        and not repeats(given)
+
+
+def _replayable(x: Any) -> bool:
+    return type(x) is np.ndarray or OPENCL_ARRAYS.owns(x)
 
 
 def reverse_of(program: Any, frame: Frame, given: list[Any], trace: ReverseTrace) -> Any:
@@ -151,20 +162,20 @@ def reverse_of(program: Any, frame: Frame, given: list[Any], trace: ReverseTrace
     base = len(frame.arrays)
     given_of = {id(g): base + n for n, g in enumerate(given)}
     temp_of: dict[Any, int] = {}
-    temps: list[np.ndarray] = []
+    temps: list[Any] = []
 
-    def temp(key: Any, like: np.ndarray) -> int:
+    def temp(key: Any, like: Any) -> int:
         k = temp_of.get(key)
         if k is None:
             k = temp_of[key] = base + len(given) + len(temps)
-            temps.append(np.empty_like(like))
+            temps.append(empty_like(like))
         return k
 
     def ref(arg: tuple) -> tuple | None:
         kind, x = arg
         if kind in ("s", "c"):
             return arg
-        if type(x) is not np.ndarray:
+        if not _replayable(x):
             return None
         if kind == "v":                 # an array the adjoint reads: one of the call's
             k = slot_of.get(id(x))

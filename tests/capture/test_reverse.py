@@ -215,3 +215,27 @@ def test_threads_calling_one_captured_function_get_their_own_results(data):
                 np.testing.assert_allclose(
                     g, tg.gradient(lambda u: tg.dot(simulate(u, K, 0.2, 0.1), w), u)[0],
                     rtol=1e-13, atol=1e-15)
+
+
+def test_on_opencl_the_reverse_replays_packed_launches(data):
+    import pyopencl.array as cla
+    cl = tg.OpenCL()
+    u0, _, w = data
+
+    def sim(u, a):
+        for _ in range(6):
+            u_new = cla.empty_like(u)
+            react(cl)(u_new, u, a, Kd, ndrange=N)
+            u = u_new
+        return tg.dot(u, wd)
+
+    Kd, wd = cla.to_device(cl.queue, 0.05 * np.abs(u0)), cla.to_device(cl.queue, w)
+    captured = tg.capture(sim)
+    for a in (0.2, 0.3, 0.1):
+        u = cla.to_device(cl.queue, u0)
+        g = tg.gradient(lambda u, a=a: captured(u, a), u)[0].get()
+        g_plain = tg.gradient(lambda u, a=a: sim(u, a), u)[0].get()
+        np.testing.assert_allclose(g, g_plain, rtol=1e-13, atol=1e-15)
+    (reverse,) = reverses(captured).values()
+    assert [type(what).__name__ for packed, what in reverse.compiled if packed] \
+        == ["QueuedLaunches"]
