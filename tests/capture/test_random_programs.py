@@ -88,6 +88,34 @@ def _check(ops: list[str], kappas: list[float], seed: int, backend) -> None:
     assert captured.recordings == 1
 
 
+def _check_arrays_only(ops: list[str], kappas: list[float], seed: int, loss_inside: bool,
+                       backend) -> None:
+    """Gradients with respect to the array alone, the loss a reduction (inside the captured
+    function or outside it): the reverse is written down on the second call and replayed
+    from the third (capturing/reverse.py) where the program allows it."""
+    w = np.linspace(-1.0, 2.0, N)
+
+    def states(u, kappa):
+        for op in ops:
+            u = _apply(op, u, kappa, backend)
+        return tg.dot(u, w) if loss_inside else u
+
+    captured = tg.capture(states)
+    loss = (lambda f, kappa: lambda u: f(u, kappa)) if loss_inside else \
+        (lambda f, kappa: lambda u: tg.dot(f(u, kappa), w))
+    rng = np.random.default_rng(seed)
+    for kappa in kappas + kappas:
+        u = rng.uniform(-1, 1, N)
+        (g,) = tg.gradient(loss(captured, kappa), u)
+        (g_plain,) = tg.gradient(loss(states, kappa), u)
+        np.testing.assert_allclose(g, g_plain, rtol=1e-12, atol=1e-14)
+    d, h = rng.uniform(-1, 1, N), 1e-6
+    f = loss(captured, kappa)
+    fd = (float(f(u + h * d)) - float(f(u - h * d))) / (2 * h)
+    assert math.isclose(fd, float(g @ d), rel_tol=1e-6, abs_tol=1e-8)
+    assert captured.recordings == 1
+
+
 PROGRAMS = st.lists(st.sampled_from(OPS), min_size=1, max_size=7)
 KAPPAS = st.lists(st.floats(0.05, 0.4), min_size=3, max_size=3)
 
@@ -104,3 +132,15 @@ def test_captured_equals_uncaptured_on_opencl(ops, kappas, seed):
     """The same on OpenCL C (PoCL, through the test harness that copies NumPy arrays to the
     device at each launch), where the operations replay one by one."""
     _check(ops, kappas, seed, OPENCL)
+
+
+@settings(max_examples=25, deadline=None)
+@given(PROGRAMS, KAPPAS, st.integers(0, 2**16), st.booleans())
+def test_captured_reverse_equals_the_python_sweep(ops, kappas, seed, loss_inside):
+    _check_arrays_only(ops, kappas, seed, loss_inside, CPU)
+
+
+@settings(max_examples=6, deadline=None)
+@given(PROGRAMS, KAPPAS, st.integers(0, 2**16), st.booleans())
+def test_captured_reverse_equals_the_python_sweep_on_opencl(ops, kappas, seed, loss_inside):
+    _check_arrays_only(ops, kappas, seed, loss_inside, OPENCL)
