@@ -239,3 +239,23 @@ def test_on_opencl_the_reverse_replays_packed_launches(data):
     (reverse,) = reverses(captured).values()
     assert [type(what).__name__ for packed, what in reverse.compiled if packed] \
         == ["QueuedLaunches"]
+
+
+def test_a_long_nonlinear_simulation_loops_over_lists_of_its_states(data):
+    # (300 launches over states that differ from launch to launch: a loop over lists of
+    # them, not a line per launch; the lists mostly kept from call to call)
+    from tapegrad.backends.cpu.driver import LIST_FROM
+    u0, K, w = data
+    steps = LIST_FROM + 44
+    captured = tg.capture(lambda u, a: simulate(u, K, a, a, steps))
+    rng = np.random.default_rng(8)
+    for a in (0.2, 0.25, 0.15):
+        u = u0 + 0.1 * rng.standard_normal(N)
+        np.testing.assert_array_equal(captured(u, a), simulate(u, K, a, a, steps))
+        g = tg.gradient(lambda u, a=a: tg.dot(captured(u, a), w), u)[0]
+        g_plain = tg.gradient(lambda u, a=a: tg.dot(simulate(u, K, a, a, steps), w), u)[0]
+        np.testing.assert_allclose(g, g_plain, rtol=1e-12, atol=1e-14)
+    (program,) = next(iter(captured.programs.values()))
+    (reverse,) = program.reverses.values()
+    for plan in (program.compiled, reverse.compiled):
+        assert any(isinstance(what, Stretch) and what.lists for _, what in plan)

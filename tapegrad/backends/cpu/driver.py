@@ -10,33 +10,47 @@ from __future__ import annotations
 
 from typing import Any
 
+import numba
 import numpy as np
 from numba.core.errors import NumbaError
+from numba.typed import List as TypedList
 
 from tapegrad.backends.cache import load_source
 from tapegrad.backends.compiler_process import compile_elsewhere
 from tapegrad.backends.cpu.backend import _ByLaunchSize, _Launcher, launch_threads, pool_shape
 
 LOOP_FROM = 4          # a run of this many alternating launches or more is written as a loop
+# ... and a run of this many launches of one kernel over arrays that differ from launch to
+# launch, written as a loop over lists of them.  Each call builds the lists (~1.2 us an
+# array: a 100-step simulation's gradient took 3x as long), where a line per launch costs
+# ~30 ms of compiling, once (on disk): so only long runs (a 1000-step simulation's first
+# gradient compiled for 28 s)
+LIST_FROM = 256
+MOST_CHANGED = 8       # a list with more arrays new since the call before is built anew
 MOST_ARGUMENTS = 200   # a stretch with more distinct arrays and scalars is cut in two
 
 
 class Stretch:
     """Ops ``[start, stop)`` of a program as one compiled function: ``arrays`` the slot of
-    each of its array parameters, ``scalars`` each scalar parameter's reference, ``pools``
-    (slot, rank, ndrange) of each array a kernel adds into through per-task copies (its
-    launcher's pools: the function takes them, zeroed, after the thread count)."""
+    each of its array parameters, ``lists`` the slots of each list of arrays a loop takes
+    one of per launch, ``scalars`` each scalar parameter's reference, ``pools`` (slot, rank,
+    ndrange) of each array a kernel adds into through per-task copies (its launcher's pools:
+    the function takes them, zeroed, after the thread count)."""
 
     def __init__(self, fn: Any, arrays: list[int], scalars: list[tuple], start: int,
-                 stop: int, pools: list[tuple] = ()):
+                 stop: int, pools: list[tuple] = (), lists: list[list[int]] = ()):
         self.fn, self.arrays, self.scalars = fn, arrays, scalars
         self.start, self.stop = start, stop
         self.pools = pools
         self.pool_arrays: dict[int, list[np.ndarray]] = {}   # per thread count
+        self.lists = lists
+        self.built: dict[int, tuple] = {}    # per list: (its arrays' ids, the list kept)
 
     def __call__(self, frame: Any) -> None:
         values = frame.scalars
         call = [frame.arrays[k] for k in self.arrays]
+        call += [self.array_list(n, [frame.arrays[k] for k in slots])
+                 for n, slots in enumerate(self.lists)]
         call += [values[what] if kind == "s" else what for kind, what in self.scalars]
         chunks = launch_threads()
         call.append(chunks)
@@ -56,6 +70,33 @@ class Stretch:
             raise
 
 
+    def array_list(self, n: int, arrays: list[Any]) -> Any:
+        """List ``n`` of a call.  Most of its arrays are the program's own memory, the same
+        each call (building a list costs ~1.2 us an array): the one built before, with the
+        few that differ put in their places (a call's output, its inputs); a new one where
+        more differ (under a tape: the states the reverse reads are new each call), kept
+        only when few differed from the call before (a call's new arrays stay alive in a
+        kept list until the next call)."""
+        ids = tuple(map(id, arrays))
+        seen = self.built.get(n)
+        if seen is None:
+            self.built[n] = (ids, None)
+            return TypedList(arrays)
+        # (a kept list keeps its arrays alive: an id it holds is that same array)
+        changed = [i for i, (a, b) in enumerate(zip(ids, seen[0])) if a != b]
+        if len(changed) > MOST_CHANGED:
+            self.built[n] = (ids, None)
+            return TypedList(arrays)
+        made = seen[1]
+        if made is None:
+            made = TypedList(arrays)
+        else:
+            for i in changed:
+                made[i] = arrays[i]
+        self.built[n] = (ids, made)
+        return made
+
+
 def plan(program: Any, frame: Any, storage: list[Any] | None = None
          ) -> list[tuple[bool, Any]] | None:
     """``program``'s ops as (compiled, what): a ``Stretch`` for each stretch of two or more
@@ -69,13 +110,15 @@ def plan(program: Any, frame: Any, storage: list[Any] | None = None
     while k < len(ops):
         end, arguments = k, set()
         while end < len(ops) and _compilable(ops[end], program, frame):
-            arguments |= _arguments(ops[end], storage)
+            # (a launch like the one before it goes in a loop: its arrays in lists)
+            if end == k or not _same_template(ops[end], ops[end - 1]):
+                arguments |= _arguments(ops[end], storage)
             if len(arguments) > MOST_ARGUMENTS:
                 break
             end += 1
         if sum(ops[j].kind == "launch" for j in range(k, end)) >= 2:
             try:
-                out.append((True, _stretch(program, storage, k, end)))
+                out.append((True, _stretch(program, storage, k, end, frame)))
                 k = end
                 continue
             except (NumbaError, ImportError, SyntaxError):
@@ -125,8 +168,8 @@ def _scalar_key(value: Any) -> Any:
     return (type(value), value)
 
 
-def _stretch(program: Any, storage: list[Any], start: int, stop: int) -> Stretch:
-    """The compiled function of ops ``[start, stop)``."""
+def _stretch(program: Any, storage: list[Any], start: int, stop: int, frame: Any) -> Stretch:
+    """The compiled function of ops ``[start, stop)`` (``frame``: a call's arrays)."""
     ops = program.ops[start:stop]
     array_names: dict[Any, str] = {}
     array_slots: list[int] = []
@@ -136,6 +179,8 @@ def _stretch(program: Any, storage: list[Any], start: int, stop: int) -> Stretch
     imports: list[str] = []
     pool_names: dict[Any, str] = {}
     pools: list[tuple] = []
+    list_names: dict[tuple, str] = {}
+    list_slots: list[list[int]] = []
 
     def array(k: int) -> str:
         key = storage[k]
@@ -158,13 +203,22 @@ def _stretch(program: Any, storage: list[Any], start: int, stop: int) -> Stretch
                            f"{run.lowered.symbol} as {kernels[id(run)]}")
         return kernels[id(run)]
 
-    def call(op: Any) -> str:
+    def array_list(slots: tuple[int, ...]) -> str:
+        key = tuple(storage[k] for k in slots)
+        if key not in list_names:
+            list_names[key] = f"l{len(list_names)}"
+            list_slots.append(list(slots))
+        return list_names[key]
+
+    def call(op: Any, arrays: dict[int, str] | None = None) -> str:
+        """``op``'s line; ``arrays``: the text of some of its array arguments (by position)."""
         if op.kind in ("copy", "add"):
             return f"_{op.kind}({array(op.refs[1][1])}, {array(op.refs[0][1])})"
         if op.kind == "zero":
             return f"_zero({array(op.refs[0][1])})"
         run = _variant(op)
-        args = [array(what) if kind == "a" else scalar((kind, what)) for kind, what in op.refs]
+        args = [(arrays or {}).get(pos) or array(what) if kind == "a" else
+                scalar((kind, what)) for pos, (kind, what) in enumerate(op.refs)]
         groups = [-(-n // w) for n, w in zip(op.nd, run.groupsize)]
         # (np.int64, not literals: a literal would compile the kernel again for its value)
         extra = [f"np.int64({n})" for n in op.nd] + [f"np.int64({g})" for g in groups]
@@ -190,11 +244,21 @@ def _stretch(program: Any, storage: list[Any], start: int, stop: int) -> Stretch
             if count % 2:
                 body.append(f"    {call(ops[j])}")
             j = run_end
-        else:
-            body.append(f"    {call(ops[j])}")
-            j += 1
-    params = list(array_names.values()) + list(scalar_names.values()) + ["_chunks"] \
-        + list(pool_names.values())
+            continue
+        run_end, varying = _listed_run(ops, j, storage, frame)
+        if run_end - j >= LIST_FROM:
+            # (a run of one launch over arrays that differ from step to step, a nonlinear
+            # simulation's states that the reverse reads: a loop over lists of them, where
+            # a line per launch took Numba ~30 ms each to compile)
+            lists = {pos: array_list(tuple(op.refs[pos][1] for op in ops[j:run_end])) + "[_s]"
+                     for pos in varying}
+            body += [f"    for _s in range({run_end - j}):", f"        {call(ops[j], lists)}"]
+            j = run_end
+            continue
+        body.append(f"    {call(ops[j])}")
+        j += 1
+    params = list(array_names.values()) + list(list_names.values()) \
+        + list(scalar_names.values()) + ["_chunks"] + list(pool_names.values())
     source = "\n".join([
         f"# Generated by tapegrad: ops {start} to {stop - 1} of the captured function "
         f"{program.name} (tapegrad/backends/cpu/driver.py).",
@@ -217,7 +281,7 @@ def _stretch(program: Any, storage: list[Any], start: int, stop: int) -> Stretch
         "@numba.njit(cache=True, nogil=True)",
         f"def stretch({', '.join(params)}):", *body, ""])
     module, _ = load_source(source, f"captured_{_safe(program.name)}")
-    return Stretch(module.stretch, array_slots, scalar_refs, start, stop, pools)
+    return Stretch(module.stretch, array_slots, scalar_refs, start, stop, pools, list_slots)
 
 
 def _alternating_run(ops: list[Any], j: int, storage: list[Any]) -> int:
@@ -226,18 +290,42 @@ def _alternating_run(ops: list[Any], j: int, storage: list[Any]) -> int:
     first = ops[j]
     if first.kind != "launch":
         return j + 1
-
-    def same_template(op: Any) -> bool:
-        return (op.kind == "launch" and _variant(op) is _variant(first) and op.nd == first.nd
-                and all(ka == kb and (ka == "a" or _scalar_key(a) == _scalar_key(b))
-                        for (ka, a), (kb, b) in zip(op.refs, first.refs)))
-
     end = j + 1
-    while end < len(ops) and same_template(ops[end]) and (
+    while end < len(ops) and _same_template(ops[end], first) and (
             end < j + 2 or all(ka != "a" or storage[a] == storage[b]
                                for (ka, a), (_, b) in zip(ops[end].refs, ops[end - 2].refs))):
         end += 1
     return end
+
+
+def _same_template(op: Any, first: Any) -> bool:
+    """Whether ``op`` launches what ``first`` launches (kernel, ndrange, scalars) on arrays
+    in the same places."""
+    return (op.kind == "launch" and first.kind == "launch" and _variant(op) is _variant(first)
+            and op.nd == first.nd
+            and all(ka == kb and (ka == "a" or _scalar_key(a) == _scalar_key(b))
+                    for (ka, a), (kb, b) in zip(op.refs, first.refs)))
+
+
+def _listed_run(ops: list[Any], j: int, storage: list[Any], frame: Any
+                ) -> tuple[int, list[int]]:
+    """The end of the run from ``ops[j]`` of launches like it whose arrays at some positions
+    differ (those positions: each a list of arrays of one Numba type), and the positions."""
+    first = ops[j]
+    if first.kind != "launch" or _variant(first).lowered.pools:
+        return j + 1, []
+    end = j + 1
+    while end < len(ops) and _same_template(ops[end], first):
+        end += 1
+    varying = []
+    for pos, (kind, k) in enumerate(first.refs):
+        if kind != "a" or all(storage[op.refs[pos][1]] == storage[k] for op in ops[j:end]):
+            continue
+        kinds = {numba.typeof(frame.arrays[op.refs[pos][1]]) for op in ops[j:end]}
+        if len(kinds) > 1:
+            return j + 1, []
+        varying.append(pos)
+    return end, varying
 
 
 def _safe(name: str) -> str:
