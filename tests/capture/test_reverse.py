@@ -259,3 +259,33 @@ def test_a_long_nonlinear_simulation_loops_over_lists_of_its_states(data):
     (reverse,) = program.reverses.values()
     for plan in (program.compiled, reverse.compiled):
         assert any(isinstance(what, Stretch) and what.lists for _, what in plan)
+
+
+@tg.kernel
+def relax(y, x, a):
+    i = tg.index()
+    y[i] = x[i] - a * x[i] * x[i] * x[i]
+
+
+def two_kernels(u, K, a, steps):
+    for _ in range(steps):
+        v = np.empty_like(u)
+        react(CPU)(v, u, a, K, ndrange=u.size)
+        u = np.empty_like(v)
+        relax(CPU)(u, v, 0.1, ndrange=u.size)
+    return u
+
+
+def test_steps_of_two_kernels_loop_over_lists_too(data):
+    from tapegrad.backends.cpu.driver import LIST_FROM
+    u0, K, w = data
+    steps = LIST_FROM // 2 + 10
+    captured = tg.capture(lambda u, a: two_kernels(u, K, a, steps))
+    for a in (0.2, 0.1, 0.3):     # (records, writes its reverse down, replays it)
+        g = tg.gradient(lambda u, a=a: tg.dot(captured(u, a), w), u0)[0]
+        g_plain = tg.gradient(lambda u, a=a: tg.dot(two_kernels(u, K, a, steps), w), u0)[0]
+        np.testing.assert_allclose(g, g_plain, rtol=1e-12, atol=1e-14)
+    (program,) = next(iter(captured.programs.values()))
+    (reverse,) = program.reverses.values()
+    for plan in (program.compiled, reverse.compiled):
+        assert any(isinstance(what, Stretch) and what.lists for _, what in plan)

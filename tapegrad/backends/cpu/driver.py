@@ -27,6 +27,7 @@ LOOP_FROM = 4          # a run of this many alternating launches or more is writ
 # gradient compiled for 28 s)
 LIST_FROM = 256
 MOST_CHANGED = 8       # a list with more arrays new since the call before is built anew
+MOST_PERIOD = 4        # ... of runs of up to this many launches repeated
 MOST_ARGUMENTS = 200   # a stretch with more distinct arrays and scalars is cut in two
 
 
@@ -110,8 +111,9 @@ def plan(program: Any, frame: Any, storage: list[Any] | None = None
     while k < len(ops):
         end, arguments = k, set()
         while end < len(ops) and _compilable(ops[end], program, frame):
-            # (a launch like the one before it goes in a loop: its arrays in lists)
-            if end == k or not _same_template(ops[end], ops[end - 1]):
+            # (a launch like one of the few before it may go in a loop: its arrays in lists)
+            if not any(_same_template(ops[end], ops[before])
+                       for before in range(max(k, end - MOST_PERIOD), end)):
                 arguments |= _arguments(ops[end], storage)
             if len(arguments) > MOST_ARGUMENTS:
                 break
@@ -245,14 +247,17 @@ def _stretch(program: Any, storage: list[Any], start: int, stop: int, frame: Any
                 body.append(f"    {call(ops[j])}")
             j = run_end
             continue
-        run_end, varying = _listed_run(ops, j, storage, frame)
+        run_end, period, varying = _listed_run(ops, j, storage, frame)
         if run_end - j >= LIST_FROM:
-            # (a run of one launch over arrays that differ from step to step, a nonlinear
-            # simulation's states that the reverse reads: a loop over lists of them, where
-            # a line per launch took Numba ~30 ms each to compile)
-            lists = {pos: array_list(tuple(op.refs[pos][1] for op in ops[j:run_end])) + "[_s]"
-                     for pos in varying}
-            body += [f"    for _s in range({run_end - j}):", f"        {call(ops[j], lists)}"]
+            # (a run of a few launches repeated over arrays that differ from step to step, a
+            # nonlinear simulation's states that the reverse reads: a loop over lists of
+            # them, where a line per launch took Numba ~30 ms each to compile)
+            body.append(f"    for _s in range({(run_end - j) // period}):")
+            for t in range(period):
+                phase = ops[j + t:run_end:period]
+                lists = {pos: array_list(tuple(op.refs[pos][1] for op in phase)) + "[_s]"
+                         for pos in varying[t]}
+                body.append(f"        {call(ops[j + t], lists)}")
             j = run_end
             continue
         body.append(f"    {call(ops[j])}")
@@ -308,24 +313,40 @@ def _same_template(op: Any, first: Any) -> bool:
 
 
 def _listed_run(ops: list[Any], j: int, storage: list[Any], frame: Any
-                ) -> tuple[int, list[int]]:
-    """The end of the run from ``ops[j]`` of launches like it whose arrays at some positions
-    differ (those positions: each a list of arrays of one Numba type), and the positions."""
-    first = ops[j]
-    if first.kind != "launch" or _variant(first).lowered.pools:
-        return j + 1, []
-    end = j + 1
-    while end < len(ops) and _same_template(ops[end], first):
-        end += 1
-    varying = []
-    for pos, (kind, k) in enumerate(first.refs):
-        if kind != "a" or all(storage[op.refs[pos][1]] == storage[k] for op in ops[j:end]):
+                ) -> tuple[int, int, list[list[int]]]:
+    """The longest run from ``ops[j]`` of whole periods of up to ``MOST_PERIOD`` launches
+    repeated alike (kernels, ndranges, scalars) whose arrays at some positions differ from
+    period to period (each such position a list of arrays of one Numba type): its end, its
+    period, and per launch of the period those positions."""
+    best: tuple[int, int, list[list[int]]] = (j + 1, 1, [[]])
+    for period in range(1, MOST_PERIOD + 1):
+        head = ops[j:j + period]
+        if len(head) < period or any(op.kind != "launch" or _variant(op).lowered.pools
+                                     for op in head):
+            break
+        end = j + period
+        while end < len(ops) and _same_template(ops[end], ops[end - period]):
+            end += 1
+        end = j + (end - j) // period * period
+        if end - j <= best[0] - j or end - j < LIST_FROM:
             continue
-        kinds = {numba.typeof(frame.arrays[op.refs[pos][1]]) for op in ops[j:end]}
-        if len(kinds) > 1:
-            return j + 1, []
-        varying.append(pos)
-    return end, varying
+        varying = [_varying(ops[j + t:end:period], storage, frame) for t in range(period)]
+        if all(v is not None for v in varying):
+            best = (end, period, varying)
+    return best
+
+
+def _varying(phase: list[Any], storage: list[Any], frame: Any) -> list[int] | None:
+    """The array positions where the launches ``phase`` differ (None: their arrays there are
+    of more than one Numba type, which one list cannot hold)."""
+    first, out = phase[0], []
+    for pos, (kind, k) in enumerate(first.refs):
+        if kind != "a" or all(storage[op.refs[pos][1]] == storage[k] for op in phase):
+            continue
+        if len({numba.typeof(frame.arrays[op.refs[pos][1]]) for op in phase}) > 1:
+            return None
+        out.append(pos)
+    return out
 
 
 def _safe(name: str) -> str:
