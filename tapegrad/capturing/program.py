@@ -157,6 +157,9 @@ class Program:
             dst += src.reshape(dst.shape)
         elif kind == "zero":
             value(op.refs[0]).fill(0)
+        elif kind == "axpy":       # (as tg.scale's adjoint computes it: NumPy's rounding)
+            src, a, dst = (value(r) for r in op.refs)
+            dst[...] += a * src
         elif kind == "scale":
             src, a, dst = (value(r) for r in op.refs)
             dst[...] = src * src.dtype.type(a)

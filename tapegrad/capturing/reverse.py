@@ -7,7 +7,8 @@ gradients wanted (``given``: the shadows the outer sweep hands it).  It does not
 the values in the arrays or on the float arguments, which the adjoint kernels take as they
 are.  So the first sweep of a kind runs in Python with a ``ReverseTrace`` watching, and each
 adjoint tells it the array operations it runs (``Record.traceable``): launches of compiled
-adjoint kernels, zeroing, copies and additions of shadows, a reduction's cotangent (below).
+adjoint kernels, zeroing, copies and (scaled) additions of shadows, a reduction's cotangent
+(below).
 When every operation was one of those, the trace becomes a ``Reverse``: the same operations over the call's arrays (the
 program's slots), the given shadows and buffers the program keeps for the shadows the sweep
 made, which later calls of that kind run without the sweep's Python; on the CPU each stretch
@@ -57,6 +58,12 @@ class ReverseTrace:
             return
         args = (("sh", shadow),) + tuple(("v", v) for v in record.views)
         self.steps.append(("cotangent", (record.grad, k, record.scalar_out, fresh), args, ()))
+
+    def scaled_add(self, record: Any, dst: Any, src: Any) -> None:
+        """``dst += factor * src`` (``tg.scale``'s adjoint; its factor a float argument or a
+        constant)."""
+        factor = ("s", record.node) if record.node is not None else ("c", record.factor)
+        self.steps.append(("axpy", None, (("sh", src), factor, ("sh", dst)), ()))
 
     def fail(self, why: str) -> None:
         if self.failed is None:

@@ -221,6 +221,7 @@ class ScaleRecord(Record):
     factor: float = 1.0
     node: int | None = None
     views: list[Any] = field(default_factory=list)
+    traceable = True
 
     def redirect(self, pos: int, copy: Any) -> None:
         self.views[pos] = copy
@@ -229,8 +230,13 @@ class ScaleRecord(Record):
         src, dst = self.reads[0], self.writes[0]
         bar = sweep.shadow(dst)
         if src in sweep.active_ids:
-            sweep.shadow(src)[...] += self.factor * bar
+            shadow = sweep.shadow(src)
+            shadow[...] += self.factor * bar
+            if sweep.trace is not None:
+                sweep.trace.scaled_add(self, shadow, bar)
         if self.node is not None and self.node in sweep.active_nodes:
+            if sweep.trace is not None:
+                sweep.trace.fail("tg.scale's adjoint for its factor's gradient")
             sweep.add_scalar_bar(self.node, float(_xp(bar).vdot(self.views[0].ravel(),
                                                                bar.ravel())))
 

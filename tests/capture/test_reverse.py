@@ -289,3 +289,22 @@ def test_steps_of_two_kernels_loop_over_lists_too(data):
     (reverse,) = program.reverses.values()
     for plan in (program.compiled, reverse.compiled):
         assert any(isinstance(what, Stretch) and what.lists for _, what in plan)
+
+
+def scaled(u, K, a):
+    v = tg.scale(simulate(u, K, 0.2, 0.2), a)           # a float argument: a parameter
+    return tg.scale(v, 0.5 + tg.mean(v) * tg.mean(v))     # a factor that depends on u
+
+
+def test_tg_scale_in_the_reverse(data):
+    u0, K, w = data
+    captured = tg.capture(lambda u, K, a: tg.scale(simulate(u, K, 0.2, 0.2), a))
+    both = tg.capture(scaled)
+    for a in (0.5, 2.0, -1.5):
+        for f, plain in ((captured, lambda u, K, a: tg.scale(simulate(u, K, 0.2, 0.2), a)),
+                         (both, scaled)):
+            g = tg.gradient(lambda u, a=a, f=f: tg.dot(f(u, K, a), w), u0)[0]
+            g_plain = tg.gradient(lambda u, a=a, p=plain: tg.dot(p(u, K, a), w), u0)[0]
+            np.testing.assert_allclose(g, g_plain, rtol=1e-13, atol=1e-15)
+    assert all(reverses(captured).values())          # the parameter's factor: written down
+    assert not any(reverses(both).values())          # the mean's: a scalar's gradient
