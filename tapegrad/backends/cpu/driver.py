@@ -20,11 +20,11 @@ from tapegrad.backends.compiler_process import compile_elsewhere
 from tapegrad.backends.cpu.backend import _ByLaunchSize, _Launcher, launch_threads, pool_shape
 
 LOOP_FROM = 4          # a run of this many alternating launches or more is written as a loop
-# ... and a run of this many launches of one kernel over arrays that differ from launch to
-# launch, written as a loop over lists of them.  Each call builds the lists (~1.2 us an
-# array: a 100-step simulation's gradient took 3x as long), where a line per launch costs
-# ~30 ms of compiling, once (on disk): so only long runs (a 1000-step simulation's first
-# gradient compiled for 28 s)
+# ... and a run of this many launches of a few kernels over arrays that differ from launch
+# to launch, written as a loop over lists of them: each call builds the lists, where a line
+# per launch costs compile time once; so only long runs, whose lines would take far longer
+# to compile than their lists to build (the figures: docs/performance.md, "Captured
+# functions")
 LIST_FROM = 256
 MOST_CHANGED = 8       # a list with more arrays new since the call before is built anew
 MOST_PERIOD = 4        # ... of runs of up to this many launches repeated
@@ -73,7 +73,7 @@ class Stretch:
 
     def array_list(self, n: int, arrays: list[Any]) -> Any:
         """List ``n`` of a call.  Most of its arrays are the program's own memory, the same
-        each call (building a list costs ~1.2 us an array): the one built before, with the
+        each call (and a list is built an array at a time): the one built before, with the
         few that differ put in their places (a call's output, its inputs); a new one where
         more differ (under a tape: the states the reverse reads are new each call), kept
         only when few differed from the call before (a call's new arrays stay alive in a
@@ -251,7 +251,7 @@ def _stretch(program: Any, storage: list[Any], start: int, stop: int, frame: Any
         if run_end - j >= LIST_FROM:
             # (a run of a few launches repeated over arrays that differ from step to step, a
             # nonlinear simulation's states that the reverse reads: a loop over lists of
-            # them, where a line per launch took Numba ~30 ms each to compile)
+            # them, not a line per launch for Numba to compile, see LIST_FROM)
             body.append(f"    for _s in range({(run_end - j) // period}):")
             for t in range(period):
                 phase = ops[j + t:run_end:period]
