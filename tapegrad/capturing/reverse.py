@@ -34,6 +34,7 @@ from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
 from tapegrad.backends.opencl.queue import plan as opencl_plan
 from tapegrad.capturing.program import Frame, Op
 from tapegrad.tape.arrays import empty_like, repeats
+from tapegrad.tape.hostops import write_cotangent
 
 GIVEN, TEMP = "given", "temp"
 
@@ -133,17 +134,7 @@ def _cotangent(op: Op, rframe: Frame, seed: float) -> None:
     grad, k, node, fresh = op.fn
     shadow, *views = (rframe.arrays[what] for _, what in op.refs)
     scale, array = grad(seed, k, rframe.scalars[node], *views)
-    if fresh:
-        if array is None:
-            shadow.fill(scale)
-        elif type(shadow) is np.ndarray:
-            np.multiply(array, scale, out=shadow)
-        else:
-            shadow[...] = array * scale
-    elif array is None:
-        shadow += scale
-    else:
-        shadow += scale * array
+    write_cotangent(shadow, scale, array, fresh)
 
 
 def usable(given: list[Any]) -> bool:

@@ -40,10 +40,10 @@ class ReductionRecord(Record):
     value: float = 0.0
     reduce: Callable[..., float] | None = None     # the value from the arrays (a replay's)
 
+    traceable = True
+
     def redirect(self, pos: int, copy: Any) -> None:
         self.views[pos] = copy
-
-    traceable = True
 
     def backward(self, sweep: Any) -> None:
         bar = sweep.scalar_bar.get(self.scalar_out, 0.0)
@@ -57,18 +57,26 @@ class ReductionRecord(Record):
                 continue
             scale, array = self.grad(bar, k, self.value, *self.views)
             shadow = sweep.shadow(ident, unwritten_ok=True)
+            fresh = ident in sweep.fresh
             if sweep.trace is not None:
-                sweep.trace.cotangent(self, k, shadow, ident in sweep.fresh)
-            if ident in sweep.fresh:
-                if array is None:
-                    shadow.fill(scale)
-                else:
-                    _xp(shadow).multiply(array, scale, out=shadow)
+                sweep.trace.cotangent(self, k, shadow, fresh)
+            write_cotangent(shadow, scale, array, fresh)
+            if fresh:
                 sweep.written(ident)
-            elif array is None:
-                shadow += scale
-            else:
-                shadow += scale * array
+
+
+def write_cotangent(shadow: Any, scale: float, array: Any, fresh: bool) -> None:
+    """``scale * array`` (``array`` None: ``scale`` everywhere) stored into ``shadow`` where it
+    holds no values yet (``fresh``), else added to it."""
+    if fresh:
+        if array is None:
+            shadow.fill(scale)
+        else:
+            _xp(shadow).multiply(array, scale, out=shadow)
+    elif array is None:
+        shadow += scale
+    else:
+        shadow += scale * array
 
 
 def _reduce(name: str, arrays: tuple, reduce: Callable[..., float],
