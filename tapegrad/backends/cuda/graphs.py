@@ -23,6 +23,7 @@ import warnings
 from typing import Any
 
 from tapegrad.backends.cuda.backend import _Launcher
+from tapegrad.backends.stretches import stretches
 from tapegrad.errors import CaptureWarning
 
 MOST_GRAPHS = 4
@@ -120,15 +121,5 @@ def plan(program: Any, frame: Any) -> list[tuple[bool, Any]] | None:
     there is none, or where ``TAPEGRAD_CAPTURE_CUDA_GRAPHS`` is not ``1``."""
     if os.environ.get("TAPEGRAD_CAPTURE_CUDA_GRAPHS") != "1":
         return None
-    ops, out, k = program.ops, [], 0
-    while k < len(ops):
-        end = k
-        while end < len(ops) and _graphable(ops[end], frame):
-            end += 1
-        if sum(ops[j].kind == "launch" for j in range(k, end)) >= 2:
-            out.append((True, GraphStretch(program, k, end, frame)))
-            k = end
-        else:
-            out += [(False, j) for j in range(k, max(end, k + 1))]
-            k = max(end, k + 1)
-    return out if any(graph for graph, _ in out) else None
+    return stretches(program.ops, lambda op: _graphable(op, frame),
+                     lambda start, stop: GraphStretch(program, start, stop, frame))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from tapegrad.backends.opencl.backend import _Launcher
+from tapegrad.backends.stretches import stretches
 
 
 class QueuedLaunches:
@@ -55,16 +56,6 @@ class QueuedLaunches:
 def plan(program: Any, frame: Any) -> list[tuple[bool, Any]] | None:
     """``program``'s ops as (queued, what): a ``QueuedLaunches`` for each run of two or more
     OpenCL launches, else the op's index; None where there is none."""
-    ops, out, k = program.ops, [], 0
-    while k < len(ops):
-        end = k
-        while end < len(ops) and ops[end].kind == "launch" \
-                and isinstance(ops[end].fn, _Launcher) and 0 not in ops[end].nd:
-            end += 1
-        if end - k >= 2:
-            out.append((True, QueuedLaunches(program, k, end, frame)))
-            k = end
-        else:
-            out += [(False, j) for j in range(k, max(end, k + 1))]
-            k = max(end, k + 1)
-    return out if any(queued for queued, _ in out) else None
+    return stretches(program.ops, lambda op: op.kind == "launch"
+                     and isinstance(op.fn, _Launcher) and 0 not in op.nd,
+                     lambda start, stop: QueuedLaunches(program, start, stop, frame))
