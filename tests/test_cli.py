@@ -44,11 +44,12 @@ def test_bench_quick_prints_the_table_and_writes_json(tmp_path):
                              "captured_nonlinear_gradient", "compiled_kernels"}
     assert all(v > 0 for v in overhead.values())
     assert "of replay overhead per launch" in proc.stdout
-    captured = [r for r in data["peers"] if r.get("implementation") == "tg capture"]
-    assert [r["problem"] for r in captured] == [r["problem"] for r in data["peers"]
-                                                 if "heat" in r.get("problem", "")
-                                                 and r.get("implementation") == "tapegrad"]
-    assert all(r["gradient_ms"] > 0 for r in captured)
+    for impl in ("tg capture", "capt. loss"):
+        captured = [r for r in data["peers"] if r.get("implementation") == impl]
+        assert [r["problem"] for r in captured] == [r["problem"] for r in data["peers"]
+                                                     if "heat" in r.get("problem", "")
+                                                     and r.get("implementation") == "tapegrad"]
+        assert all(r["gradient_ms"] > 0 for r in captured)
     assert "busy machine (" in proc.stdout and "fair share ~2x" in proc.stdout
     busy = data["busy_machine"]         # (a ratio, not a limit: CI machines are shared)
     assert busy["idle_ms"] > 0 and busy["busy_ms"] > 0 and busy["busy_processes"] >= 1

@@ -15,6 +15,7 @@ from tapegrad.api.launches import (
     forward_annotation,
     host_array,
 )
+from tapegrad.capturing.captured import Captured
 from tapegrad.errors import AdjointStackOverflow, LaunchError, TapegradError  # noqa: F401
 from tapegrad.kernels import ConfiguredKernel, Kernel
 from tapegrad.tape.activity import (
@@ -253,7 +254,8 @@ def _check_host_annotation(f: Any, k: int, a: Annotation) -> None:
 def gradient(f: Callable[..., Any], *args: Any) -> tuple:
     """The gradient of the scalar ``f(*args)`` with respect to each argument: a new array for
     an array, a float for a float (``f`` gets a tape scalar in its place: pass it to kernels,
-    compute with it).
+    compute with it).  With ``f`` a captured function (``tg.capture``) whose reverse reads
+    nothing its forward computes (a linear simulation's), the forward is not run at all.
 
     >>> import numpy as np, tapegrad as tg
     >>> (g,) = tg.gradient(lambda x: tg.dot(x, x), np.array([1.0, 2.0]))
@@ -271,7 +273,10 @@ def gradient(f: Callable[..., Any], *args: Any) -> tuple:
     tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:
         sources = [tape.watch(a) for a in args]
-        result = f(*sources)
+        # (a captured function's result only seeds the sweep: where the reverse reads
+        # nothing its forward computes, a linear simulation's, the forward is not run)
+        result = f.call(sources, {}, value_unused=True) if isinstance(f, Captured) \
+            else f(*sources)
     _check_scalar_result(tape, result)
     return tuple(tape.gradient(result, sources))
 

@@ -129,6 +129,17 @@ def make_tapegrad_captured(p: dict, backend: Any = None) -> Pair | None:
     return lambda: simulate(p["x"]), lambda: tg.gradient(loss, p["x"])
 
 
+def make_tapegrad_captured_loss(p: dict, backend: Any = None) -> Pair | None:
+    """The heat loss captured whole, simulation and ``tg.dot``: ``tg.gradient`` of it skips
+    the forward, whose values its reverse does not read (the problem is linear), as XLA's
+    dead-code elimination does for JAX's ``jit(grad)``."""
+    if p["kind"] != "heat":
+        return None
+    simulate = heat_simulation(p, backend or tg.CPU())
+    loss = tg.capture(lambda t: tg.dot(simulate(t), p["w"]))
+    return lambda: loss(p["x"]), lambda: tg.gradient(loss, p["x"])
+
+
 def heat_simulation(p: dict, backend: Any) -> Any:
     """``simulate(t0)``: the heat problem's ``p["steps"]`` stencil steps from a copy of
     ``t0``."""

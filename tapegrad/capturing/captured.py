@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +44,12 @@ class Captured:
         return f"tg.capture({self.name}, strict={self.strict})"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.call(args, kwargs)
+
+    def call(self, args: tuple, kwargs: dict, value_unused: bool = False) -> Any:
+        """A call; ``value_unused``: only the gradient of its scalar result is wanted, not
+        its value (``tg.gradient(captured, ...)``), so that a replay whose reverse reads
+        nothing the forward computes need not run the forward."""
         if kwargs or len(args) != self.arity:
             args = self.positional(args, kwargs)
         if current_forward() is not None or any(type(a) is DualScalar for a in args):
@@ -62,7 +69,7 @@ class Captured:
             return self.record(key, args)
         for program in variants:
             try:
-                result = self.replay(program, args)
+                result = self.replay(program, args, value_unused)
             except GuardFailed as failed:
                 if self.strict or program.written_before_guard:
                     why = ("a strict capture does not record again" if self.strict else
@@ -127,16 +134,20 @@ class Captured:
             return result
         return _plain(result)
 
-    def replay(self, program: Program, args: tuple) -> Any:
+    def replay(self, program: Program, args: tuple, value_unused: bool = False) -> Any:
         tapes = recording_tapes()
         if tapes:
             before_writes(program, args, tapes)
         frame = program.frame(args, fresh_kept=bool(tapes))
-        with program.lock:
-            program.run(frame)
-            results = program.results_of(frame)
+        pending = value_unused and program.deferrable and len(tapes) == 1
+        if pending:         # (its one result's value, which no one reads)
+            results = [math.nan]
+        else:
+            with program.lock:
+                program.run(frame)
+                results = program.results_of(frame)
         if tapes:
-            results = record_call(program, frame, args, results, tapes)
+            results = record_call(program, frame, args, results, tapes, pending)
         return tuple(results) if program.returns_tuple else results[0]
 
 

@@ -98,6 +98,9 @@ class Program:
     rebind: list[tuple]                  # (container, key, reference): see ``bind``
     scratch: list[Any]                   # per slot: the program's memory (temps), else None
     written_before_guard: bool           # an input is written before some guard
+    # no guard, no argument written, one scalar result: a call whose result's value is not
+    # used (tg.gradient's) can leave the forward to its reverse sweep (CapturedRecord.pending)
+    deferrable: bool = False
     name: str = ""
     returns_tuple: bool = False
     compiled: Any = None       # the ops' plan (backends/cpu/driver.py, backends/cuda/graphs.py)
@@ -283,8 +286,11 @@ def build(tape: TraceTape, fn: Any, args: tuple, params: list[tuple[int, int]], 
     written_before = any(
         op.kind in ("launch", "copy", "scale") and _writes_input(op, slots)
         for op in ops[:first_guard])
-    program = Program(tape, slots, ops, params, results, rebind, scratch, written_before, name,
-                      isinstance(result, tuple), frozen=Frozen(tape.records))
+    deferrable = [kind for kind, _ in results] == ["s"] and not any(
+        op.kind == "guard" for op in ops) and not any(
+        slot.kind == INPUT and slot.written for slot in slots)
+    program = Program(tape, slots, ops, params, results, rebind, scratch, written_before,
+                      deferrable, name, isinstance(result, tuple), frozen=Frozen(tape.records))
     for slot in slots:
         if slot.kind != CONST and slot.layout[0] is np.ndarray:
             slot.proto = None            # (the program holds no call's arrays)

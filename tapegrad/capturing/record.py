@@ -22,13 +22,16 @@ class CapturedRecord(Record):
 
     def __init__(self, program: Program, frame: Frame, arrays_in: list, arrays_out: list,
                  params: list, result_node: int | None, scalar_out: int | None,
-                 live: list[int]):
+                 live: list[int], pending: bool = False):
         super().__init__(reads=[i for _, i in arrays_in], writes=[i for _, i in arrays_out],
                          scalars_in=[n for _, n in params], scalar_out=scalar_out,
                          name=f"captured {program.name}")
         self.program, self.frame = program, frame
         self.arrays_in, self.arrays_out, self.params = arrays_in, arrays_out, params
         self.result_node, self.live = result_node, live
+        # the call's forward has not run yet: its sweep runs it, unless the written-down
+        # reverse reads nothing it computes (Captured.replay's value_unused)
+        self.pending = pending
 
     def redirect(self, pos: int, copy: Any) -> None:
         self.frame.arrays[self.live[pos]] = copy
@@ -39,6 +42,11 @@ class CapturedRecord(Record):
         for slot, x in zip(self.program.slots, self.frame.arrays):
             if slot.kept and x is not None:
                 yield "arrays", x
+
+    def run_pending(self) -> None:
+        if self.pending:
+            self.pending = False
+            self.program.run(self.frame)
 
     def backward(self, sweep: Any) -> None:
         with self.program.lock:
@@ -72,6 +80,8 @@ class CapturedRecord(Record):
             key = (tuple(kind), seed is not None)
             reverse = program.reverses.get(key)
             if reverse and usable(given):
+                if reverse.reads_forward:
+                    self.run_pending()
                 reverse(self.frame, given, seed or 0.0)
                 return
             if reverse is None and usable(given):
@@ -79,6 +89,7 @@ class CapturedRecord(Record):
                     trace = ReverseTrace(self.result_node)
                 else:     # (scalar arithmetic, say: a trace would fail; spare its sweep)
                     program.reverses[key] = False
+        self.run_pending()
         program.bind(self.frame)
         try:
             inner = Sweep(tape, shadows, sources, frozen=program.frozen)
@@ -95,10 +106,10 @@ class CapturedRecord(Record):
 
 
 def record_call(program: Program, frame: Frame, args: tuple, results: list[Any],
-                tapes: tuple) -> list[Any]:
-    """Record a finished call (``frame``) on each of ``tapes``; the results to return (a
-    scalar result becomes the tapes' scalar).  The tapes saw the inputs it writes before it
-    ran (``before_writes``)."""
+                tapes: tuple, pending: bool = False) -> list[Any]:
+    """Record a finished call (``frame``; ``pending``: one whose forward waits for its
+    sweep) on each of ``tapes``; the results to return (a scalar result becomes the tapes'
+    scalar).  The tapes saw the inputs it writes before it ran (``before_writes``)."""
     slots = program.slots
     scalar_at = [j for j, (kind, _) in enumerate(program.results) if kind == "s"]
     out = list(results)
@@ -125,7 +136,8 @@ def record_call(program: Program, frame: Frame, args: tuple, results: list[Any],
                   if isinstance(args[pos], TrackedScalar) and args[pos].node_on(tape) is not None]
         result_node = program.results[scalar_at[0]][1] if scalar_at else None
         record = CapturedRecord(program, frame, arrays_in, arrays_out, params, result_node,
-                                scalar.node_on(tape) if scalar is not None else None, live)
+                                scalar.node_on(tape) if scalar is not None else None, live,
+                                pending)
         tape.record_host(record, [(frame.arrays[k], n) for n, k in enumerate(live)],
                          read=tuple(read))
         for k, ident in arrays_out:

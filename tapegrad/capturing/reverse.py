@@ -24,6 +24,7 @@ than NumPy's) stays a Python sweep, as before.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ from tapegrad.backends.cpu.driver import plan as cpu_plan
 from tapegrad.backends.cpu.driver import storage_of
 from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
 from tapegrad.backends.opencl.queue import plan as opencl_plan
-from tapegrad.capturing.program import Frame, Op
+from tapegrad.capturing.program import CONST, INPUT, Frame, Op
 from tapegrad.tape.arrays import empty_like, repeats
 from tapegrad.tape.hostops import write_cotangent
 
@@ -57,8 +58,10 @@ class ReverseTrace:
         if record.scalar_out != self.seeded:
             self.fail(f"the adjoint of {record.name} (its gradient from scalar arithmetic)")
             return
-        args = (("sh", shadow),) + tuple(("v", v) for v in record.views)
-        self.steps.append(("cotangent", (record.grad, k, record.scalar_out, fresh), args, ()))
+        args = (("sh", shadow),) + tuple(("any" if record.linear and j == k else "v", v)
+                                         for j, v in enumerate(record.views))
+        self.steps.append(("cotangent", (record.grad, k, record.scalar_out, fresh,
+                                         record.linear), args, ()))
 
     def scaled_add(self, record: Any, dst: Any, src: Any) -> None:
         """``dst += factor * src`` (``tg.scale``'s adjoint; its factor a float argument or a
@@ -111,6 +114,7 @@ class Reverse:
         self.program, self.ops, self.temps, self.storage = program, ops, temps, storage
         self.name = f"{program.name} (reverse)"
         self.compiled: Any = None
+        self.reads_forward = _reads_forward(program, ops)
 
     def __call__(self, frame: Frame, given: list[Any], seed: float = 0.0) -> None:
         """The sweep on a call's ``frame``, ``given`` its shadows (in the traced order) and
@@ -131,10 +135,31 @@ class Reverse:
 
 def _cotangent(op: Op, rframe: Frame, seed: float) -> None:
     """A reduction's cotangent (``ReductionRecord.backward``'s, for ``ReverseTrace``)."""
-    grad, k, node, fresh = op.fn
+    grad, k, node, fresh, linear = op.fn
     shadow, *views = (rframe.arrays[what] for _, what in op.refs)
-    scale, array = grad(seed, k, rframe.scalars[node], *views)
+    # (a linear reduction's value is not read, and not there when the forward did not run)
+    value = rframe.scalars.get(node, math.nan) if linear else rframe.scalars[node]
+    scale, array = grad(seed, k, value, *views)
     write_cotangent(shadow, scale, array, fresh)
+
+
+def _reads_forward(program: Any, ops: list[Op]) -> bool:
+    """Whether ``ops`` read anything the program's forward computes: an array it writes, a
+    scalar it makes (any node but a float argument's), a reduction's value.  Where they do
+    not (a linear simulation's reverse), a call whose result only seeds the gradient need
+    not run its forward at all (``CapturedRecord.pending``)."""
+    slots, params = program.slots, {node for _, node in program.params}
+    for op in ops:
+        if op.kind == "cotangent" and not op.fn[4]:       # (not linear: reads the value)
+            return True
+        for kind, what in op.refs:
+            if kind == "s" and what not in params:
+                return True
+            if kind == "a" and what < len(slots) and not (
+                    slots[what].kind == CONST or slots[what].kind == INPUT
+                    and not slots[what].written):
+                return True
+    return False
 
 
 def usable(given: list[Any]) -> bool:

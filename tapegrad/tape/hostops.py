@@ -39,6 +39,9 @@ class ReductionRecord(Record):
     grad: Callable[..., tuple[Any, Any]] | None = None
     value: float = 0.0
     reduce: Callable[..., float] | None = None     # the value from the arrays (a replay's)
+    # array k's cotangent reads neither the value nor array k, only the others (sum, mean,
+    # dot): a captured program's written-down reverse need not run its forward for them
+    linear: bool = False
 
     traceable = True
 
@@ -80,12 +83,13 @@ def write_cotangent(shadow: Any, scale: float, array: Any, fresh: bool) -> None:
 
 
 def _reduce(name: str, arrays: tuple, reduce: Callable[..., float],
-            grad: Callable[..., tuple[Any, Any]], jvp: Callable[..., float]) -> Any:
+            grad: Callable[..., tuple[Any, Any]], jvp: Callable[..., float],
+            linear: bool = False) -> Any:
     """``reduce(*arrays)``, recorded (reverse mode) or carrying tangents (forward mode).
 
     ``grad(bar, k, value, *arrays)`` gives array ``k``'s cotangent as ``(scale, array or
     None)`` (see ``ReductionRecord``); ``jvp(tangents, value, *arrays)`` the reduction's
-    tangent given one tangent (or None) per array."""
+    tangent given one tangent (or None) per array; ``linear``: see ``ReductionRecord``."""
     value = reduce(*arrays)
     ctx = current_forward()
     if ctx is not None:
@@ -102,7 +106,7 @@ def _reduce(name: str, arrays: tuple, reduce: Callable[..., float],
     for tape in tapes:
         record = ReductionRecord(reads=[tape.track(a) for a in arrays], writes=[], name=name,
                                  scalar_out=scalar.node_on(tape), views=list(arrays),
-                                 grad=grad, value=value, reduce=reduce)
+                                 grad=grad, value=value, reduce=reduce, linear=linear)
         tape.record_host(record, [(a, k) for k, a in enumerate(arrays)])
     return scalar
 
@@ -121,7 +125,7 @@ def sum(x: Any) -> Any:  # noqa: A001 - the public name is tg.sum
     """
     _check_array("sum", x)
     return _reduce("sum", (x,), _sum, lambda bar, k, v, a: (bar, None),
-                   lambda t, v, a: _f(t[0], lambda d: d.sum()))
+                   lambda t, v, a: _f(t[0], lambda d: d.sum()), linear=True)
 
 
 def _sum(a: Any) -> float:
@@ -133,7 +137,7 @@ def mean(x: Any) -> Any:
     _check_array("mean", x)
     n = x.size
     return _reduce("mean", (x,), _mean, lambda bar, k, v, a: (bar / n, None),
-                   lambda t, v, a: _f(t[0], lambda d: d.mean()))
+                   lambda t, v, a: _f(t[0], lambda d: d.mean()), linear=True)
 
 
 def _mean(a: Any) -> float:
@@ -156,7 +160,7 @@ def dot(x: Any, y: Any) -> Any:
                    lambda bar, k, v, a, b: (bar, b.reshape(a.shape) if k == 0 else
                                             a.reshape(b.shape)),
                    lambda t, v, a, b: _f(t[0], lambda d: xp.vdot(d.ravel(), b.ravel()))
-                   + _f(t[1], lambda d: xp.vdot(a.ravel(), d.ravel())))
+                   + _f(t[1], lambda d: xp.vdot(a.ravel(), d.ravel())), linear=True)
 
 
 def _vdot(a: Any, b: Any) -> float:

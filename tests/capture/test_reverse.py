@@ -308,3 +308,86 @@ def test_tg_scale_in_the_reverse(data):
             np.testing.assert_allclose(g, g_plain, rtol=1e-13, atol=1e-15)
     assert all(reverses(captured).values())          # the parameter's factor: written down
     assert not any(reverses(both).values())          # the mean's: a scalar's gradient
+
+
+@tg.kernel
+def diffuse(u_new, u, k):
+    i = tg.index()
+    if i > 0 and i < u.shape[0] - 1:
+        u_new[i] = u[i] + k * (u[i + 1] - 2.0 * u[i] + u[i - 1])
+    else:
+        u_new[i] = u[i]
+
+
+def diffusion(u, k, steps=10):
+    u = tg.copy(u)
+    for _ in range(steps):
+        u_new = np.empty_like(u)
+        diffuse(CPU)(u_new, u, k, ndrange=u.size)
+        u = u_new
+    return u
+
+
+def diffusion_matrix(k, steps=10):
+    step = np.eye(N)
+    for i in range(1, N - 1):
+        step[i, i - 1:i + 2] += k * np.array([1.0, -2.0, 1.0])
+    return np.linalg.matrix_power(step, steps)
+
+
+@pytest.fixture
+def forwards(monkeypatch):
+    """How many times a captured program's forward ran."""
+    from tapegrad.capturing.program import Program
+    runs, run = [], Program.run
+    monkeypatch.setattr(Program, "run", lambda self, frame: (runs.append(1), run(self, frame)))
+    return runs
+
+
+@pytest.mark.parametrize("kind", ["dot", "sum", "mean"])
+def test_a_linear_loss_gradient_does_not_run_its_forward(data, forwards, kind):
+    # tg.gradient of a captured loss wants no value: where the written-down reverse reads
+    # nothing the forward computes (a linear simulation's adjoints, a linear reduction's
+    # cotangent), the forward is not run at all
+    _, _, w = data
+    reduce = {"dot": lambda v: tg.dot(v, w), "sum": tg.sum, "mean": tg.mean}[kind]
+    captured = tg.capture(lambda u: reduce(diffusion(u, 0.2)))
+    seed = {"dot": w, "sum": np.ones(N), "mean": np.full(N, 1.0 / N)}[kind]
+    rng = np.random.default_rng(11)
+    for call in range(4):
+        u = rng.uniform(-1, 1, N)
+        del forwards[:]
+        (g,) = tg.gradient(captured, u)
+        # (the first call records, the second traces its sweep, then none runs the forward)
+        assert len(forwards) == (0 if call >= 2 else 1 if call == 1 else 0)
+        np.testing.assert_allclose(g, diffusion_matrix(0.2).T @ seed, rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(g, tg.gradient(lambda u: reduce(diffusion(u, 0.2)), u)[0],
+                                   rtol=1e-13, atol=1e-15)
+    (reverse,) = reverses(captured).values()
+    assert reverse and not reverse.reads_forward
+    # the value is there whenever it is asked for
+    assert float(captured(u)) == pytest.approx(float(reduce(diffusion(u, 0.2))), rel=1e-13)
+
+
+@pytest.mark.parametrize("kind", ["self dot", "norm", "nonlinear", "wrapped", "taped"])
+def test_a_gradient_that_reads_the_forwards_values_runs_it(data, forwards, kind):
+    u0, K, w = data
+    loss = {"self dot": lambda u: tg.dot(diffusion(u, 0.2), diffusion(u, 0.1)),
+            "norm": lambda u: tg.norm(diffusion(u, 0.2)),
+            "nonlinear": lambda u: tg.dot(simulate(u, K, 0.2, 0.2), w)}.get(
+        kind, lambda u: tg.dot(diffusion(u, 0.2), w))
+    captured = tg.capture(loss)
+    if kind == "wrapped":       # the call's value could be used: it runs
+        f = lambda u: captured(u)    # noqa: E731
+    else:
+        f = captured
+    for call in range(3):
+        u = u0 + 0.1 * call
+        del forwards[:]
+        if kind == "taped":     # inside another tape, which could use the value
+            with tg.Tape():
+                (g,) = tg.gradient(f, u)
+        else:
+            (g,) = tg.gradient(f, u)
+        np.testing.assert_allclose(g, tg.gradient(loss, u)[0], rtol=1e-13, atol=1e-15)
+        assert len(forwards) == (call > 0)
