@@ -391,3 +391,25 @@ def test_a_gradient_that_reads_the_forwards_values_runs_it(data, forwards, kind)
             (g,) = tg.gradient(f, u)
         np.testing.assert_allclose(g, tg.gradient(loss, u)[0], rtol=1e-13, atol=1e-15)
         assert len(forwards) == (call > 0)
+
+
+def test_on_opencl_a_linear_loss_gradient_skips_its_forward_too(data, forwards):
+    import pyopencl.array as cla
+    cl = tg.OpenCL()
+    u0, _, w = data
+    wd = cla.to_device(cl.queue, w)
+
+    def loss(u):
+        for _ in range(10):
+            u_new = cla.empty_like(u)
+            diffuse(cl)(u_new, u, 0.2, ndrange=N)
+            u = u_new
+        return tg.dot(u, wd)
+
+    captured = tg.capture(loss)
+    for call in range(4):
+        del forwards[:]
+        (g,) = tg.gradient(captured, cla.to_device(cl.queue, u0 + 0.1 * call))
+        np.testing.assert_allclose(g.get(), diffusion_matrix(0.2).T @ w, rtol=1e-13,
+                                   atol=1e-15)
+        assert len(forwards) == (call == 1)
