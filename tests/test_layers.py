@@ -22,6 +22,7 @@ LAYERS = [                       # lowest first; a module belongs to the longest
     ["tapegrad.runtime"],
     ["tapegrad.kernels"],
     ["tapegrad.tape"],
+    ["tapegrad.capturing"],
     ["tapegrad.api"],
     ["tapegrad.testing"],
     ["tapegrad"],                # the package's face: tg.*
