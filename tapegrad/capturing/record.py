@@ -73,16 +73,18 @@ class CapturedRecord(Record):
         trace = None
         seed = sweep.scalar_bar.get(self.scalar_out, 0.0) if self.result_node is not None \
             else None
-        # (no float argument's gradient, and a scalar result's seeded: reverse.py's case;
-        # a zero seed skips the reduction's adjoint, which a trace would miss)
-        if not scalars and seed != 0.0:
+        # (a scalar result's seeded: reverse.py's case; a zero seed skips the reduction's
+        # adjoint, which a trace would miss)
+        if seed != 0.0:
             given = list(shadows.values())
-            key = (tuple(kind), seed is not None)
+            key = (tuple(kind), tuple(inner for inner, _ in scalars), seed is not None)
             reverse = program.reverses.get(key)
             if reverse and usable(given):
                 if reverse.reads_forward:
                     self.run_pending()
-                reverse(self.frame, given, seed or 0.0)
+                grads = reverse(self.frame, given, seed or 0.0)
+                for inner, outer in scalars:
+                    sweep.add_scalar_bar(outer, grads.get(inner, 0.0))
                 return
             if reverse is None and usable(given):
                 if all(r.traceable for r in tape.records):

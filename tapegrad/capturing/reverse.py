@@ -29,11 +29,13 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.backends import to_numpy
 from tapegrad.backends.cpu.driver import plan as cpu_plan
 from tapegrad.backends.cpu.driver import storage_of
 from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
 from tapegrad.backends.opencl.queue import plan as opencl_plan
 from tapegrad.capturing.program import CONST, INPUT, Frame, Op
+from tapegrad.runtime.replay import scalar_sums
 from tapegrad.tape.arrays import empty_like, repeats
 from tapegrad.tape.hostops import write_cotangent
 
@@ -50,6 +52,9 @@ class ReverseTrace:
         self.steps: list[tuple] = []
         self.failed: str | None = None
         self.seeded = seeded      # the node of the scalar result whose gradient is seeded
+        # per float argument's node: the array the adjoints add its gradient into (zeroed
+        # before the first, summed after the last: ``Reverse`` returns the sums)
+        self.sums: dict[int, Any] = {}
 
     def cotangent(self, record: Any, k: int, shadow: Any, fresh: bool) -> None:
         """A reduction's cotangent for its array ``k`` into ``shadow`` (stored where
@@ -97,6 +102,12 @@ class ReverseTrace:
             else:
                 args.append(("c", v))
         args += [("sh", shadows[p]) for p in replay.order]
+        for p in replay.scalars:
+            node = record.nodes[record.params.index(p)]
+            if node not in self.sums:
+                (self.sums[node],) = scalar_sums(record.cfg.backend, 1)
+                self.array_op("zero", self.sums[node])
+            args.append(("sh", self.sums[node]))
         for run, shaped_by in replay.steps:
             if shaped_by is None:
                 self.steps.append(("launch", run, tuple(args), record.nd))
@@ -116,21 +127,27 @@ class Reverse:
         self.compiled: Any = None
         self.reads_forward = _reads_forward(program, ops)
 
-    def __call__(self, frame: Frame, given: list[Any], seed: float = 0.0) -> None:
+    def __call__(self, frame: Frame, given: list[Any], seed: float = 0.0) -> dict[int, float]:
         """The sweep on a call's ``frame``, ``given`` its shadows (in the traced order) and
-        ``seed`` the gradient of its scalar result (where it has one)."""
+        ``seed`` the gradient of its scalar result (where it has one); the gradients of the
+        float arguments, by node."""
         rframe = Frame(frame.arrays + given + self.temps, frame.scalars)
         if self.compiled is None:
             self.compiled = cpu_plan(self, rframe, self.storage) \
                 or opencl_plan(self, rframe) or False
         plan = self.compiled or [(False, k) for k in range(len(self.ops))]
+        grads: dict[int, float] = {}
         for compiled, what in plan:
+            op = self.ops[what] if not compiled else None
             if compiled:
                 what(rframe)
-            elif self.ops[what].kind == "cotangent":
-                _cotangent(self.ops[what], rframe, seed)
+            elif op.kind == "cotangent":
+                _cotangent(op, rframe, seed)
+            elif op.kind == "scalar sum":
+                grads[op.out] = float(to_numpy(rframe.arrays[op.refs[0][1]]).sum())
             else:
-                self.program.run_op(self.ops[what], what, rframe)
+                self.program.run_op(op, what, rframe)
+        return grads
 
 
 def _cotangent(op: Op, rframe: Frame, seed: float) -> None:
@@ -214,6 +231,8 @@ def reverse_of(program: Any, frame: Frame, given: list[Any], trace: ReverseTrace
         if any(r is None for r in refs):
             return None
         ops.append(Op(kind, fn=fn, refs=refs, nd=nd))
+    for node, sums in trace.sums.items():
+        ops.append(Op("scalar sum", refs=(ref(("sh", sums)),), out=node))
     storage = storage_of(program) + [(GIVEN, n) for n in range(len(given))] \
         + [(TEMP, n) for n in range(len(temps))]
     return Reverse(program, ops, temps, storage)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
+
 from tapegrad.frontend import kernel_ir
 from tapegrad.runtime.adjoint import adjoint_of
 from tapegrad.runtime.adjoint_parts import GathersThenRest, check_kept, fresh_plan, launch_adjoint
@@ -26,6 +28,7 @@ class Replay:
     order: tuple[str, ...]            # the shadow parameters, in the adjoint's argument order
     shown: Any                        # what kern.source() shows for it (Shown)
     steps: tuple[tuple[Any, int | None], ...]   # the launcher's launches (GathersThenRest.steps)
+    scalars: tuple[str, ...] = ()     # Active scalar parameters: their gradients it sums
     chain: Any = None    # how a sweep runs it along a chain of states (tape/chains.py), or False
 
 
@@ -34,13 +37,13 @@ def replay_for(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
                kept: frozenset[str]) -> Replay | None:
     """The ``Replay`` of ``cfg``'s adjoint for this pattern (arguments as in ``run_adjoint``;
     ``covered``: the ``fresh`` shadows of the launch's shape), or None when the adjoint needs
-    ``run_adjoint``'s general path (a stack, scratch copies, Active scalars).  Any record of
+    ``run_adjoint``'s general path (a stack, scratch copies).  Any record of
     the same kernel and argument types may use it: the values a record keeps (copies the tape
     made, stand-ins for freed arrays) can differ from the launch's arrays in being writeable
     and in layout, which pick compiled code but not what the adjoint is."""
     compiled, _ = adjoint_of(cfg, values, activity, nd, discard)
     adjoint, launcher = compiled.adjoint, compiled.launcher
-    if adjoint.uses_status or adjoint.scratch or adjoint.active_scalars:
+    if adjoint.uses_status or adjoint.scratch:
         return None
     check_kept(cfg.kernel, adjoint, kept)
     fresh_at: frozenset[int] = frozenset()
@@ -51,24 +54,34 @@ def replay_for(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
     steps = launcher.steps(fresh_at) if isinstance(launcher, GathersThenRest) \
         else ((launcher, None),)
     return Replay(adjoint, launcher, fresh_at, zeroed, tuple(adjoint.shadow_of.values()),
-                  Shown(steps), steps)
+                  Shown(steps), steps, tuple(adjoint.active_scalars))
+
+
+def scalar_sums(backend: Any, n: int) -> list[Any]:
+    """``n`` zeroed arrays into which adjoint launches add Active scalars' gradients (one
+    per scalar, a slot per part of the sum: ``backend.scalar_sum_size``)."""
+    return [backend.zeros(np.float64, backend.scalar_sum_size) for _ in range(n)]
 
 
 def run_replay(cfg: Any, replay: Replay, values: list, shadows: dict[str, Any],
-               nd: tuple[int, ...]) -> None:
-    """Launch a ``Replay`` on one record's arrays (no two shadows the same array)."""
+               nd: tuple[int, ...]) -> dict[str, float]:
+    """Launch a ``Replay`` on one record's arrays (no two shadows the same array); the
+    gradients of its Active scalars, by parameter name."""
     for p in replay.zeroed:
         shadows[p][...] = 0
-    args = (*values, *[shadows[p] for p in replay.order])
+    sums = scalar_sums(cfg.backend, len(replay.scalars)) if replay.scalars else []
+    args = (*values, *[shadows[p] for p in replay.order], *sums)
     kernel = cfg.kernel
     if kernel.shown.get("reverse") is not replay.shown or kernel.merged_from is not None:
         show(kernel, "reverse", cfg.backend, replay.shown,
               lambda: [g.ir for g in replay.adjoint.gathers] + [replay.adjoint.ir])
     if 0 in nd:
         launch_adjoint(replay.launcher, args, nd, replay.fresh_at)
-        return
-    for run, shaped_by in replay.steps:
-        if shaped_by is None:
-            run(args, nd)
-        else:                     # a gather kernel: over its shadow, the ndrange appended
-            run(args + nd, args[shaped_by].shape)
+    else:
+        for run, shaped_by in replay.steps:
+            if shaped_by is None:
+                run(args, nd)
+            else:                 # a gather kernel: over its shadow, the ndrange appended
+                run(args + nd, args[shaped_by].shape)
+    backend = cfg.backend
+    return {p: float(backend.to_numpy(s).sum()) for p, s in zip(replay.scalars, sums)}

@@ -119,7 +119,9 @@ class LaunchRecord(Record):
                                    or not repeats(list(shadows.values()))):
             if sweep.trace is not None:
                 sweep.trace.launch(self, replay, values, shadows)
-            run_replay(self.cfg, replay, values, shadows, self.nd)
+            scalars = run_replay(self.cfg, replay, values, shadows, self.nd)
+            if scalars:
+                self.add_scalar_bars(sweep, scalars)
             sweep.last_replay = (self, replay, values, shadows, pattern)
             return
         if sweep.trace is not None:
@@ -127,9 +129,13 @@ class LaunchRecord(Record):
         scalars = run_adjoint(self.cfg, tuple(values), shadows, *self.split(pattern)[:-1],
                                 kept=self.needs)
         if scalars:
-            for p, node in zip(self.params, self.nodes):
-                if p in scalars:
-                    sweep.add_scalar_bar(node, scalars[p])
+            self.add_scalar_bars(sweep, scalars)
+
+    def add_scalar_bars(self, sweep: Any, scalars: dict[str, float]) -> None:
+        """The gradients an adjoint launch gave its Active scalars (by parameter name)."""
+        for p, node in zip(self.params, self.nodes):
+            if p in scalars:
+                sweep.add_scalar_bar(node, scalars[p])
 
     def split(self, pattern: list[int]) -> tuple:
         """``pattern`` as ``replay_for`` takes it: (activity, nd, discard, fresh, covered);

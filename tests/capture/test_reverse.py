@@ -85,19 +85,41 @@ def test_each_kind_of_sweep_has_its_own_reverse_and_a_gradient_keeps_its_values(
     for g, want in zip(kept, [expected[0], expected[1], expected[0]] * 3):
         np.testing.assert_allclose(g, want, rtol=1e-13, atol=1e-15)
     kinds = reverses(captured)       # (u and K given, u alone; and the output's, both)
-    assert sorted(len(given) for given, _ in kinds) == [2, 3]
+    assert sorted(len(given) for given, _, _ in kinds) == [2, 3]
     assert all(isinstance(r, Reverse) for r in kinds.values())
 
 
-def test_a_float_argument_differentiated_stays_a_python_sweep(data):
+def test_float_arguments_gradients_run_compiled_too(data):
+    # (each adjoint adds its Active scalar's gradient into an array per argument, summed once
+    # after the reverse)
     u0, K, w = data
     captured = tg.capture(simulate)
+    rng = np.random.default_rng(3)
+    for a, b in ((0.2, 0.1), (0.2, 0.1), (0.25, 0.15), (0.1, 0.3)):
+        u = u0 + 0.1 * rng.standard_normal(N)
+        g = tg.gradient(lambda u, a, b: tg.dot(captured(u, K, a, b), w), u, a, b)
+        g_plain = tg.gradient(lambda u, a, b: tg.dot(simulate(u, K, a, b), w), u, a, b)
+        np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-13, atol=1e-15)
+        assert g[1] == pytest.approx(g_plain[1], rel=1e-12)
+        assert g[2] == pytest.approx(g_plain[2], rel=1e-12)
+    h = 1e-6
+    f = lambda a: float(tg.dot(captured(u, K, a, b), w))   # noqa: E731
+    assert g[1] == pytest.approx((f(a + h) - f(a - h)) / (2 * h), rel=1e-7)
+    (reverse,) = reverses(captured).values()
+    assert isinstance(reverse, Reverse)
+    assert reverse.compiled and any(isinstance(what, Stretch) for _, what in reverse.compiled)
+
+
+def test_a_float_argument_through_scalar_arithmetic_stays_a_python_sweep(data):
+    u0, K, w = data
+    half = lambda u, a: simulate(u, K, 0.5 * a, 0.1)    # noqa: E731
+    captured = tg.capture(half)
     for _ in range(3):
-        g = tg.gradient(lambda u, a: tg.dot(captured(u, K, a, 0.1), w), u0, 0.2)
-        g_plain = tg.gradient(lambda u, a: tg.dot(simulate(u, K, a, 0.1), w), u0, 0.2)
+        g = tg.gradient(lambda u, a: tg.dot(captured(u, a), w), u0, 0.2)
+        g_plain = tg.gradient(lambda u, a: tg.dot(half(u, a), w), u0, 0.2)
         np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-13, atol=1e-15)
         assert g[1] == pytest.approx(g_plain[1], rel=1e-13)
-    assert reverses(captured) == {}
+    assert list(reverses(captured).values()) == [False]
 
 
 def two_outputs(u, K):
@@ -413,3 +435,28 @@ def test_on_opencl_a_linear_loss_gradient_skips_its_forward_too(data, forwards):
         np.testing.assert_allclose(g.get(), diffusion_matrix(0.2).T @ w, rtol=1e-13,
                                    atol=1e-15)
         assert len(forwards) == (call == 1)
+
+
+def test_on_opencl_a_float_arguments_gradient_runs_compiled(data):
+    import pyopencl.array as cla
+    cl = tg.OpenCL()
+    u0, _, w = data
+    Kd, wd = cla.to_device(cl.queue, 0.05 * np.abs(u0)), cla.to_device(cl.queue, w)
+
+    def sim(u, a):
+        for _ in range(6):
+            u_new = cla.empty_like(u)
+            react(cl)(u_new, u, a, Kd, ndrange=N)
+            u = u_new
+        return tg.dot(u, wd)
+
+    captured = tg.capture(sim)
+    for a in (0.2, 0.3, 0.1):
+        u = cla.to_device(cl.queue, u0)
+        g, ga = tg.gradient(captured, u, a)
+        g_plain, ga_plain = tg.gradient(sim, u, a)
+        np.testing.assert_allclose(g.get(), g_plain.get(), rtol=1e-13, atol=1e-15)
+        assert ga == pytest.approx(ga_plain, rel=1e-12)
+    (reverse,) = reverses(captured).values()
+    assert [type(what).__name__ for packed, what in reverse.compiled if packed] \
+        == ["QueuedLaunches"]
