@@ -102,7 +102,9 @@ class CapturedRecord(Record):
         finally:
             program.bind(None)
         if trace is not None:
-            program.reverses[key] = reverse_of(program, self.frame, given, trace) or False
+            reverse = reverse_of(program, self.frame, given, trace)
+            if reverse is not None or not trace.again:
+                program.reverses[key] = reverse or False
         for node, outer in scalars:
             sweep.add_scalar_bar(outer, inner.scalar_bar.get(node, 0.0))
 

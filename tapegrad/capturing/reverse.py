@@ -3,7 +3,8 @@
 The reverse sweep of a captured call (``CapturedRecord.backward``) is the trace tape's own
 sweep, pointed at the call's arrays.  Which adjoints it runs, on which shadows, zeroing what,
 depends on the records (fixed) and on the sweep's kind: which of the call's arrays have
-gradients wanted (``given``: the shadows the outer sweep hands it).  It does not depend on
+gradients wanted (``given``: the shadows the outer sweep hands it), and of its float
+arguments.  It does not depend on
 the values in the arrays or on the float arguments, which the adjoint kernels take as they
 are.  So the first sweep of a kind runs in Python with a ``ReverseTrace`` watching, and each
 adjoint tells it the array operations it runs (``Record.traceable``): launches of compiled
@@ -14,12 +15,13 @@ program's slots), the given shadows and buffers the program keeps for the shadow
 made, which later calls of that kind run without the sweep's Python; on the CPU each stretch
 of it is one compiled function (``backends/cpu/driver.py``, as the forward's stretches).
 
-A scalar result's gradient (the caller's seed) reaches the arrays through the reduction
-that made it (``tg.dot``, ``tg.sum``, ...): its cotangent is an operation of the trace too,
-computed per call from the seed and the call's arrays.  A sweep that needs anything else (a
-float argument's gradient, scalar arithmetic between a reduction and the result, a host
-operation other than a copy or a reduction, an adjoint by its general path, arrays other
-than NumPy's) stays a Python sweep, as before.
+The gradients of tape scalars (the caller's seed for a scalar result, a float argument's)
+go by operations of the trace too, run on the host between the compiled stretches: a
+reduction's cotangent from its scalar's gradient, scalar arithmetic's adjoint from the
+call's partials, ``tg.scale``'s factor's, and the sums into which adjoint launches add an
+Active scalar's gradient.  A sweep that needs anything else (another host operation, an
+adjoint by its general path, arrays other than NumPy's or OpenCL's) stays a Python sweep,
+as before.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from tapegrad.backends.opencl.queue import plan as opencl_plan
 from tapegrad.capturing.program import CONST, INPUT, Frame, Op
 from tapegrad.runtime.replay import scalar_sums
 from tapegrad.tape.arrays import empty_like, repeats
-from tapegrad.tape.hostops import write_cotangent
+from tapegrad.tape.hostops import factor_gradient, write_cotangent
 
 GIVEN, TEMP = "given", "temp"
 
@@ -51,18 +53,16 @@ class ReverseTrace:
     def __init__(self, seeded: int | None = None) -> None:
         self.steps: list[tuple] = []
         self.failed: str | None = None
+        self.again = False        # failed for this sweep's values: a later sweep may trace
         self.seeded = seeded      # the node of the scalar result whose gradient is seeded
-        # per float argument's node: the array the adjoints add its gradient into (zeroed
-        # before the first, summed after the last: ``Reverse`` returns the sums)
+        # per tape scalar's node: the array the adjoint launches add its gradient into
+        # (zeroed before the first; summed into its gradient before anything reads that)
         self.sums: dict[int, Any] = {}
 
     def cotangent(self, record: Any, k: int, shadow: Any, fresh: bool) -> None:
         """A reduction's cotangent for its array ``k`` into ``shadow`` (stored where
-        ``fresh``, else added): the reduction of the scalar result alone (its gradient is
-        the call's seed; others' come through scalar arithmetic, which stays Python)."""
-        if record.scalar_out != self.seeded:
-            self.fail(f"the adjoint of {record.name} (its gradient from scalar arithmetic)")
-            return
+        ``fresh``, else added), from its scalar's gradient as the call's runs compute it."""
+        self.sum_up()
         args = (("sh", shadow),) + tuple(("any" if record.linear and j == k else "v", v)
                                          for j, v in enumerate(record.views))
         self.steps.append(("cotangent", (record.grad, k, record.scalar_out, fresh,
@@ -74,9 +74,28 @@ class ReverseTrace:
         factor = ("s", record.node) if record.node is not None else ("c", record.factor)
         self.steps.append(("axpy", None, (("sh", src), factor, ("sh", dst)), ()))
 
-    def fail(self, why: str) -> None:
+    def factor(self, record: Any, bar: Any) -> None:
+        """``tg.scale``'s factor's gradient: ``<src, bar>`` added to its node's."""
+        self.steps.append(("factor", record.node, (("sh", bar), ("v", record.views[0])), ()))
+
+    def scalar(self, record: Any) -> None:
+        """Scalar arithmetic's adjoint: its partials (the call's, which its forward
+        computed) times its result's gradient, added to its operands'."""
+        self.sum_up()
+        self.steps.append(("scalar", (record.scalar_out, tuple(record.inputs)), (), ()))
+
+    def sum_up(self) -> None:
+        """The launches' sums so far added to their scalars' gradients (an operation that
+        reads a gradient follows)."""
+        for node, sums in self.sums.items():
+            self.steps.append(("scalar sum", node, (("sh", sums),), ()))
+        self.sums = {}
+
+    def fail(self, why: str, again: bool = False) -> None:
+        """It cannot run compiled, for ``why``; ``again``: only because of this sweep's
+        values (a zero gradient that made an adjoint skip its work)."""
         if self.failed is None:
-            self.failed = why
+            self.failed, self.again = why, again
 
     def array_op(self, kind: str, dst: Any, src: Any = None) -> None:
         """``zero`` dst; ``copy`` src into dst; ``add`` src to dst (shadows, flattened)."""
@@ -121,43 +140,72 @@ class Reverse:
     """A sweep kind's operations (``ops``, as the program's) over a reverse frame: the call's
     arrays (slots ``[0, S)``), then the given shadows, then the program's ``temps``."""
 
-    def __init__(self, program: Any, ops: list, temps: list[Any], storage: list[Any]):
+    def __init__(self, program: Any, ops: list, temps: list[Any], storage: list[Any],
+                 seeded: int | None):
         self.program, self.ops, self.temps, self.storage = program, ops, temps, storage
+        self.seeded = seeded
         self.name = f"{program.name} (reverse)"
         self.compiled: Any = None
         self.reads_forward = _reads_forward(program, ops)
 
     def __call__(self, frame: Frame, given: list[Any], seed: float = 0.0) -> dict[int, float]:
         """The sweep on a call's ``frame``, ``given`` its shadows (in the traced order) and
-        ``seed`` the gradient of its scalar result (where it has one); the gradients of the
-        float arguments, by node."""
-        rframe = Frame(frame.arrays + given + self.temps, frame.scalars)
+        ``seed`` the gradient of its scalar result (where it has one); the gradients of its
+        tape scalars, by node (the float arguments' among them)."""
+        rframe = Frame(frame.arrays + given + self.temps, frame.scalars, frame.partials)
         if self.compiled is None:
             self.compiled = cpu_plan(self, rframe, self.storage) \
                 or opencl_plan(self, rframe) or False
         plan = self.compiled or [(False, k) for k in range(len(self.ops))]
-        grads: dict[int, float] = {}
+        bars = {self.seeded: seed} if self.seeded is not None else {}
         for compiled, what in plan:
-            op = self.ops[what] if not compiled else None
             if compiled:
                 what(rframe)
-            elif op.kind == "cotangent":
-                _cotangent(op, rframe, seed)
-            elif op.kind == "scalar sum":
-                grads[op.out] = float(to_numpy(rframe.arrays[op.refs[0][1]]).sum())
+            elif self.ops[what].kind in _SCALAR_OPS:
+                _SCALAR_OPS[self.ops[what].kind](self.ops[what], rframe, bars)
             else:
-                self.program.run_op(op, what, rframe)
-        return grads
+                self.program.run_op(self.ops[what], what, rframe)
+        return bars
 
 
-def _cotangent(op: Op, rframe: Frame, seed: float) -> None:
+def _cotangent(op: Op, rframe: Frame, bars: dict[int, float]) -> None:
     """A reduction's cotangent (``ReductionRecord.backward``'s, for ``ReverseTrace``)."""
     grad, k, node, fresh, linear = op.fn
     shadow, *views = (rframe.arrays[what] for _, what in op.refs)
+    bar = bars.get(node, 0.0)
+    if bar == 0.0:        # (as the sweep: no work; a shadow holding no values gets zeros)
+        if fresh:
+            shadow.fill(0)
+        return
     # (a linear reduction's value is not read, and not there when the forward did not run)
     value = rframe.scalars.get(node, math.nan) if linear else rframe.scalars[node]
-    scale, array = grad(seed, k, value, *views)
+    scale, array = grad(bar, k, value, *views)
     write_cotangent(shadow, scale, array, fresh)
+
+
+def _scalar(op: Op, rframe: Frame, bars: dict[int, float]) -> None:
+    """Scalar arithmetic's adjoint (``ScalarRecord.backward``'s)."""
+    out, inputs = op.fn
+    bar = bars.get(out, 0.0)
+    for node, partial in zip(inputs, rframe.partials[out]):
+        if node is not None:
+            bars[node] = bars.get(node, 0.0) + bar * partial
+
+
+def _scalar_sum(op: Op, rframe: Frame, bars: dict[int, float]) -> None:
+    """A scalar's gradient as adjoint launches added it up (``ReverseTrace.sums``)."""
+    bars[op.fn] = bars.get(op.fn, 0.0) + float(to_numpy(rframe.arrays[op.refs[0][1]]).sum())
+
+
+def _factor(op: Op, rframe: Frame, bars: dict[int, float]) -> None:
+    """``tg.scale``'s factor's gradient (``ScaleRecord.backward``'s)."""
+    bar, src = (rframe.arrays[what] for _, what in op.refs)
+    bars[op.fn] = bars.get(op.fn, 0.0) + factor_gradient(src, bar)
+
+
+# the operations on tape scalars' gradients, which the reverse runs on the host in order
+_SCALAR_OPS = {"cotangent": _cotangent, "scalar": _scalar, "scalar sum": _scalar_sum,
+               "factor": _factor}
 
 
 def _reads_forward(program: Any, ops: list[Op]) -> bool:
@@ -167,8 +215,8 @@ def _reads_forward(program: Any, ops: list[Op]) -> bool:
     not run its forward at all (``CapturedRecord.pending``)."""
     slots, params = program.slots, {node for _, node in program.params}
     for op in ops:
-        if op.kind == "cotangent" and not op.fn[4]:       # (not linear: reads the value)
-            return True
+        if op.kind == "cotangent" and not op.fn[4] or op.kind == "scalar":
+            return True           # (a reduction's value, arithmetic's partials)
         for kind, what in op.refs:
             if kind == "s" and what not in params:
                 return True
@@ -193,6 +241,7 @@ def _replayable(x: Any) -> bool:
 def reverse_of(program: Any, frame: Frame, given: list[Any], trace: ReverseTrace) -> Any:
     """The ``Reverse`` of a finished traced sweep over ``frame`` (its given shadows in
     ``given``'s order), or None when it must stay a Python sweep."""
+    trace.sum_up()
     if trace.failed is not None or not trace.steps or not usable(given):
         return None
     slot_of: dict[int, int] = {}
@@ -231,8 +280,6 @@ def reverse_of(program: Any, frame: Frame, given: list[Any], trace: ReverseTrace
         if any(r is None for r in refs):
             return None
         ops.append(Op(kind, fn=fn, refs=refs, nd=nd))
-    for node, sums in trace.sums.items():
-        ops.append(Op("scalar sum", refs=(ref(("sh", sums)),), out=node))
     storage = storage_of(program) + [(GIVEN, n) for n in range(len(given))] \
         + [(TEMP, n) for n in range(len(temps))]
-    return Reverse(program, ops, temps, storage)
+    return Reverse(program, ops, temps, storage, trace.seeded)

@@ -52,8 +52,11 @@ class ReductionRecord(Record):
         bar = sweep.scalar_bar.get(self.scalar_out, 0.0)
         if bar == 0.0:
             # (skipped, by a value: the sweep leaves the path that sweeps of a frozen tape
-            # verified, and with it their chain runs, tape.sweep.Frozen)
+            # verified, and with it their chain runs, tape.sweep.Frozen; and a trace misses
+            # the work that other values need)
             sweep.runs = None
+            if sweep.trace is not None:
+                sweep.trace.fail(f"{self.name}'s gradient is 0 in this sweep", again=True)
             return
         for k, ident in enumerate(self.reads):
             if ident not in sweep.active_ids:
@@ -248,9 +251,13 @@ class ScaleRecord(Record):
                 sweep.trace.scaled_add(self, shadow, bar)
         if self.node is not None and self.node in sweep.active_nodes:
             if sweep.trace is not None:
-                sweep.trace.fail("tg.scale's adjoint for its factor's gradient")
-            sweep.add_scalar_bar(self.node, float(_xp(bar).vdot(self.views[0].ravel(),
-                                                               bar.ravel())))
+                sweep.trace.factor(self, bar)
+            sweep.add_scalar_bar(self.node, factor_gradient(self.views[0], bar))
+
+
+def factor_gradient(src: Any, bar: Any) -> float:
+    """``<src, bar>``: the gradient of ``a`` in ``dst = a * src`` (``bar``: dst's shadow)."""
+    return float(_xp(bar).vdot(src.ravel(), bar.ravel()))
 
 
 def copy(x: Any) -> Any:

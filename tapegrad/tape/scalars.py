@@ -293,7 +293,11 @@ class ScalarRecord(Record):
     def redirect(self, pos: int, copy: Any) -> None:
         pass
 
+    traceable = True
+
     def backward(self, sweep: Any) -> None:
+        if sweep.trace is not None:
+            sweep.trace.scalar(self)
         bar = sweep.scalar_bar.get(self.scalar_out, 0.0)
         for node, p in zip(self.inputs, self.partials):
             if node is not None:

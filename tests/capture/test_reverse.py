@@ -110,16 +110,23 @@ def test_float_arguments_gradients_run_compiled_too(data):
     assert reverse.compiled and any(isinstance(what, Stretch) for _, what in reverse.compiled)
 
 
-def test_a_float_argument_through_scalar_arithmetic_stays_a_python_sweep(data):
+def test_a_float_argument_through_scalar_arithmetic_runs_compiled_too(data):
+    # (the arithmetic's adjoint runs on the host between the compiled stretches: the
+    # launches' sums for 0.5 * a are added up before it passes them on to a)
     u0, K, w = data
-    half = lambda u, a: simulate(u, K, 0.5 * a, 0.1)    # noqa: E731
+    half = lambda u, a: simulate(u, K, 0.5 * a, a * a)    # noqa: E731
     captured = tg.capture(half)
-    for _ in range(3):
-        g = tg.gradient(lambda u, a: tg.dot(captured(u, a), w), u0, 0.2)
-        g_plain = tg.gradient(lambda u, a: tg.dot(half(u, a), w), u0, 0.2)
+    for a in (0.2, 0.2, 0.3, 0.1):
+        g = tg.gradient(lambda u, a: tg.dot(captured(u, a), w), u0, a)
+        g_plain = tg.gradient(lambda u, a: tg.dot(half(u, a), w), u0, a)
         np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-13, atol=1e-15)
-        assert g[1] == pytest.approx(g_plain[1], rel=1e-13)
-    assert list(reverses(captured).values()) == [False]
+        assert g[1] == pytest.approx(g_plain[1], rel=1e-12)
+    h = 1e-6
+    f = lambda a: float(tg.dot(captured(u0, a), w))   # noqa: E731
+    assert g[1] == pytest.approx((f(a + h) - f(a - h)) / (2 * h), rel=1e-7)
+    (reverse,) = reverses(captured).values()
+    assert isinstance(reverse, Reverse)
+    assert [op.kind for op in reverse.ops].count("scalar") == 2
 
 
 def two_outputs(u, K):
@@ -212,7 +219,7 @@ def test_a_loss_captured_with_its_simulation(data, kind):
         g_plain = tg.gradient(lambda u, s=seed: s * losses(u, K, 0.2, kind), u0)[0]
         np.testing.assert_allclose(g, g_plain, rtol=1e-13, atol=1e-15)
     compiled = [r for r in reverses(captured).values() if r]
-    assert len(compiled) == (0 if kind == "scaled" else 1)
+    assert len(compiled) == 1      # (seeds of 0 skip the reduction: not written down)
 
 
 def test_threads_calling_one_captured_function_get_their_own_results(data):
@@ -329,7 +336,7 @@ def test_tg_scale_in_the_reverse(data):
             g_plain = tg.gradient(lambda u, a=a, p=plain: tg.dot(p(u, K, a), w), u0)[0]
             np.testing.assert_allclose(g, g_plain, rtol=1e-13, atol=1e-15)
     assert all(reverses(captured).values())          # the parameter's factor: written down
-    assert not any(reverses(both).values())          # the mean's: a scalar's gradient
+    assert all(reverses(both).values())    # the mean's too: arithmetic on its value
 
 
 @tg.kernel
@@ -460,3 +467,31 @@ def test_on_opencl_a_float_arguments_gradient_runs_compiled(data):
     (reverse,) = reverses(captured).values()
     assert [type(what).__name__ for packed, what in reverse.compiled if packed] \
         == ["QueuedLaunches"]
+
+
+def test_a_gradient_that_is_zero_when_traced_is_traced_again_later(data):
+    # (a reduction whose gradient is 0 skips its work in the sweep, so a trace of that sweep
+    # lacks it: it is not kept, and a later sweep traces again; then zeros run compiled)
+    u0, K, w = data
+    loss = lambda u, c: c * tg.dot(simulate(u, K, 0.2, 0.2), w)   # noqa: E731
+    captured = tg.capture(loss)
+    for c in (1.0, 0.0, 0.0, 2.0, 0.0, -1.5):
+        g = tg.gradient(captured, u0, c)
+        g_plain = tg.gradient(loss, u0, c)
+        np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-13, atol=1e-15)
+        assert g[1] == pytest.approx(g_plain[1], rel=1e-12)
+    assert all(isinstance(r, Reverse) for r in reverses(captured).values())
+
+
+def test_tg_scales_factor_gradient_runs_compiled(data):
+    u0, K, w = data
+    loss = lambda u, a: tg.dot(tg.scale(simulate(u, K, 0.2, 0.2), a), w)   # noqa: E731
+    captured = tg.capture(loss)
+    for a in (0.5, 2.0, -1.5):
+        g = tg.gradient(captured, u0, a)
+        g_plain = tg.gradient(loss, u0, a)
+        np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-13, atol=1e-15)
+        assert g[1] == pytest.approx(g_plain[1], rel=1e-12)
+    assert g[1] == pytest.approx(float(tg.dot(simulate(u0, K, 0.2, 0.2), w)), rel=1e-12)
+    (reverse,) = reverses(captured).values()
+    assert isinstance(reverse, Reverse) and "factor" in [op.kind for op in reverse.ops]
