@@ -112,10 +112,13 @@ def test_a_changing_scalar_breaks_the_chain_where_it_changes(runs):
     assert runs == [5, 4]      # records 10..6 (0.2) below 11, then 4..1 (0.1) below 5
 
 
-def test_a_captured_run_verified_for_equal_rates_is_not_reused_for_different_ones(runs):
-    # a captured program's Python sweeps (here: its scalar result is scalar arithmetic on a
-    # reduction) remember the runs they verified (tape.sweep.Frozen): with a == b the 11
-    # steps' adjoints are one run; a later call with a != b must split it
+def test_a_captured_run_verified_for_equal_rates_is_not_reused_for_different_ones(
+        runs, monkeypatch):
+    # a captured program's Python sweeps (kept here from being written down, as for CuPy
+    # arrays, capturing/reverse.py) remember the runs they verified (tape.sweep.Frozen):
+    # with a == b the 11 steps' adjoints are one run; a later call with a != b must split it
+    import tapegrad.capturing.record as record
+    monkeypatch.setattr(record, "usable", lambda given: False)
     rng = np.random.default_rng(4)
     x, w = rng.random((6, 6)), rng.random((6, 6))
     captured = tg.capture(lambda t, a, b: 2.0 * tg.dot(simulate(t, 11, [a] * 5 + [b] * 6), w))
@@ -130,9 +133,14 @@ def test_a_captured_run_verified_for_equal_rates_is_not_reused_for_different_one
     assert captured.recordings == 1
 
 
-def test_a_captured_loss_scaled_by_zero_between_others(runs):
+@pytest.mark.parametrize("written_down", [True, False])
+def test_a_captured_loss_scaled_by_zero_between_others(runs, monkeypatch, written_down):
     # (a zero gradient for the reduction skips its adjoint: that sweep leaves the path the
-    # earlier ones verified, and the next ones must still be right)
+    # earlier ones verified, and the next ones must still be right; in Python sweeps and in
+    # the reverse written down, capturing/reverse.py)
+    if not written_down:
+        import tapegrad.capturing.record as record
+        monkeypatch.setattr(record, "usable", lambda given: False)
     rng = np.random.default_rng(6)
     x, w = rng.random((6, 6)), rng.random((6, 6))
     captured = tg.capture(lambda t, p: p * tg.dot(simulate(t, 11, [0.1] * 11), w))
