@@ -83,13 +83,17 @@ class CapturedRecord(Record):
                 if reverse.reads_forward:
                     self.run_pending()
                 grads = reverse(self.frame, given, seed or 0.0)
-                for inner, outer in scalars:
-                    sweep.add_scalar_bar(outer, grads.get(inner, 0.0))
-                return
-            if reverse is None and usable(given):
+                if grads is not None:
+                    for inner, outer in scalars:
+                        sweep.add_scalar_bar(outer, grads.get(inner, 0.0))
+                    return
+                # (an adjoint's stack overflowed: the Python sweep grows it; the reverse
+                # is written down again, deeper, by a later sweep)
+                reverse = program.reverses[key] = None
+            elif reverse is None and usable(given):
                 if all(r.traceable for r in tape.records):
                     trace = ReverseTrace(self.result_node)
-                else:     # (scalar arithmetic, say: a trace would fail; spare its sweep)
+                else:     # (a host operation it cannot write down: spare the trace)
                     program.reverses[key] = False
         self.run_pending()
         program.bind(self.frame)

@@ -19,9 +19,11 @@ The gradients of tape scalars (the caller's seed for a scalar result, a float ar
 go by operations of the trace too, run on the host between the compiled stretches: a
 reduction's cotangent from its scalar's gradient, scalar arithmetic's adjoint from the
 call's partials, ``tg.scale``'s factor's, and the sums into which adjoint launches add an
-Active scalar's gradient.  A sweep that needs anything else (another host operation, an
-adjoint by its general path, arrays other than NumPy's or OpenCL's) stays a Python sweep,
-as before.
+Active scalar's gradient.  An adjoint that recomputes in place gets copies of the arrays
+it writes (copy operations) and reports its stack's overflow in one status array, checked
+after the reverse (``Reverse.__call__``).  A sweep that needs anything else (another host
+operation, shadows given twice, arrays other than NumPy's or OpenCL's) stays a Python
+sweep, as before.
 """
 
 from __future__ import annotations
@@ -58,6 +60,10 @@ class ReverseTrace:
         # per tape scalar's node: the array the adjoint launches add its gradient into
         # (zeroed before the first; summed into its gradient before anything reads that)
         self.sums: dict[int, Any] = {}
+        # the adjoints' copies of arrays they write (recomputing in place), per argument
+        # position and layout; the status array their stacks report an overflow in
+        self.scratch: dict[tuple, Any] = {}
+        self.status: Any = None
 
     def cotangent(self, record: Any, k: int, shadow: Any, fresh: bool) -> None:
         """A reduction's cotangent for its array ``k`` into ``shadow`` (stored where
@@ -121,12 +127,25 @@ class ReverseTrace:
             else:
                 args.append(("c", v))
         args += [("sh", shadows[p]) for p in replay.order]
+        backend = record.cfg.backend
+        for pos in replay.scratch:
+            v = values[pos]
+            key = (pos, type(v), tuple(v.shape), v.dtype)
+            if key not in self.scratch:
+                self.scratch[key] = empty_like(v)
+            self.steps.append(("copy", None, (("v", v), ("sh", self.scratch[key])), ()))
+            args[pos] = ("sh", self.scratch[key])
         for p in replay.scalars:
             node = record.nodes[record.params.index(p)]
             if node not in self.sums:
-                (self.sums[node],) = scalar_sums(record.cfg.backend, 1)
+                (self.sums[node],) = scalar_sums(backend, 1)
                 self.array_op("zero", self.sums[node])
             args.append(("sh", self.sums[node]))
+        if replay.status:     # (one for every launch: the first overflow is what counts)
+            if self.status is None:
+                self.status = backend.zeros(np.int64, 1)
+                self.array_op("zero", self.status)
+            args.append(("sh", self.status))
         for run, shaped_by in replay.steps:
             if shaped_by is None:
                 self.steps.append(("launch", run, tuple(args), record.nd))
@@ -141,18 +160,33 @@ class Reverse:
     arrays (slots ``[0, S)``), then the given shadows, then the program's ``temps``."""
 
     def __init__(self, program: Any, ops: list, temps: list[Any], storage: list[Any],
-                 seeded: int | None):
+                 seeded: int | None, status: int | None):
         self.program, self.ops, self.temps, self.storage = program, ops, temps, storage
         self.seeded = seeded
+        self.status = status      # the slot of the adjoints' stack status (None: no stack)
         self.name = f"{program.name} (reverse)"
         self.compiled: Any = None
         self.reads_forward = _reads_forward(program, ops)
 
-    def __call__(self, frame: Frame, given: list[Any], seed: float = 0.0) -> dict[int, float]:
+    def __call__(self, frame: Frame, given: list[Any], seed: float = 0.0
+                 ) -> dict[int, float] | None:
         """The sweep on a call's ``frame``, ``given`` its shadows (in the traced order) and
         ``seed`` the gradient of its scalar result (where it has one); the gradients of its
-        tape scalars, by node (the float arguments' among them)."""
+        tape scalars, by node (the float arguments' among them).  None where an adjoint's
+        stack overflowed: ``given`` is then as it was, for the Python sweep to run (whose
+        general path grows the stack)."""
         rframe = Frame(frame.arrays + given + self.temps, frame.scalars, frame.partials)
+        if self.status is not None:
+            before = [g.copy() for g in given]
+            bars = self.run(rframe, seed)
+            if not to_numpy(rframe.arrays[self.status])[0]:
+                return bars
+            for g, b in zip(given, before):
+                g[...] = b
+            return None
+        return self.run(rframe, seed)
+
+    def run(self, rframe: Frame, seed: float) -> dict[int, float]:
         if self.compiled is None:
             self.compiled = cpu_plan(self, rframe, self.storage) \
                 or opencl_plan(self, rframe) or False
@@ -280,6 +314,7 @@ def reverse_of(program: Any, frame: Frame, given: list[Any], trace: ReverseTrace
         if any(r is None for r in refs):
             return None
         ops.append(Op(kind, fn=fn, refs=refs, nd=nd))
+    status = ref(("sh", trace.status))[1] if trace.status is not None else None
     storage = storage_of(program) + [(GIVEN, n) for n in range(len(given))] \
         + [(TEMP, n) for n in range(len(temps))]
-    return Reverse(program, ops, temps, storage, trace.seeded)
+    return Reverse(program, ops, temps, storage, trace.seeded, status)

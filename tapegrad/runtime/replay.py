@@ -29,32 +29,43 @@ class Replay:
     shown: Any                        # what kern.source() shows for it (Shown)
     steps: tuple[tuple[Any, int | None], ...]   # the launcher's launches (GathersThenRest.steps)
     scalars: tuple[str, ...] = ()     # Active scalar parameters: their gradients it sums
+    # argument positions the adjoint writes (it recomputes in place): it gets copies of them
+    scratch: tuple[int, ...] = ()
+    # a per-work-item stack whose overflow its status array reports: run by the general
+    # path (``run_adjoint``), which grows the stack and runs it again; a trace writes it down
+    status: bool = False
     chain: Any = None    # how a sweep runs it along a chain of states (tape/chains.py), or False
+
+    @property
+    def general(self) -> bool:
+        """Whether a sweep runs it by ``run_adjoint`` (scratch copies, a stack) rather
+        than by ``run_replay``."""
+        return self.status or bool(self.scratch)
 
 
 def replay_for(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int, ...],
                discard: frozenset[str], fresh: frozenset[str], covered: frozenset[str],
                kept: frozenset[str]) -> Replay | None:
     """The ``Replay`` of ``cfg``'s adjoint for this pattern (arguments as in ``run_adjoint``;
-    ``covered``: the ``fresh`` shadows of the launch's shape), or None when the adjoint needs
-    ``run_adjoint``'s general path (a stack, scratch copies).  Any record of
+    ``covered``: the ``fresh`` shadows of the launch's shape; ``Replay.general``: one that
+    runs by ``run_adjoint``'s general path, scratch copies and a stack).  Any record of
     the same kernel and argument types may use it: the values a record keeps (copies the tape
     made, stand-ins for freed arrays) can differ from the launch's arrays in being writeable
     and in layout, which pick compiled code but not what the adjoint is."""
     compiled, _ = adjoint_of(cfg, values, activity, nd, discard)
     adjoint, launcher = compiled.adjoint, compiled.launcher
-    if adjoint.uses_status or adjoint.scratch:
-        return None
     check_kept(cfg.kernel, adjoint, kept)
+    params = kernel_ir(cfg.kernel).params
     fresh_at: frozenset[int] = frozenset()
     zeroed: tuple[str, ...] = ()
     if fresh:
-        launcher, fresh_at, _, zeroed = fresh_plan(
-            compiled, len(kernel_ir(cfg.kernel).params), fresh, covered)
+        launcher, fresh_at, _, zeroed = fresh_plan(compiled, len(params), fresh, covered)
     steps = launcher.steps(fresh_at) if isinstance(launcher, GathersThenRest) \
         else ((launcher, None),)
     return Replay(adjoint, launcher, fresh_at, zeroed, tuple(adjoint.shadow_of.values()),
-                  Shown(steps), steps, tuple(adjoint.active_scalars))
+                  Shown(steps), steps, tuple(adjoint.active_scalars),
+                  tuple(k for k, p in enumerate(params) if p in adjoint.scratch),
+                  adjoint.uses_status)
 
 
 def scalar_sums(backend: Any, n: int) -> list[Any]:

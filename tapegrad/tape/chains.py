@@ -178,9 +178,9 @@ def _plan(record: Any, replay: Any, pattern: tuple) -> ChainPlan | None:
     """Whether runs of this record's replay can go in one compiled loop: one CPU kernel
     launch with nothing to zero first, two arrays with shadows (one written, one only read)
     whose contents the adjoint does not read (it is linear in them; it writes no primal
-    array: a replay has no scratch copies), other arrays without shadows, no active tracked
+    array: no scratch copies, no stack), other arrays without shadows, no active tracked
     scalar, the input's shadow new (stored into) and the output's not."""
-    if len(replay.steps) != 1 or replay.zeroed \
+    if len(replay.steps) != 1 or replay.zeroed or replay.general \
             or any(pattern[pos] == _ACTIVE for pos in record.tracked_at):
         return None
     if len(record.writes) != 1:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from tapegrad.runtime.adjoint import run_adjoint
+from tapegrad.runtime.adjoint import adjoint_of, run_adjoint
 from tapegrad.runtime.launch import launch
 from tapegrad.runtime.replay import replay_for, run_replay
 from tapegrad.tape.arrays import repeats
@@ -115,21 +115,31 @@ class LaunchRecord(Record):
                 self.replays.clear()
             replay = self.replays[key] = replay_for(self.cfg, tuple(values), *self.split(
                 pattern), kept=self.needs)
-        if replay is not None and (not sweep.aliased_given or len(shadows) < 2
-                                   or not repeats(list(shadows.values()))):
-            if sweep.trace is not None:
+        distinct = not sweep.aliased_given or len(shadows) < 2 \
+            or not repeats(list(shadows.values()))
+        if sweep.trace is not None:
+            if replay is not None and distinct:
                 sweep.trace.launch(self, replay, values, shadows)
+            else:
+                sweep.trace.fail(f"the adjoint of {self.name} runs with shadows aliased")
+        if replay is not None and distinct and not replay.general:
             scalars = run_replay(self.cfg, replay, values, shadows, self.nd)
             if scalars:
                 self.add_scalar_bars(sweep, scalars)
             sweep.last_replay = (self, replay, values, shadows, pattern)
             return
-        if sweep.trace is not None:
-            sweep.trace.fail(f"the adjoint of {self.name} runs by its general path")
-        scalars = run_adjoint(self.cfg, tuple(values), shadows, *self.split(pattern)[:-1],
-                                kept=self.needs)
+        activity, nd, discard, fresh_set, _ = self.split(pattern)
+        scalars = run_adjoint(self.cfg, tuple(values), shadows, activity, nd, discard,
+                              fresh_set, kept=self.needs)
         if scalars:
             self.add_scalar_bars(sweep, scalars)
+        if replay is not None and replay.general and replay.adjoint is not adjoint_of(
+                self.cfg, tuple(values), activity, nd, discard)[0].adjoint:
+            # (its stack grew: compiled anew, deeper; what a trace wrote down is not that)
+            del self.replays[key]
+            if sweep.trace is not None:
+                sweep.trace.fail(f"the adjoint of {self.name} needed a deeper stack",
+                                 again=True)
 
     def add_scalar_bars(self, sweep: Any, scalars: dict[str, float]) -> None:
         """The gradients an adjoint launch gave its Active scalars (by parameter name)."""

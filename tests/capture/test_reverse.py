@@ -5,6 +5,8 @@ down stay Python sweeps and stay right."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -495,3 +497,67 @@ def test_tg_scales_factor_gradient_runs_compiled(data):
     assert g[1] == pytest.approx(float(tg.dot(simulate(u0, K, 0.2, 0.2), w)), rel=1e-12)
     (reverse,) = reverses(captured).values()
     assert isinstance(reverse, Reverse) and "factor" in [op.kind for op in reverse.ops]
+
+
+@tg.kernel
+def cube_in_place(x, a):
+    i = tg.index()
+    x[i] = x[i] + a * x[i] * x[i] * x[i]
+
+
+def in_place(u, a, steps=6):
+    u = tg.copy(u)
+    for _ in range(steps):
+        cube_in_place(CPU)(u, a, ndrange=u.size)
+    return u
+
+
+def test_kernels_updating_in_place_run_compiled_with_their_stacks(data, forwards):
+    # (each adjoint recomputes its step on a copy of the state it reads and keeps values
+    # on a per-work-item stack: the copies are operations of the reverse, the stacks'
+    # status one array checked after it)
+    u0, _, w = data
+    captured = tg.capture(in_place)
+    rng = np.random.default_rng(9)
+    for a in (0.2, 0.2, 0.1, 0.3):
+        u = 0.5 * u0 + 0.1 * rng.standard_normal(N)
+        g = tg.gradient(lambda u, a: tg.dot(captured(u, a), w), u, a)
+        g_plain = tg.gradient(lambda u, a: tg.dot(in_place(u, a), w), u, a)
+        np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-13, atol=1e-15)
+        assert g[1] == pytest.approx(g_plain[1], rel=1e-12)
+    d, h = rng.standard_normal(N), 1e-6
+    f = lambda u: float(tg.dot(captured(u, a), w))    # noqa: E731
+    assert g[0] @ d == pytest.approx((f(u + h * d) - f(u - h * d)) / (2 * h), rel=1e-7)
+    (reverse,) = reverses(captured).values()
+    assert isinstance(reverse, Reverse) and reverse.status is not None
+    assert reverse.compiled and any(isinstance(what, Stretch) for _, what in reverse.compiled)
+
+
+@tg.kernel
+def drift(B, A, steps):
+    i = tg.index()
+    s = A[i]
+    for k in range(steps[i]):          # a trip count in the data: the stack it needs too
+        s = s + 0.0005 * math.cos(s + k)
+    B[i] = s
+
+
+def test_a_stack_that_overflows_in_the_written_down_reverse(data):
+    # (the reverse checks the stacks' status after it ran: on an overflow it puts the given
+    # shadows back as they were and the Python sweep runs, growing the stack; a later sweep
+    # writes the reverse down again, deeper)
+    u0, _, w = data
+
+    def run(u, steps):
+        b = np.empty_like(u)
+        drift(CPU)(b, u, steps, ndrange=N)
+        return b
+
+    captured = tg.capture(run)
+    for count in (2, 2, 2, 3000, 3000, 3000, 2):
+        steps = np.full(N, count, dtype=np.int64)
+        (g,) = tg.gradient(lambda u, s=steps: tg.dot(captured(u, s), w), u0)
+        (g_plain,) = tg.gradient(lambda u, s=steps: tg.dot(run(u, s), w), u0)
+        np.testing.assert_allclose(g, g_plain, rtol=1e-12, atol=1e-14)
+    (reverse,) = reverses(captured).values()
+    assert isinstance(reverse, Reverse)
