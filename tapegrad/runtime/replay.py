@@ -45,7 +45,7 @@ class Replay:
 
 def replay_for(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int, ...],
                discard: frozenset[str], fresh: frozenset[str], covered: frozenset[str],
-               kept: frozenset[str]) -> Replay | None:
+               kept: frozenset[str]) -> Replay:
     """The ``Replay`` of ``cfg``'s adjoint for this pattern (arguments as in ``run_adjoint``;
     ``covered``: the ``fresh`` shadows of the launch's shape; ``Replay.general``: one that
     runs by ``run_adjoint``'s general path, scratch copies and a stack).  Any record of

@@ -118,11 +118,11 @@ class LaunchRecord(Record):
         distinct = not sweep.aliased_given or len(shadows) < 2 \
             or not repeats(list(shadows.values()))
         if sweep.trace is not None:
-            if replay is not None and distinct:
+            if distinct:
                 sweep.trace.launch(self, replay, values, shadows)
             else:
                 sweep.trace.fail(f"the adjoint of {self.name} runs with shadows aliased")
-        if replay is not None and distinct and not replay.general:
+        if distinct and not replay.general:
             scalars = run_replay(self.cfg, replay, values, shadows, self.nd)
             if scalars:
                 self.add_scalar_bars(sweep, scalars)
@@ -133,13 +133,12 @@ class LaunchRecord(Record):
                               fresh_set, kept=self.needs)
         if scalars:
             self.add_scalar_bars(sweep, scalars)
-        if replay is not None and replay.general and replay.adjoint is not adjoint_of(
+        if sweep.trace is not None and replay.general and replay.adjoint is not adjoint_of(
                 self.cfg, tuple(values), activity, nd, discard)[0].adjoint:
-            # (its stack grew: compiled anew, deeper; what a trace wrote down is not that)
+            # (its stack grew since the replay was made, compiled anew and deeper: what a
+            # trace wrote down would be the old one; the next sweep makes it again)
             del self.replays[key]
-            if sweep.trace is not None:
-                sweep.trace.fail(f"the adjoint of {self.name} needed a deeper stack",
-                                 again=True)
+            sweep.trace.fail(f"the adjoint of {self.name} needed a deeper stack", again=True)
 
     def add_scalar_bars(self, sweep: Any, scalars: dict[str, float]) -> None:
         """The gradients an adjoint launch gave its Active scalars (by parameter name)."""

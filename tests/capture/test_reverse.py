@@ -561,3 +561,26 @@ def test_a_stack_that_overflows_in_the_written_down_reverse(data):
         np.testing.assert_allclose(g, g_plain, rtol=1e-12, atol=1e-14)
     (reverse,) = reverses(captured).values()
     assert isinstance(reverse, Reverse)
+
+
+def test_on_opencl_updates_in_place_run_compiled_too(data):
+    import pyopencl.array as cla
+    cl = tg.OpenCL()
+    u0, _, w = data
+    wd = cla.to_device(cl.queue, w)
+
+    def loss(u, a):
+        u = tg.copy(u)
+        for _ in range(4):
+            cube_in_place(cl)(u, a, ndrange=N)
+        return tg.dot(u, wd)
+
+    captured = tg.capture(loss)
+    for a in (0.2, 0.3, 0.1, 0.25):
+        u = cla.to_device(cl.queue, 0.5 * u0)
+        g, ga = tg.gradient(captured, u, a)
+        g_plain, ga_plain = tg.gradient(loss, u, a)
+        np.testing.assert_allclose(g.get(), g_plain.get(), rtol=1e-13, atol=1e-15)
+        assert ga == pytest.approx(ga_plain, rel=1e-12)
+    (reverse,) = reverses(captured).values()
+    assert isinstance(reverse, Reverse) and reverse.status is not None
