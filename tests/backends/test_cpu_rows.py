@@ -186,3 +186,33 @@ def test_values_loaded_from_arrays_do_not_count_as_the_work_items_index():
     cube_gathered(CPU, (16, 16))(y, x, idx, ndrange=y.shape)
     np.testing.assert_allclose(y, x[idx, 0] ** 3, rtol=1e-15)
     assert "groupsize (1, 1024)" in _groupsize_run(cube_gathered)
+
+
+@tg.kernel
+def scaled_where_positive(Y, X, a):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    Y[i, j] = X[i, j]
+    if X[i, j] <= 0.0:                # (a return: the work-items' slots are added into)
+        return
+    Y[i, j] = a * X[i, j]
+
+
+@pytest.mark.parametrize("shape", [(13, 37), (70, 256), (300, 250)])
+@pytest.mark.parametrize("kern", [stencil, scaled_where_positive])
+def test_an_active_scalars_sum_over_groups_the_ndrange_cuts(shape, kern):
+    # (each work-item's share goes into its slot of the group's sum: a group cut by the
+    # ndrange, or a row of 1024 over a shorter array, sums the slots of the work-items that
+    # ran; the kernel that returns early adds into its slots, the stencil stores into them)
+    x, w = rng.uniform(-1, 1, shape), rng.random(shape)
+    y = np.empty_like(x)
+    ((_, _, da),) = tg.autodiff(tg.Reverse, kern(CPU, (8, 16)), tg.Const,
+                                tg.DuplicatedNoNeed(y, w.copy()), tg.Const(x),
+                                tg.Active(0.3), ndrange=shape)
+    if kern is stencil:
+        lap = np.zeros_like(x)
+        lap[1:-1, 1:-1] = (x[:-2, 1:-1] + x[2:, 1:-1] + x[1:-1, :-2] + x[1:-1, 2:]
+                           - 4 * x[1:-1, 1:-1])
+        expected = float(np.sum(w * lap))
+    else:
+        expected = float(np.sum(np.where(x > 0, w * x, 0.0)))
+    assert da == pytest.approx(expected, rel=1e-12)

@@ -186,7 +186,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
             low = CPULowering(self.tk)
             arr, idx = call.value.args[0], call.value.args[1]
             out.emit(f"atomic_add({ast.unparse(low.expr(arr))}, {ast.unparse(low.index(idx))}, "
-                     f"group_sum(_group_sum{k}))", 3)
+                     f"group_sum(_group_sum{k}[:_slots]))", 3)
         if self.plan.outline:
             outline_task(out, loop, len(out.lines))
         self.privatize_merge()
@@ -237,13 +237,14 @@ class _KernelWriter(PrivateSums, ModuleWriter):
                 rest = f"_r{d}"
         for d in range(r):
             out.emit(f"_lim{d} = min({W[d]}, _n{d} - _g{d} * {W[d]})", 3)
-        cut = " or ".join(f"_lim{d} < {W[d]}" for d in range(r))
+        if self.group_sums:
+            # (the slots of the work-items that run, first to last: a group cut by the
+            # ndrange, a row variant's 1024-wide group over a 256-wide array, zeroes and
+            # sums only those)
+            out.emit("_slots = " + " * ".join(f"_lim{d}" for d in range(r)), 3)
         for k, call in enumerate(self.group_sums):
-            if self.once_per_item(call):   # every slot is stored, unless the group is cut
-                out.emit(f"if {cut}:", 3)
-                out.emit(f"_group_sum{k}[:] = 0.0", 4)
-            else:
-                out.emit(f"_group_sum{k}[:] = 0.0", 3)
+            if not self.once_per_item(call):    # (else every slot that counts is stored)
+                out.emit(f"_group_sum{k}[:_slots] = 0.0", 3)
 
     def once_per_item(self, call: ast.stmt) -> bool:
         """Whether every work-item that runs runs ``call`` exactly once (a top-level
@@ -257,7 +258,8 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         sum; the slots' sum goes into arr[idx] with one atomic when the group is done."""
         if isinstance(s, ast.Expr) and tg_name(s.value) == "group_reduce_add":
             k = next(k for k, c in enumerate(self.group_sums) if c is s)
-            slot = row_major([f"_l{d}" for d in range(self.rank)], [str(w) for w in self.W])
+            slot = row_major([f"_l{d}" for d in range(self.rank)],
+                             [f"_lim{d}" for d in range(self.rank)])
             op = "=" if self.once_per_item(s) else "+="
             self.out.emit(f"_group_sum{k}[{slot}] {op} {ast.unparse(low.expr(s.value.args[2]))}",
                           depth)
