@@ -262,7 +262,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
                              [f"_lim{d}" for d in range(self.rank)])
             op = "=" if self.once_per_item(s) else "+="
             # (an unsigned index, as the kernels' own: a signed one is checked for negative
-            # values, which kept LLVM from vectorising the work-item loop, 3.8x slower)
+            # values, which keeps LLVM from vectorising the work-item loop)
             self.out.emit(f"_group_sum{k}[np.uint64({slot})] {op} "
                           f"{ast.unparse(low.expr(s.value.args[2]))}", depth)
             return True
