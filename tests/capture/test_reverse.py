@@ -102,8 +102,8 @@ def test_float_arguments_gradients_run_compiled_too(data):
         g = tg.gradient(lambda u, a, b: tg.dot(captured(u, K, a, b), w), u, a, b)
         g_plain = tg.gradient(lambda u, a, b: tg.dot(simulate(u, K, a, b), w), u, a, b)
         np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-13, atol=1e-15)
-        assert g[1] == pytest.approx(g_plain[1], rel=1e-12)
-        assert g[2] == pytest.approx(g_plain[2], rel=1e-12)
+        assert g[1] == pytest.approx(g_plain[1], rel=1e-13)
+        assert g[2] == pytest.approx(g_plain[2], rel=1e-13)
     h = 1e-6
     f = lambda a: float(tg.dot(captured(u, K, a, b), w))   # noqa: E731
     assert g[1] == pytest.approx((f(a + h) - f(a - h)) / (2 * h), rel=1e-7)
@@ -122,7 +122,7 @@ def test_a_float_argument_through_scalar_arithmetic_runs_compiled_too(data):
         g = tg.gradient(lambda u, a: tg.dot(captured(u, a), w), u0, a)
         g_plain = tg.gradient(lambda u, a: tg.dot(half(u, a), w), u0, a)
         np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-13, atol=1e-15)
-        assert g[1] == pytest.approx(g_plain[1], rel=1e-12)
+        assert g[1] == pytest.approx(g_plain[1], rel=1e-13)
     h = 1e-6
     f = lambda a: float(tg.dot(captured(u0, a), w))   # noqa: E731
     assert g[1] == pytest.approx((f(a + h) - f(a - h)) / (2 * h), rel=1e-7)
@@ -465,7 +465,7 @@ def test_on_opencl_a_float_arguments_gradient_runs_compiled(data):
         g, ga = tg.gradient(captured, u, a)
         g_plain, ga_plain = tg.gradient(sim, u, a)
         np.testing.assert_allclose(g.get(), g_plain.get(), rtol=1e-13, atol=1e-15)
-        assert ga == pytest.approx(ga_plain, rel=1e-12)
+        assert ga == pytest.approx(ga_plain, rel=1e-13)
     (reverse,) = reverses(captured).values()
     assert [type(what).__name__ for packed, what in reverse.compiled if packed] \
         == ["QueuedLaunches"]
@@ -481,7 +481,7 @@ def test_a_gradient_that_is_zero_when_traced_is_traced_again_later(data):
         g = tg.gradient(captured, u0, c)
         g_plain = tg.gradient(loss, u0, c)
         np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-13, atol=1e-15)
-        assert g[1] == pytest.approx(g_plain[1], rel=1e-12)
+        assert g[1] == pytest.approx(g_plain[1], rel=1e-13)
     assert all(isinstance(r, Reverse) for r in reverses(captured).values())
 
 
@@ -493,8 +493,8 @@ def test_tg_scales_factor_gradient_runs_compiled(data):
         g = tg.gradient(captured, u0, a)
         g_plain = tg.gradient(loss, u0, a)
         np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-13, atol=1e-15)
-        assert g[1] == pytest.approx(g_plain[1], rel=1e-12)
-    assert g[1] == pytest.approx(float(tg.dot(simulate(u0, K, 0.2, 0.2), w)), rel=1e-12)
+        assert g[1] == pytest.approx(g_plain[1], rel=1e-13)
+    assert g[1] == pytest.approx(float(tg.dot(simulate(u0, K, 0.2, 0.2), w)), rel=1e-13)
     (reverse,) = reverses(captured).values()
     assert isinstance(reverse, Reverse) and "factor" in [op.kind for op in reverse.ops]
 
@@ -524,7 +524,7 @@ def test_kernels_updating_in_place_run_compiled_with_their_stacks(data, forwards
         g = tg.gradient(lambda u, a: tg.dot(captured(u, a), w), u, a)
         g_plain = tg.gradient(lambda u, a: tg.dot(in_place(u, a), w), u, a)
         np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-13, atol=1e-15)
-        assert g[1] == pytest.approx(g_plain[1], rel=1e-12)
+        assert g[1] == pytest.approx(g_plain[1], rel=1e-13)
     d, h = rng.standard_normal(N), 1e-6
     f = lambda u: float(tg.dot(captured(u, a), w))    # noqa: E731
     assert g[0] @ d == pytest.approx((f(u + h * d) - f(u - h * d)) / (2 * h), rel=1e-7)
@@ -581,6 +581,6 @@ def test_on_opencl_updates_in_place_run_compiled_too(data):
         g, ga = tg.gradient(captured, u, a)
         g_plain, ga_plain = tg.gradient(loss, u, a)
         np.testing.assert_allclose(g.get(), g_plain.get(), rtol=1e-13, atol=1e-15)
-        assert ga == pytest.approx(ga_plain, rel=1e-12)
+        assert ga == pytest.approx(ga_plain, rel=1e-13)
     (reverse,) = reverses(captured).values()
     assert isinstance(reverse, Reverse) and reverse.status is not None
