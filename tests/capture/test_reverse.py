@@ -248,10 +248,12 @@ def test_threads_calling_one_captured_function_get_their_own_results(data):
                     rtol=1e-13, atol=1e-15)
 
 
-def test_on_opencl_the_reverse_replays_packed_launches(data):
+def opencl_simulation(data):
+    """(the OpenCL queue, ``sim(u, a)``: six nonlinear steps on OpenCL arrays and a dot)"""
     import pyopencl.array as cla
     cl = tg.OpenCL()
     u0, _, w = data
+    Kd, wd = cla.to_device(cl.queue, 0.05 * np.abs(u0)), cla.to_device(cl.queue, w)
 
     def sim(u, a):
         for _ in range(6):
@@ -259,8 +261,13 @@ def test_on_opencl_the_reverse_replays_packed_launches(data):
             react(cl)(u_new, u, a, Kd, ndrange=N)
             u = u_new
         return tg.dot(u, wd)
+    return cl, sim
 
-    Kd, wd = cla.to_device(cl.queue, 0.05 * np.abs(u0)), cla.to_device(cl.queue, w)
+
+def test_on_opencl_the_reverse_replays_packed_launches(data):
+    import pyopencl.array as cla
+    cl, sim = opencl_simulation(data)
+    u0 = data[0]
     captured = tg.capture(sim)
     for a in (0.2, 0.3, 0.1):
         u = cla.to_device(cl.queue, u0)
@@ -448,17 +455,8 @@ def test_on_opencl_a_linear_loss_gradient_skips_its_forward_too(data, forwards):
 
 def test_on_opencl_a_float_arguments_gradient_runs_compiled(data):
     import pyopencl.array as cla
-    cl = tg.OpenCL()
-    u0, _, w = data
-    Kd, wd = cla.to_device(cl.queue, 0.05 * np.abs(u0)), cla.to_device(cl.queue, w)
-
-    def sim(u, a):
-        for _ in range(6):
-            u_new = cla.empty_like(u)
-            react(cl)(u_new, u, a, Kd, ndrange=N)
-            u = u_new
-        return tg.dot(u, wd)
-
+    cl, sim = opencl_simulation(data)
+    u0 = data[0]
     captured = tg.capture(sim)
     for a in (0.2, 0.3, 0.1):
         u = cla.to_device(cl.queue, u0)
