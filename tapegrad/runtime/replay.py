@@ -4,6 +4,8 @@ of activities and shadow states (``replay_for``), then only launched (``run_repl
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -75,7 +77,7 @@ def scalar_sums(backend: Any, n: int) -> list[Any]:
 
 
 def run_replay(cfg: Any, replay: Replay, values: list, shadows: dict[str, Any],
-               nd: tuple[int, ...]) -> dict[str, float]:
+               nd: tuple[int, ...]) -> Mapping[str, float]:
     """Launch a ``Replay`` on one record's arrays (no two shadows the same array); the
     gradients of its Active scalars, by parameter name."""
     for p in replay.zeroed:
@@ -94,5 +96,10 @@ def run_replay(cfg: Any, replay: Replay, values: list, shadows: dict[str, Any],
                 run(args, nd)
             else:                 # a gather kernel: over its shadow, the ndrange appended
                 run(args + nd, args[shaped_by].shape)
+    if not sums:            # (the common case, once per replayed launch: no new dict)
+        return _NO_SCALARS
     backend = cfg.backend
     return {p: float(backend.to_numpy(s).sum()) for p, s in zip(replay.scalars, sums)}
+
+
+_NO_SCALARS: Mapping[str, float] = MappingProxyType({})

@@ -3,6 +3,7 @@ the reverse sweep; ``LaunchRecord`` for a kernel launch (its hot path: the repla
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -140,7 +141,7 @@ class LaunchRecord(Record):
             del self.replays[key]
             sweep.trace.fail(f"the adjoint of {self.name} needed a deeper stack", again=True)
 
-    def add_scalar_bars(self, sweep: Any, scalars: dict[str, float]) -> None:
+    def add_scalar_bars(self, sweep: Any, scalars: Mapping[str, float]) -> None:
         """The gradients an adjoint launch gave its Active scalars (by parameter name)."""
         for p, node in zip(self.params, self.nodes):
             if p in scalars:
