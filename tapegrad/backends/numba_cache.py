@@ -165,14 +165,32 @@ def adopt(dispatcher: Any) -> None:
         dispatcher._cache = _checked(type(cache))(dispatcher.py_func)
 
 
+# IEEE arithmetic: ``1.0 / 0.0`` is ``inf`` and ``0.0 / 0.0`` is ``nan``, as in NumPy, C and
+# OpenCL.  Numba's default ``error_model='python'`` raises ZeroDivisionError instead, and an
+# exception raised in a parallel task is lost with the rest of that task's work (outputs left
+# unwritten, no error); its checks also keep LLVM from vectorising divisions.
+IEEE = {"error_model": "numpy"}
+
+
+def njit_line(**options: Any) -> str:
+    """The decorator line of a generated Numba function: cached, without the GIL, IEEE
+    arithmetic, plus ``options`` (``parallel=True``, ``boundscheck=True``).
+
+    >>> njit_line(parallel=True)
+    "@numba.njit(cache=True, nogil=True, error_model='numpy', parallel=True)"
+    """
+    settings = {"cache": True, "nogil": True, **IEEE, **options}
+    return f"@numba.njit({', '.join(f'{k}={v!r}' for k, v in settings.items())})"
+
+
 def njit(*args: Any, **options: Any) -> Any:
-    """``numba.njit`` whose dispatcher caches as this module describes (``cache=True`` implied):
-    ``@njit`` or ``@njit(nogil=True, ...)``."""
+    """``numba.njit`` whose dispatcher caches as this module describes (``cache=True`` implied)
+    and computes IEEE values (``error_model='numpy'``): ``@njit`` or ``@njit(nogil=True, ...)``."""
     if args:
         return njit(**options)(*args)
 
     def decorate(func: Callable) -> Any:
-        dispatcher = numba.njit(cache=True, **options)(func)
+        dispatcher = numba.njit(cache=True, **{**IEEE, **options})(func)
         adopt(dispatcher)
         return dispatcher
     return decorate

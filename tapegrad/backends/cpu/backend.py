@@ -23,7 +23,7 @@ from tapegrad.backends.cpu.threads import thread_count
 from tapegrad.backends.cpu.transposed import SUFFIX, transposed_operands
 from tapegrad.backends.notice import compiling
 from tapegrad.backends.numba_lower import Lowered, compile_error
-from tapegrad.errors import KernelCompileError, KernelIndexError
+from tapegrad.errors import KernelCompileError, KernelIndexError, LaunchError, TapegradError
 from tapegrad.frontend.types import TypedKernel
 
 _DEFAULT_GROUPSIZE = {1: (1024,), 2: (16, 64), 3: (4, 8, 32)}
@@ -215,9 +215,18 @@ class _Launcher:
                 self.dispatcher(*args, *ndrange, *groups, chunks, *pools)
                 return
             self.first_call(args, ndrange, groups, chunks, pools)
-        except BaseException:
+        except BaseException as exc:
             self.pool_cache.clear()     # a launch cut short may leave its copies dirty
-            raise
+            if isinstance(exc, TapegradError) or not isinstance(exc, Exception):
+                raise
+            # (generated code computes IEEE values and raises nothing; should anything still
+            # raise inside a parallel task, the launch says so rather than Numba's internals)
+            line = min(self.lowered.user_line.values(), default=None)
+            raise LaunchError(
+                f"{self.lowered.filename}:{line}: kernel {self.lowered.symbol} stopped with "
+                f"{type(exc).__name__}: {exc}. Its outputs are partly written: do not use them. "
+                f"This is a tapegrad bug; please report it with the generated code ({self.path})"
+            ) from exc
 
     def first_call(self, args: tuple, ndrange: tuple[int, ...], groups: tuple[int, ...],
                    chunks: int, pools: Any) -> None:

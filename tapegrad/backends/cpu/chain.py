@@ -11,6 +11,7 @@ from numba.core.errors import NumbaError
 
 from tapegrad.backends.cache import load_source
 from tapegrad.backends.compiler_process import compile_elsewhere
+from tapegrad.backends.numba_cache import njit_line
 
 
 class ChainRunner:
@@ -52,7 +53,7 @@ def _compiled_loop(launcher: Any, n_args: int, x_slot: int, y_slot: int) -> Any:
         "chain of states (tapegrad/backends/cpu/chain.py).\n"
         "import numba\n"
         f"from {kernel.py_func.__module__} import {launcher.lowered.symbol} as _kernel\n\n\n"
-        "@numba.njit(cache=True, nogil=True)\n"
+        f"{njit_line()}\n"
         f"def chain(_steps, _x, _y, {', '.join(rest + extra)}):\n"
         "    for _s in range(_steps):\n"
         "        if _s % 2 == 0:\n"

@@ -10,7 +10,7 @@ and loop bounds must be the same for every work-item of the group (checked here)
 
 Generated layout (1-D, groupsize 256):
 
-    @numba.njit(parallel=True, cache=True)
+    @numba.njit(cache=True, nogil=True, error_model='numpy', parallel=True)
     def saxpy(Y, a, X, _n0, _groups0):
         for _g in numba.prange(_groups0):
             _g0 = _g
@@ -34,6 +34,7 @@ from tapegrad.backends.cpu.passes import Plan, bounds_checked, is_integral, plan
 from tapegrad.backends.cpu.privatize import PrivateSums
 from tapegrad.backends.cpu.transposed import SUFFIX, derived_params
 from tapegrad.backends.cpu.versioning import Versions, plan_versions
+from tapegrad.backends.numba_cache import njit_line
 from tapegrad.backends.numba_lower import (
     Lowered,
     ModuleWriter,
@@ -103,7 +104,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         for row in helpers_used([self.tk, *device_functions(self.tk)], CPULowering.target):
             out.blank()
             out.blank()
-            out.emit(f"@numba.njit(cache=True, nogil=True{_checks()})", 0)
+            out.emit(_decorator(), 0)
             for line in helper_lines(row, CPULowering.target):
                 out.emit(line, 0)
         for callee in device_functions(self.tk):
@@ -118,7 +119,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
 
     def write_function(self, callee: TypedKernel) -> None:
         out = self.out
-        out.emit(f"@numba.njit(cache=True, nogil=True{_checks()})", 0)
+        out.emit(_decorator(), 0)
         out.emit(f"def {callee.symbol}({', '.join(callee.ir.params)}):", 0)
         emit_statements(callee.ir.body, CPULowering(callee), out, 1)
 
@@ -132,7 +133,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         params = ([p for p in ir.params if p not in derived] + [f"_n{d}" for d in range(r)]
                   + [f"_groups{d}" for d in range(r)]
                   + ["_nchunks"] + [f"{a}__pool" for a in self.plan.private_sums])
-        out.emit(f"@numba.njit(parallel={not debug}, cache=True, nogil=True{_checks()})", 0)
+        out.emit(_decorator(parallel=not debug), 0)
         out.emit(f"def {ir.name}({', '.join(params)}):", 0)
         for p in derived:
             out.emit(f"{p} = transposed({p[:-len(SUFFIX)]})   # read along rows where {p[:-len(SUFFIX)]} "
@@ -544,6 +545,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
                     self.write_blocks(b.blocks[1], low, depth + 1)
 
 
-def _checks() -> str:
-    """``TAPEGRAD_BOUNDSCHECK=1`` compiles kernels with index checks (slower; for debugging)."""
-    return ", boundscheck=True" if bounds_checked() else ""
+def _decorator(**options: bool) -> str:
+    """A generated function's ``@numba.njit`` line; ``TAPEGRAD_BOUNDSCHECK=1`` compiles kernels
+    with index checks (slower; for debugging)."""
+    return njit_line(**options, **({"boundscheck": True} if bounds_checked() else {}))

@@ -6,12 +6,12 @@ for the threads) deep-copy, re-analyse and re-type the loop's whole body; their 
 faster than the body and dominates a large adjoint's compile time (docs/performance.md,
 "Compile time").  Written as
 
-    @numba.njit(cache=True, nogil=True)
+    @numba.njit(cache=True, nogil=True, error_model='numpy')
     def saxpy__task(_c, Y, a, X, _n0, _nchunks, _total):
         for _g in range(_c * _total // _nchunks, (_c + 1) * _total // _nchunks):
             ...
 
-    @numba.njit(parallel=True, cache=True, nogil=True)
+    @numba.njit(cache=True, nogil=True, error_model='numpy', parallel=True)
     def saxpy(Y, a, X, _n0, _groups0, _nchunks):
         _total = _groups0
         for _c in numba.prange(_nchunks):
@@ -52,7 +52,8 @@ def outline_task(out: Printer, loop: int, end: int) -> None:
     body = [(text[len(INDENT):], user) for text, user in pairs[loop + 1:end]]
     read = _names(ast.parse(textwrap.dedent("\n".join(text for text, _ in body))))
     free = [p for p in params if p in read] + sorted((assigned & read) - set(params))
-    task = [(lines[decorator].replace("parallel=True, ", ""), None),
+    serial = lines[decorator].replace(", parallel=True", "").replace("parallel=True, ", "")
+    task = [(serial, None),
             (f"def {name}__task({', '.join(['_c', *free])}):", None), *body, ("", None),
             ("", None)]
     # (the task number as int64: Numba types the loop's index int64 where it types the
