@@ -13,7 +13,7 @@ from tapegrad.frontend import kernel_ir
 from tapegrad.kernels import ConfiguredKernel
 from tapegrad.runtime.adjoint import adjoint_of, overwritten_inputs, run_adjoint
 from tapegrad.runtime.arguments import access, check_args, ndrange_of
-from tapegrad.runtime.launch import one_parameter_per_array
+from tapegrad.runtime.launch import check_indices, one_parameter_per_array
 from tapegrad.runtime.tangent import run_tangent
 from tapegrad.tape.activity import (
     Active,
@@ -96,6 +96,7 @@ def _forward_kernel(mode: Mode, cfg: ConfiguredKernel, annotated: list[Annotatio
     values = tuple(plain(a.val) for a in annotated)
     nd = ndrange_of(kernel, ndrange)
     check_args(kernel, backend, values)
+    check_indices(cfg, values, nd)
     run_tangent(cfg, values, tangents, tuple(activity), nd)
     return (None,) if mode.with_primal else ()
 
@@ -170,6 +171,7 @@ def autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, nd
     activity = tuple(_check_annotation(kernel, backend, p, a) for p, a in zip(params, annotated))
     nd = ndrange_of(kernel, ndrange)
     check_args(kernel, backend, values)
+    check_indices(cfg, values, nd)
     seeds: frozenset[str] = frozenset()
     if not accumulate:
         seeds = _seeds(kernel, params, annotated)

@@ -441,7 +441,8 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
     x = backend.asarray(np.linspace(0.0, 1.0, n, dtype=np.float32))
     w, y = backend.ones(np.float32, (n,)), backend.asarray(np.full(n, 0.5, np.float32))
     z, dx = backend.allocate(np.float32, (n,)), backend.allocate(np.float32, (n,))
-    launcher, nd, _ = prepare(cfg, (z, 0.5, x, y), n)
+    launcher, nd, key = prepare(cfg, (z, 0.5, x, y), n)
+    _, bounds = cfg.kernel.cache[key]          # its launch check (tapegrad/runtime/bounds.py)
 
     def states(x: Any) -> Any:
         for _ in range(steps):
@@ -492,6 +493,8 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
                                   repeats) * 1e3 / steps,
         "launch": _median_ms(lambda: [cfg(z, 0.5, x, y, ndrange=n) for _ in range(steps)],
                              repeats) * 1e3 / steps,
+        "launch_check": _median_ms(lambda: [bounds.failing((z, 0.5, x, y), nd)
+                                            for _ in range(steps)], repeats) * 1e3 / steps,
         "recorded_launch": _median_ms(record, repeats) * 1e3 / steps,
         "replayed_adjoint": _median_ms(lambda: tape.gradient(loss, x), repeats) * 1e3 / steps,
         "replayed_one_by_one": _median_ms(replay_one_by_one, repeats) * 1e3 / steps,
@@ -504,7 +507,8 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
     }
     us.update(_captured_kernels_alone(captured, x, repeats, steps))
     print(f"\nper launch of a {n}-element kernel (all overhead): compiled kernel called "
-          f"{us['kernel_call']:.1f} us, launch {us['launch']:.1f} us, recorded on a tape "
+          f"{us['kernel_call']:.1f} us, launch {us['launch']:.1f} us (of which its index "
+          f"range check {us['launch_check']:.2f} us), recorded on a tape "
           f"{us['recorded_launch']:.1f} us, adjoint replayed {us['replayed_adjoint']:.1f} us "
           f"({us['replayed_one_by_one']:.1f} us record by record, where the launches are not "
           "one chain: tapegrad/tape/chains.py), "

@@ -22,6 +22,7 @@ from tapegrad.runtime.arguments import (
     groupsize_of,
     ndrange_of,
 )
+from tapegrad.runtime.bounds import launch_check
 from tapegrad.runtime.show import show
 
 
@@ -114,16 +115,39 @@ def launch_now(cfg: Any, args: tuple, ndrange: Any) -> None:
 
 def prepare(cfg: Any, args: tuple, ndrange: Any) -> tuple[Any, tuple[int, ...], tuple]:
     """The compiled primal launcher for these arguments (checked and compiled on first use),
-    the launch's ndrange as a tuple, and the key both are cached under."""
+    the launch's ndrange as a tuple, and the key both are cached under.  A launch whose
+    indices would leave an array, where that is known at launch (:mod:`.bounds`), is a
+    ``KernelIndexError`` here, before anything runs."""
     kernel, backend = cfg.kernel, cfg.backend
     nd = ndrange_of(kernel, ndrange)
     wgs = groupsize_of(cfg, len(nd))
     key = ("primal", backend, arg_key(args), len(nd), wgs)
-    launcher = kernel.cache.get(key)
-    if launcher is None:
+    found = kernel.cache.get(key)
+    if found is None:
         argtypes = check_args(kernel, backend, args)
         launcher = compile_kernel(kernel, "primal", backend, argtypes, len(nd), wgs)
         check_writable(kernel, args)
-        kernel.cache[key] = launcher
+        check = check_indices(cfg, args, nd)
+        found = kernel.cache[key] = (launcher, check)
+    else:
+        launcher, check = found
+        if check is not None and check.failing(args, nd):
+            raise check.error(args, nd, wgs)
     show(kernel, "primal", backend, launcher)
     return launcher, nd, key
+
+
+def check_indices(cfg: Any, args: tuple, nd: tuple[int, ...]) -> Any:
+    """Raise ``KernelIndexError`` if this launch would index outside an array where that is
+    known at launch (:mod:`.bounds`; the arguments already checked); returns the kernel's
+    check (None where it has nothing to check)."""
+    kernel = cfg.kernel
+    wgs = groupsize_of(cfg, len(nd))
+    key = ("bounds", cfg.backend, arg_key(args), len(nd), wgs)
+    if key not in kernel.cache:
+        kernel.cache[key] = launch_check(kernel_ir(kernel), check_args(kernel, cfg.backend, args),
+                                         len(nd), wgs)
+    check = kernel.cache[key]
+    if check is not None and check.failing(args, nd):
+        raise check.error(args, nd, wgs)
+    return check

@@ -1,0 +1,166 @@
+"""Out-of-range launches are refused before anything runs (tapegrad/runtime/bounds.py): by
+default, at the user's line, with the array untouched; correct programs never are."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad.runtime.launch import prepare
+
+CPU = tg.CPU()
+
+
+@tg.kernel
+def double(B, A):
+    i = tg.index()
+    B[i] = 2.0 * A[i]
+
+
+@tg.kernel
+def left_neighbour(B, A):
+    i = tg.index()
+    B[i] = A[i - 1]
+
+
+@tg.kernel
+def guarded_stencil(B, A):
+    i = tg.index()
+    if 0 < i < A.shape[0] - 1:
+        B[i] = A[i - 1] + A[i + 1]
+
+
+@tg.kernel
+def matvec(y, M, x):
+    i = tg.index()
+    acc = 0.0
+    for k in range(M.shape[1]):
+        acc += M[i, k] * x[k]
+    y[i] = acc
+
+
+@tg.kernel
+def flat_rows(B, A, m):
+    i, j = tg.index(kind=tg.NTuple)
+    B[i, j] = A[i * m + j]
+
+
+@tg.kernel
+def early_exit(B, A, n):
+    i = tg.index()
+    if i >= n:
+        return
+    B[i] = A[i + 1]
+
+
+@tg.kernel
+def gather(B, A, idx):
+    i = tg.index()
+    B[i] = A[idx[i]]
+
+
+@tg.kernel
+def by_group(B, A):
+    g = tg.index(tg.Group)
+    lo = tg.index(tg.Local)
+    B[g * 4 + lo] = A[lo]
+
+
+def _line(kernel, code: str) -> str:
+    src = open(__file__).read().splitlines()
+    return f"{__file__}:{src.index('    ' + code) + 1}:"
+
+
+def test_a_launch_past_the_arrays_is_an_error_and_touches_nothing(backend):
+    """The issue's case: ndrange=100 on 64-element arrays (a segfault before)."""
+    A, B = np.arange(64.0), np.full(64, -1.0)
+    with pytest.raises(tg.KernelIndexError) as info:
+        double(backend)(B, A, ndrange=100)
+    msg = str(info.value)
+    assert msg.startswith(_line(double, "B[i] = 2.0 * A[i]"))
+    assert "from 0 to 99" in msg and "shape is (64,)" in msg and "ndrange (100,)" in msg
+    assert "TAPEGRAD_BOUNDSCHECK=1" in msg
+    assert (B == -1.0).all() and (A == np.arange(64.0)).all()
+    double(backend)(B, A, ndrange=64)           # the right launch still runs
+    assert np.array_equal(B, 2.0 * A)
+
+
+def test_a_negative_index_is_an_error_with_the_guard_to_write(backend):
+    A, B = np.arange(8.0), np.zeros(8)
+    with pytest.raises(tg.KernelIndexError, match=r"A\[i - 1\] would index A from -1 to 6.*"
+                       r"if i - 1 >= 0:"):
+        left_neighbour(backend)(B, A, ndrange=8)
+    assert (B == 0.0).all()
+
+
+def test_correct_programs_pass_guards_loops_early_returns_and_gathers(backend):
+    A = np.arange(10.0)
+    B = np.zeros(10)
+    guarded_stencil(backend)(B, A, ndrange=10)          # the guarded reads are not checked
+    assert np.array_equal(B[1:-1], A[:-2] + A[2:])
+    B = np.zeros(10)
+    early_exit(backend)(B, A, 9, ndrange=10)            # reads after a return: not checked
+    assert np.array_equal(B[:9], A[1:])
+    idx = np.array([9, 0, 3, 3])
+    B = np.zeros(4)
+    gather(backend)(B, A, idx, ndrange=4)               # a gather: left to BOUNDSCHECK
+    assert np.array_equal(B, A[idx])
+    M, x, y = np.arange(12.0).reshape(3, 4), np.arange(4.0), np.zeros(3)
+    matvec(backend)(y, M, x, ndrange=3)
+    assert np.allclose(y, M @ x)
+
+
+def test_loops_int_arguments_and_2d_shapes_are_checked():
+    M, y = np.ones((3, 4)), np.zeros(3)
+    with pytest.raises(tg.KernelIndexError, match=r"x\[k\] would index x from 0 to 3, but "
+                       r"x.shape is \(3,\)"):
+        matvec(CPU)(y, M, np.ones(3), ndrange=3)
+    A, B = np.arange(12.0), np.zeros((3, 4))
+    flat_rows(CPU)(B, A, 4, ndrange=(3, 4))
+    assert np.array_equal(B, A.reshape(3, 4))
+    with pytest.raises(tg.KernelIndexError, match=r"A\[i \* m \+ j\] would index A from 0 to 13"):
+        flat_rows(CPU)(B, A, 5, ndrange=(3, 4))         # the int argument moves the range
+    with pytest.raises(tg.KernelIndexError, match=r"in dimension 1 from 0 to 4"):
+        flat_rows(CPU)(np.zeros((3, 4)), np.arange(15.0), 5, ndrange=(3, 5))
+
+
+def test_group_and_local_indices_use_the_workgroup_size():
+    """B[g * 4 + lo] over 10 work-items in groups of 4 reaches 0..9 (the last group's items
+    past ndrange never run); A[lo] reaches 0..3."""
+    B, A = np.zeros(10), np.arange(4.0)
+    by_group(CPU, 4)(B, A, ndrange=10)
+    assert np.array_equal(B, np.tile(A, 3)[:10])
+    with pytest.raises(tg.KernelIndexError, match=r"A\[lo\] would index A from 0 to 3"):
+        by_group(CPU, 4)(B, np.arange(3.0), ndrange=10)
+    by_group(CPU, 4)(np.zeros(2), np.arange(2.0), ndrange=2)   # one partial group: lo < 2
+
+
+def test_recorded_and_differentiated_launches_are_checked():
+    A, B = np.ones(8), np.zeros(8)
+    with tg.Tape():
+        with pytest.raises(tg.KernelIndexError):
+            double(CPU)(B, A, ndrange=9)
+    dA, dB = np.zeros(8), np.ones(8)
+    for mode in (tg.Reverse, tg.Forward):
+        with pytest.raises(tg.KernelIndexError):
+            tg.autodiff(mode, double(CPU), tg.Const, tg.Duplicated(B, dB),
+                        tg.Duplicated(A, dA), ndrange=9)
+    assert (dA == 0.0).all() and (dB == 1.0).all()
+
+
+def test_an_empty_launch_is_never_refused():
+    double(CPU)(np.zeros(0), np.zeros(0), ndrange=0)
+
+
+def test_the_check_is_one_expression_per_array_dimension():
+    """What a launch pays: the generated test reads the shapes once per dimension."""
+    A, B = np.ones(8), np.zeros(8)
+    cfg = guarded_stencil(CPU)
+    cfg(B, A, ndrange=8)
+    _, check = cfg.kernel.cache[prepare(cfg, (B, A), 8)[2]]
+    assert check is None                   # nothing certain to check
+    cfg = double(CPU)
+    cfg(B, A, ndrange=8)
+    _, check = cfg.kernel.cache[prepare(cfg, (B, A), 8)[2]]
+    assert check.source.count(".shape[0]") == 2
