@@ -128,7 +128,7 @@ def sum(x: Any) -> Any:  # noqa: A001 - the public name is tg.sum
     """
     _check_array("sum", x)
     return _reduce("sum", (x,), _sum, lambda bar, k, v, a: (bar, None),
-                   lambda t, v, a: _f(t[0], lambda d: d.sum()), linear=True)
+                   lambda t, v, a: _f(t[0], _sum), linear=True)
 
 
 def _sum(a: Any) -> float:
@@ -140,7 +140,7 @@ def mean(x: Any) -> Any:
     _check_array("mean", x)
     n = x.size
     return _reduce("mean", (x,), _mean, lambda bar, k, v, a: (bar / n, None),
-                   lambda t, v, a: _f(t[0], lambda d: d.mean()), linear=True)
+                   lambda t, v, a: _f(t[0], _mean), linear=True)
 
 
 def _mean(a: Any) -> float:
@@ -158,12 +158,11 @@ def dot(x: Any, y: Any) -> Any:
     _check_array("dot", y)
     if x.size != y.size:
         raise TapegradError(f"tg.dot needs arrays of the same size, got {x.shape} and {y.shape}")
-    xp = _xp(x)
     return _reduce("dot", (x, y), _vdot,
                    lambda bar, k, v, a, b: (bar, b.reshape(a.shape) if k == 0 else
                                             a.reshape(b.shape)),
-                   lambda t, v, a, b: _f(t[0], lambda d: xp.vdot(d.ravel(), b.ravel()))
-                   + _f(t[1], lambda d: xp.vdot(a.ravel(), d.ravel())), linear=True)
+                   lambda t, v, a, b: _f(t[0], lambda d: _vdot(d, b))
+                   + _f(t[1], lambda d: _vdot(a, d)), linear=True)
 
 
 def _vdot(a: Any, b: Any) -> float:
@@ -175,8 +174,7 @@ def norm(x: Any) -> Any:
     _check_array("norm", x)
     return _reduce("norm", (x,), _norm,
                    lambda bar, k, v, a: _norm_cotangent(bar, a, v),
-                   lambda t, v, a: _f(t[0], lambda d: _xp(a).vdot(a.ravel(), d.ravel()) / v
-                                      if v else 0.0))
+                   lambda t, v, a: _f(t[0], lambda d: _vdot(a, d) / v if v else 0.0))
 
 
 def _norm(a: Any) -> float:
@@ -197,7 +195,9 @@ def _norm_cotangent(bar: float, a: Any, value: float) -> tuple[Any, Any]:
 
 
 def _f(tangent: Any, fn: Callable[[Any], Any]) -> float:
-    """``fn(tangent)`` as a float, or 0 when there is no tangent."""
+    """``fn(tangent)`` as a float, or 0 when there is no tangent.  The tangents' reductions go
+    through the arrays' module (``_sum``, ``_vdot``...), as the values' do: an array's own
+    methods differ between kinds (a PyOpenCL array has no ``.sum()``)."""
     return 0.0 if tangent is None else float(fn(tangent))
 
 
