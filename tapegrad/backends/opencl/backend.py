@@ -9,9 +9,10 @@ import numpy as np
 
 from tapegrad.backends.base import Backend
 from tapegrad.backends.c.arguments import packer
-from tapegrad.backends.c.printer import OPENCL, SCALAR_SUM_SIZE, CPrinter, kernel_symbol
+from tapegrad.backends.c.printer import SCALAR_SUM_SIZE, kernel_symbol
 from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
 from tapegrad.backends.opencl.device import arrays_on, devices, queue
+from tapegrad.backends.opencl.printer import OpenCLPrinter
 from tapegrad.backends.registry import ArrayKind
 from tapegrad.backends.structure import device_functions
 from tapegrad.errors import KernelCompileError, LaunchError
@@ -65,7 +66,7 @@ class OpenCL(Backend):
         return _DEFAULT_GROUPSIZE[rank]
 
     def compile(self, tk: TypedKernel) -> _Launcher:
-        source = CPrinter(tk, OPENCL).module(device_functions(tk))
+        source = OpenCLPrinter(tk).module(device_functions(tk))
         import pyopencl as cl
         try:
             program = cl.Program(self.queue.context, source).build()
@@ -86,8 +87,8 @@ class _Launcher:
 
     def __init__(self, kernel: Any, source: str, tk: TypedKernel, q: Any):
         self.kernel, self.source, self.queue = kernel, source, q
-        self.groupsize = tk.groupsize
-        self.pack = packer(tk.ir.params, tk.argtypes, _buffer)
+        self.groupsize, self.params = tk.groupsize, tk.ir.params
+        self.pack = packer(tk.ir.params, tk.argtypes, _buffer, element_offset)
 
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
         global_, local = self.sizes(ndrange)
@@ -104,7 +105,22 @@ class _Launcher:
 
 
 def _buffer(name: str, a: Any) -> Any:
-    if not (a.flags.c_contiguous and a.offset == 0):
-        raise LaunchError(f"argument {name}: OpenCL kernels take contiguous arrays from the "
-                          f"start of their buffer; pass {name}.copy()")
+    if not a.flags.c_contiguous:
+        raise LaunchError(f"argument {name}: OpenCL kernels take C-contiguous arrays; a view "
+                          f"may start anywhere in its buffer (x[3:], A[1]) but not skip "
+                          f"elements (x[::2], A[:, 1]), and PyOpenCL copies no such view on "
+                          f"the device: pass the whole array and index it in the kernel, or "
+                          f"a contiguous array made on the host, tg.asarray(backend, "
+                          f"np.ascontiguousarray(host_view))")
     return a.base_data
+
+
+def element_offset(name: str, a: Any) -> int:
+    """Where ``a``'s first element lies in its buffer, in elements (its kernel parameter
+    ``<name>__offset``: ``tapegrad/backends/opencl/printer.py``)."""
+    at, rest = divmod(a.offset, a.dtype.itemsize)
+    if rest:
+        raise LaunchError(f"argument {name}: its first element lies {a.offset} bytes into its "
+                          f"buffer, not a multiple of its {a.dtype.itemsize}-byte elements; "
+                          f"pass an aligned copy, {name}.copy()")
+    return at

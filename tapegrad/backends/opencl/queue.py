@@ -1,25 +1,28 @@
 """A captured program's launches on OpenCL, packed in advance (``tapegrad/capturing``).
 
-A launch packs its arguments each time (an array's buffer and extents, each scalar as a
-NumPy scalar of its C type) before PyOpenCL enqueues it.  In a captured program only the
+A launch packs its arguments each time (an array's buffer, offset and extents, each scalar
+as a NumPy scalar of its C type) before PyOpenCL enqueues it.  In a captured program only the
 arrays change from call to call (a call's inputs and results; the extents are the
 recording's) and the float parameters: so each run of consecutive launches is packed once,
-and a call puts its buffers and parameters into their places and enqueues the kernels one
-after another, with nothing else between them.
+and a call puts its buffers, their offsets and its parameters into their places and enqueues
+the kernels one after another, with nothing else between them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tapegrad.backends.opencl.backend import _Launcher
+import numpy as np
+
+from tapegrad.backends.opencl.backend import _Launcher, element_offset
 from tapegrad.backends.stretches import stretches
 
 
 class QueuedLaunches:
     """Ops ``[start, stop)`` of ``program`` (all OpenCL launches) packed for ``frame``'s
     kind of arrays: per launch its kernel, queue, sizes, packed arguments, and where the
-    call's buffers (slot) and parameters (node, C type) go in them."""
+    call's buffers and offsets (slot, parameter name) and parameters (node, C type) go in
+    them."""
 
     def __init__(self, program: Any, start: int, stop: int, frame: Any):
         self.start, self.stop = start, stop
@@ -30,10 +33,10 @@ class QueuedLaunches:
                       if kind == "s" else what for kind, what in op.refs]
             packed = run.pack(tuple(values), op.nd)
             arrays, params, at = [], [], 0
-            for (kind, what), value in zip(op.refs, values):
+            for (kind, what), value, name in zip(op.refs, values, run.params):
                 if kind == "a":
-                    arrays.append((at, what))
-                    at += 1 + value.ndim           # its buffer, then its extents
+                    arrays.append((at, what, name))
+                    at += 2 + value.ndim           # its buffer, offset, then its extents
                 else:
                     if kind == "s":
                         params.append((at, what, type(packed[at])))
@@ -46,8 +49,10 @@ class QueuedLaunches:
         arrays, scalars = frame.arrays, frame.scalars
         for kernel, queue, global_, local, packed, at_arrays, at_params in self.launches:
             values = list(packed)
-            for at, k in at_arrays:
-                values[at] = arrays[k].base_data
+            for at, k, name in at_arrays:
+                a = arrays[k]
+                values[at] = a.base_data
+                values[at + 1] = np.int64(element_offset(name, a))
             for at, node, ctype in at_params:
                 values[at] = ctype(scalars[node])
             kernel(queue, global_, local, *values)

@@ -1,0 +1,196 @@
+"""Views of PyOpenCL arrays as kernel arguments on PoCL: a contiguous view that starts inside
+its buffer (``x[3:]``, ``x[2:10]``, a row ``A[1]``) is passed with its offset, in the primal,
+tangent and adjoint launches and in a captured program's packed launches; a view that skips
+elements is refused with the way out."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyopencl.array as cla
+import pytest
+
+import tapegrad as tg
+
+rng = np.random.default_rng(7)
+
+
+@pytest.fixture(scope="module")
+def cl():
+    return tg.OpenCL()
+
+
+def on(cl, x):
+    return cla.to_device(cl.queue, np.ascontiguousarray(x))
+
+
+@tg.kernel
+def saxpy(Y, a, X):
+    i = tg.index()
+    Y[i] = a * X[i] + Y[i]
+
+
+@tg.kernel
+def row_sums(S, A):
+    i = tg.index()
+    s = 0.0
+    for j in range(A.shape[1]):
+        s += A[i, j] * (j + 1)
+    S[i] = s
+
+
+@tg.kernel
+def sin_times(B, A):
+    i = tg.index()
+    B[i] = math.sin(A[i]) * A[i]
+
+
+@tg.kernel
+def scaled(Y, a, X):
+    i = tg.index()
+    Y[i] = a * X[i]
+
+
+@tg.kernel
+def gathered(Y, a, X, idx):
+    i = tg.index()
+    Y[i] = a * X[idx[i]] * X[idx[i]]
+
+
+def test_launches_read_and_write_offset_views(cl):
+    X, Y = rng.random(40), rng.random(30)
+    Xd, Yd = on(cl, X), on(cl, Y)
+    saxpy(cl)(Yd[2:10], 2.0, Xd[3:11], ndrange=8)
+    saxpy(cl)(Yd[17:], -1.5, Xd[5:18], ndrange=13)       # 13 elements: an odd offset and end
+    expected = Y.copy()
+    expected[2:10] += 2.0 * X[3:11]
+    expected[17:] += -1.5 * X[5:18]
+    np.testing.assert_array_equal(Yd.get(), expected)   # elements outside the views untouched
+    np.testing.assert_array_equal(Xd.get(), X)
+    source = saxpy.source(backend=cl)
+    assert "const long Y__offset" in source and "    X += X__offset;" in source
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=lambda d: d.__name__)
+def test_rows_of_2d_arrays_and_blocks_of_rows(cl, dtype):
+    A = rng.random((6, 5)).astype(dtype)
+    S = np.zeros((4, 3), dtype)
+    Ad, Sd = on(cl, A), on(cl, S)
+    row_sums(cl)(Sd[2], Ad[1:4], ndrange=3)              # a block of rows, into a row
+    weights = np.arange(1, 6, dtype=dtype)
+    expected = S.copy()
+    expected[2] = A[1:4] @ weights
+    np.testing.assert_allclose(Sd.get(), expected, rtol=1e-6 if dtype == np.float32 else 1e-15)
+    out = on(cl, np.zeros(9, dtype))
+    saxpy(cl)(out[4:9], dtype(3.0), Ad[5], ndrange=5)    # one row of a 2-D array
+    np.testing.assert_allclose(out.get(), np.r_[np.zeros(4), 3.0 * A[5]].astype(dtype),
+                               rtol=1e-6)
+
+
+def test_views_that_skip_elements_are_refused_with_the_way_out(cl):
+    X = on(cl, np.arange(20.0))
+    A = on(cl, np.arange(20.0).reshape(4, 5))
+    Y = on(cl, np.zeros(10))
+    for view, n in [(X[::2], 10), (A[:, 1], 4)]:
+        with pytest.raises(tg.LaunchError, match="C-contiguous.*index it in the kernel"):
+            saxpy(cl)(Y[:n], 1.0, view, ndrange=n)
+    assert not Y.get().any()
+
+
+def test_a_reverse_gradient_through_offset_views_matches_differences(cl):
+    An = rng.uniform(0.1, 1.5, 20)
+    w = rng.standard_normal(8)
+    A, dA = on(cl, An), on(cl, np.zeros(20))
+    B, dB = on(cl, np.zeros(16)), on(cl, np.r_[np.full(2, 5.0), w, np.full(6, 7.0)])
+    tg.autodiff(tg.Reverse, sin_times(cl), tg.Const, tg.Duplicated(B[2:10], dB[2:10]),
+                tg.Duplicated(A[3:11], dA[3:11]), ndrange=8)
+
+    def loss(a):
+        return float(np.vdot(np.sin(a) * a, w))
+    h, fd = 1e-6, np.zeros(8)
+    for k in range(8):
+        e = np.zeros(8)
+        e[k] = h
+        fd[k] = (loss(An[3:11] + e) - loss(An[3:11] - e)) / (2 * h)
+    got = dA.get()
+    np.testing.assert_allclose(got[3:11], fd, rtol=1e-7, atol=1e-9)
+    assert not got[:3].any() and not got[11:].any()
+    # B[2:10] was overwritten: its shadow consumed there, and only there
+    np.testing.assert_array_equal(dB.get(), np.r_[np.full(2, 5.0), np.zeros(8), np.full(6, 7.0)])
+
+
+def test_tangents_and_an_active_scalar_through_offset_views(cl):
+    """Forward mode on views, and the reverse with an atomic adjoint and an Active scalar,
+    against the closed forms of y = a x[idx]^2 and forward-vs-reverse consistency."""
+    Xn, idx = rng.uniform(0.5, 1.5, 12), np.array([3, 3, 0, 5, 1, 3], np.int64)
+    Xv, dXv = on(cl, np.r_[np.zeros(4), Xn]), on(cl, np.r_[np.zeros(4), rng.standard_normal(12)])
+    Y, dY = on(cl, np.zeros(9)), on(cl, np.zeros(9))
+    idx_d = on(cl, np.r_[np.zeros(1, np.int64), idx])
+    tg.autodiff(tg.Forward, gathered(cl), tg.Const, tg.Duplicated(Y[3:], dY[3:]),
+                tg.Duplicated(0.7, 1.0), tg.Duplicated(Xv[4:], dXv[4:]), idx_d[1:], ndrange=6)
+    v = dXv.get()[4:]
+    x_at = Xn[idx]
+    np.testing.assert_allclose(Y.get()[3:], 0.7 * x_at ** 2, rtol=1e-15)
+    y_dot = dY.get()[3:]
+    np.testing.assert_allclose(y_dot, x_at ** 2 + 2 * 0.7 * x_at * v[idx], rtol=1e-13)
+    assert not dY.get()[:3].any()
+
+    wn = rng.standard_normal(6)
+    dX = on(cl, np.zeros(16))
+    Yr, dYr = on(cl, np.zeros(9)), on(cl, np.r_[np.zeros(3), wn])
+    (derivs,) = tg.autodiff(tg.Reverse, gathered(cl), tg.Const, tg.Duplicated(Yr[3:], dYr[3:]),
+                            tg.Active(0.7), tg.Duplicated(Xv[4:], dX[4:]), idx_d[1:],
+                            ndrange=6)
+    x_bar = dX.get()[4:]
+    assert not dX.get()[:4].any()
+    # <J v, w> == <J^T w, v>, the scalar's direction 1.0 with it
+    assert float(np.vdot(y_dot, wn)) == pytest.approx(float(np.vdot(x_bar, v)) + derivs[1],
+                                                      rel=1e-12)
+    assert derivs[1] == pytest.approx(float(np.vdot(x_at ** 2, wn)), rel=1e-12)
+
+
+def test_tg_gradient_of_a_host_function_given_a_view(cl):
+    An = rng.uniform(0.1, 1.5, 20)
+    A = on(cl, An)
+    W = on(cl, np.linspace(-1, 1, 8))
+
+    def f(a):
+        B = tg.zeros(cl, np.float64, 8)
+        sin_times(cl)(B, a, ndrange=8)
+        return tg.dot(B, W) + tg.sum(B)
+
+    (g,) = tg.gradient(f, A[3:11])
+    a = An[3:11]
+    np.testing.assert_allclose(g.get(), (np.sin(a) + a * np.cos(a)) * (1 + np.linspace(-1, 1, 8)),
+                               rtol=1e-13)
+    y, y_dot = tg.jvp(f, A[5:13], on(cl, np.ones(8)))
+    a = An[5:13]
+    assert y_dot == pytest.approx(float(np.sum((np.sin(a) + a * np.cos(a))
+                                               * (1 + np.linspace(-1, 1, 8)))), rel=1e-13)
+
+
+def test_a_captured_program_replays_on_a_view_at_another_offset(cl):
+    """The packed launches put each call's offsets in their places with its buffers."""
+    N, kappa = 50, 0.8
+    big = rng.random(N + 20)
+
+    def sim(u, kappa):
+        for _ in range(4):
+            u_new = cla.empty_like(u)
+            scaled(cl)(u_new, kappa, u, ndrange=N)
+            u = u_new
+        return tg.dot(u, u)
+
+    captured = tg.capture(sim)
+    for start in (0, 3, 17):
+        u = on(cl, big)[start:start + N]
+        x = big[start:start + N]
+        assert float(captured(u, kappa)) == pytest.approx(kappa ** 8 * np.vdot(x, x), rel=1e-13)
+        g, g_kappa = tg.gradient(captured, u, kappa)
+        np.testing.assert_allclose(g.get(), 2 * kappa ** 8 * x, rtol=1e-13)
+        assert g_kappa == pytest.approx(8 * kappa ** 7 * np.vdot(x, x), rel=1e-12)
+    assert captured.recordings == 1
+    (program,) = captured.programs[next(iter(captured.programs))]
+    assert [type(what).__name__ for packed, what in program.compiled if packed] == \
+        ["QueuedLaunches"]
