@@ -442,14 +442,14 @@ def matmul(C, A, B):
     C[i, j] = acc
 
 
-def test_tiled_matmul_in_local_memory():
+def test_tiled_matmul_in_local_memory(backend):
     A, B = r(8, 12), r(12, 4)
-    kernel_vjp_error(matmul(tg.CPU(), (TILE, TILE)), [np.zeros((8, 4)), A, B], (8, 4),
+    kernel_vjp_error(matmul(backend, (TILE, TILE)), [np.zeros((8, 4)), A, B], (8, 4),
                      wrt=[1, 2], outputs=[0])
     # the closed form: with C_bar = W, A_bar = W B^T and B_bar = A^T W
     W = r(8, 4)
     dA, dB = np.zeros_like(A), np.zeros_like(B)
-    tg.autodiff(tg.Reverse, matmul(tg.CPU(), (TILE, TILE)), tg.Const,
+    tg.autodiff(tg.Reverse, matmul(backend, (TILE, TILE)), tg.Const,
                 tg.Duplicated(np.zeros((8, 4)), W.copy()), tg.Duplicated(A, dA),
                 tg.Duplicated(B, dB), ndrange=(8, 4))
     np.testing.assert_allclose(dA, W @ B.T, rtol=1e-12)
@@ -479,8 +479,8 @@ def repeated_tiled_product(C, A, B):
     C[i, j] = total
 
 
-def test_tiled_product_inside_an_outer_loop():
-    kernel_vjp_error(repeated_tiled_product(tg.CPU(), (TILE, TILE)),
+def test_tiled_product_inside_an_outer_loop(backend):
+    kernel_vjp_error(repeated_tiled_product(backend, (TILE, TILE)),
                      [np.zeros((8, 8)), r(8, 8), r(8, 8)], (8, 8), wrt=[1, 2], outputs=[0])
 
 
@@ -501,9 +501,9 @@ def block_sum_of_squares(out, x):
         out[tg.index(tg.Group)] = part[0]
 
 
-def test_tree_reduction_in_local_memory():
+def test_tree_reduction_in_local_memory(backend):
     x = r(32)
-    kernel_vjp_error(block_sum_of_squares(tg.CPU(), 8), [np.zeros(4), x], 32, wrt=[1],
+    kernel_vjp_error(block_sum_of_squares(backend, 8), [np.zeros(4), x], 32, wrt=[1],
                      outputs=[0])
 
 
@@ -630,12 +630,12 @@ def test_assigned_active_argument_is_per_work_item():
                      outputs=[0], active=[2])
 
 
-def test_tiled_matmul_adjoint_gathers_its_tile_shadows():
+def test_tiled_matmul_adjoint_gathers_its_tile_shadows(backend):
     """tapegrad/ad/localgather.py: the k loop's updates of the tile shadows become one dot
     product per work-item for its own element (no atomics); the values are the closed form."""
     A, B, W = r(8, 8), r(8, 8), r(8, 8)
     dA, dB = np.zeros_like(A), np.zeros_like(B)
-    tg.autodiff(tg.Reverse, matmul(tg.CPU(), (TILE, TILE)), tg.Const,
+    tg.autodiff(tg.Reverse, matmul(backend, (TILE, TILE)), tg.Const,
                 tg.Duplicated(np.zeros((8, 8)), W.copy()), tg.Duplicated(A, dA),
                 tg.Duplicated(B, dB), ndrange=(8, 8))
     np.testing.assert_allclose(dA, W @ B.T, rtol=1e-12)
@@ -665,10 +665,10 @@ def matmul_transposed_tile(C, A, B):
     C[i, j] = acc
 
 
-def test_a_tile_shadow_read_elsewhere_keeps_its_atomics():
+def test_a_tile_shadow_read_elsewhere_keeps_its_atomics(backend):
     A, B, W = r(8, 8), r(8, 4), r(8, 4)
     dA, dB = np.zeros_like(A), np.zeros_like(B)
-    tg.autodiff(tg.Reverse, matmul_transposed_tile(tg.CPU(), (TILE, TILE)), tg.Const,
+    tg.autodiff(tg.Reverse, matmul_transposed_tile(backend, (TILE, TILE)), tg.Const,
                 tg.Duplicated(np.zeros((8, 4)), W.copy()), tg.Duplicated(A, dA),
                 tg.Duplicated(B, dB), ndrange=(8, 4))
     np.testing.assert_allclose(dA, W @ B.T, rtol=1e-12)
