@@ -194,3 +194,21 @@ def test_a_captured_program_replays_on_a_view_at_another_offset(cl):
     (program,) = captured.programs[next(iter(captured.programs))]
     assert [type(what).__name__ for packed, what in program.compiled if packed] == \
         ["QueuedLaunches"]
+
+
+def test_host_reductions_and_their_tangents_on_views(cl):
+    """tg.sum/dot/mean/norm of a row and of a block of rows, values and tangents against
+    NumPy's closed forms; a view that skips elements is refused, not read wrongly."""
+    An = rng.standard_normal((4, 6))
+    Vn = rng.standard_normal((4, 6))
+    A, V = on(cl, An), on(cl, Vn)
+    assert float(tg.sum(A[1])) == pytest.approx(An[1].sum(), rel=1e-14)
+    assert float(tg.mean(A[2:])) == pytest.approx(An[2:].mean(), rel=1e-14)
+    assert float(tg.dot(A[1:3], A[2:4])) == pytest.approx(np.vdot(An[1:3], An[2:4]), rel=1e-14)
+    y, y_dot = tg.jvp(lambda a: tg.norm(a) + tg.dot(a, A[0]), A[3], V[3])
+    a, v = An[3], Vn[3]
+    assert y == pytest.approx(np.linalg.norm(a) + np.vdot(a, An[0]), rel=1e-14)
+    assert y_dot == pytest.approx(np.vdot(a, v) / np.linalg.norm(a) + np.vdot(v, An[0]),
+                                  rel=1e-13)
+    with pytest.raises(tg.TapegradError, match="skips elements"):
+        tg.sum(A[:, 1])

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad.errors import BackendError, optional_module
+from tapegrad.errors import BackendError, TapegradError, optional_module
 
 _INSTALL = ("install PyOpenCL and an OpenCL driver: pip install 'tapegrad[opencl]' "
             "(PyOpenCL with PoCL, which runs OpenCL on the CPU), or your GPU vendor's driver")
@@ -82,13 +82,13 @@ class _Arrays:
     # what the tape's host reductions ask of an array module (tapegrad/tape/hostops.py); on
     # the host for now (PyOpenCL's own reductions need Mako, and wait for the queue as well)
     def sum(self, x: Any) -> Any:
-        return np.sum(x.get())
+        return np.sum(_host(x))
 
     def mean(self, x: Any) -> Any:
-        return np.mean(x.get())
+        return np.mean(_host(x))
 
     def vdot(self, a: Any, b: Any) -> Any:
-        return np.vdot(a.get(), b.get())
+        return np.vdot(_host(a), _host(b))
 
     @property
     def linalg(self) -> Any:
@@ -100,7 +100,17 @@ class _Linalg:
         self.arrays = arrays
 
     def norm(self, x: Any) -> Any:
-        return np.linalg.norm(x.get())
+        return np.linalg.norm(_host(x))
+
+
+def _host(x: Any) -> np.ndarray:
+    """``x``'s values on the host, for a host reduction (tapegrad/tape/hostops.py)."""
+    if not x.flags.c_contiguous:
+        raise TapegradError(f"a host reduction (tg.sum, tg.dot, tg.mean, tg.norm) got a view "
+                            f"of an OpenCL array that skips elements (shape {x.shape}, "
+                            f"strides {x.strides}), which PyOpenCL cannot read; reduce a "
+                            "contiguous array (a view may start anywhere: x[3:], A[1])")
+    return x.get()
 
 
 def arrays_on(index: int) -> _Arrays:
