@@ -230,6 +230,33 @@ def test_a_barrier_loop_bound_read_from_an_array_is_refused(backend):
         bound_from_array(backend, 4)(np.zeros(4), np.ones(4), np.array([2]), ndrange=4)
 
 
+@tg.kernel
+def varying_rounds(out, x, N):
+    li = tg.index(tg.Local)
+    i = tg.index()
+    buf = tg.localmem(x.dtype, tg.groupsize())
+    acc = 0.0
+    for k in range(N[i]):
+        buf[li] = x[i]
+        tg.synchronize()
+        acc += buf[li] * x[i] * (k + 1)
+        tg.synchronize()
+    out[i] = acc
+
+
+@pytest.mark.xfail(strict=True, reason="the tangent kernel is exempt from the uniformity check "
+                   "of barrier loops (its IR is generated): it runs with work-item 0's trip "
+                   "count for all, a wrong tangent, where the primal is refused")
+def test_forward_mode_refuses_a_barrier_loop_the_primal_refuses(backend):
+    x, N = np.arange(1.0, 5.0), np.array([1, 2, 3, 4])
+    with pytest.raises(tg.KernelSyntaxError, match="bounds of this loop"):
+        varying_rounds(backend, 4)(np.zeros(4), x, N, ndrange=4)
+    with pytest.raises(tg.KernelSyntaxError, match="bounds of this loop"):
+        tg.autodiff(tg.Forward, varying_rounds(backend, 4), tg.Const,
+                    tg.Duplicated(np.zeros(4), np.zeros(4)), tg.Duplicated(x, np.ones(4)), N,
+                    ndrange=4)
+
+
 # -- the printed publication of work-item 0's values ------------------------------------------
 
 def _compiled_adjoints(name):
