@@ -4,11 +4,14 @@ differs from the OpenCL C one only where the two languages must."""
 
 from __future__ import annotations
 
+import ast
+
 import numpy as np
 import pytest
 
 import tapegrad as tg
 from tapegrad.backends.c.printer import CUDA, OPENCL, CPrinter, kernel_symbol
+from tapegrad.backends.c.statements import Body
 from tapegrad.backends.cuda.nvrtc import compile_cuda
 from tapegrad.backends.structure import device_functions
 from tapegrad.frontend import kernel_ir
@@ -72,3 +75,16 @@ def test_the_two_dialects_differ_only_where_the_languages_must(cases, name):
     _, cuda = _printed(kernel, args, rank, groupsize, CUDA)
     assert as_cuda(without_atomic_helpers(opencl)).strip() == \
         without_atomic_helpers(cuda).strip()
+
+
+def test_a_statement_without_a_type_is_a_tapegrad_error_not_a_key_error():
+    """(a pass that adds statements after typing must type them: barriers.py's shared values
+    once crashed the printer with a bare KeyError)"""
+    kernel, args, rank, groupsize = CASES["saxpy"]
+    tk = specialize(kernel_ir(kernel), check_args(kernel, tg.CPU(), args), rank, groupsize,
+                    kernel_ir)
+    body = Body(CPrinter(tk, OPENCL), tk)
+    untyped = ast.Assign(targets=[ast.Name(id="_added", ctx=ast.Store())],
+                         value=ast.Constant(1), lineno=tk.ir.lineno, col_offset=0)
+    with pytest.raises(tg.KernelCompileError, match="an expression without a type"):
+        body.statement(untyped, 1)
