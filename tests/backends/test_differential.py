@@ -1,0 +1,121 @@
+"""Differential testing as a standing net: Hypothesis draws random elementwise kernels and
+inputs with special values (0, -0, inf, nan, negative values, denormals) and compares, element
+by element (nan == nan, inf with its sign), the primal on the CPU, on OpenCL (PoCL) and in
+NumPy (float64), and the adjoint and the tangent on the CPU and on OpenCL; where both are
+finite, the tangent also equals the adjoint (the kernels are elementwise: the Jacobian is
+diagonal, so J 1 == J^T 1).
+
+``TAPEGRAD_DIFFERENTIAL_EXAMPLES=200`` draws more kernels than CI's few.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tapegrad as tg
+from tests.ad.test_random_kernels import load_kernel
+from tests.conftest import BACKENDS
+
+# (kernel template, NumPy template): functions and operators whose special values IEEE, C99
+# and NumPy agree on
+UNARY = [("math.sin({})", "np.sin({})"), ("math.cos({})", "np.cos({})"),
+         ("math.tanh({})", "np.tanh({})"), ("math.atan({})", "np.arctan({})"),
+         ("math.exp({})", "np.exp({})"), ("math.sqrt({})", "np.sqrt({})"),
+         ("math.log({})", "np.log({})"), ("(1.0 / {})", "(1.0 / {})"),
+         ("abs({})", "np.abs({})"), ("(-{})", "(-{})"), ("math.expm1({})", "np.expm1({})"),
+         ("math.log1p({})", "np.log1p({})")]
+BINARY = [("({} + {})", "({} + {})"), ("({} - {})", "({} - {})"), ("({} * {})", "({} * {})"),
+          ("({} / {})", "({} / {})"), ("math.hypot({}, {})", "np.hypot({}, {})")]
+
+SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -2.5e-310, 1e-300, -1.0, 1.0]
+N = 24
+
+
+def _fill(template: str, *parts: tuple[str, str]) -> tuple[str, str]:
+    return (template[0].format(*(p[0] for p in parts)),
+            template[1].format(*(p[1] for p in parts)))
+
+
+def expressions(depth: int) -> st.SearchStrategy[tuple[str, str]]:
+    leaf = st.sampled_from([("x", "x"), ("y", "y"), ("0.5", "0.5"), ("2.0", "2.0")])
+    if depth == 0:
+        return leaf
+    sub = expressions(depth - 1)
+    unary = st.tuples(st.sampled_from(UNARY), sub).map(lambda t: _fill(t[0], t[1]))
+    binary = st.tuples(st.sampled_from(BINARY), sub, sub).map(
+        lambda t: _fill(t[0], t[1], t[2]))
+    return st.one_of(leaf, unary, binary)
+
+
+def bodies() -> st.SearchStrategy[tuple[str, str]]:
+    """An expression, or a choice between two by a test (``x if c else y`` in the kernel,
+    ``np.where`` in NumPy: nan compares false in both)."""
+    tests = st.sampled_from([("x > y", "x > y"), ("x > 0.5", "x > 0.5"), ("y <= x", "y <= x")])
+    choice = st.tuples(tests, expressions(2), expressions(2)).map(
+        lambda t: (f"({t[1][0]}) if {t[0][0]} else ({t[2][0]})",
+                   f"np.where({t[0][1]}, {t[1][1]}, {t[2][1]})"))
+    return st.one_of(expressions(3), choice)
+
+
+values = st.one_of(st.sampled_from(SPECIAL),
+                   st.floats(-3.0, 3.0, allow_nan=False, allow_infinity=False))
+
+
+def assert_same(got: np.ndarray, want: np.ndarray, what: str, rtol: float = 1e-9) -> None:
+    """Element by element: nan where the other has nan, the same signed infinities, finite
+    values to ``rtol`` (libm, tapegrad's vectorised math and PoCL's differ in the last ulps)."""
+    bad = np.isnan(got) != np.isnan(want)
+    both = ~np.isnan(got) & ~np.isnan(want)
+    inf = both & (np.isinf(got) | np.isinf(want))
+    bad[inf] = got[inf] != want[inf]
+    fin = both & ~inf
+    bad[fin] = ~np.isclose(got[fin], want[fin], rtol=rtol, atol=1e-300)
+    if bad.any():
+        k = int(np.argmax(bad))
+        raise AssertionError(f"{what}: element {k} is {got[k]!r}, expected {want[k]!r}")
+
+
+def _run(kernel, backend, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The primal, the adjoint with seed 1 (d/dx, d/dy) and the tangent with v = 1 in x."""
+    cfg = kernel(backend)
+    C = np.zeros(N)
+    cfg(C, x.copy(), y.copy(), ndrange=N)
+    dx, dy = np.zeros(N), np.zeros(N)
+    tg.autodiff(tg.Reverse, cfg, tg.Const, tg.Duplicated(np.zeros(N), np.ones(N)),
+                tg.Duplicated(x.copy(), dx), tg.Duplicated(y.copy(), dy), ndrange=N)
+    tx = np.zeros(N)
+    tg.autodiff(tg.Forward, cfg, tg.Const, tg.Duplicated(np.zeros(N), tx),
+                tg.Duplicated(x.copy(), np.ones(N)), tg.Const(y.copy()), ndrange=N)
+    return C, dx, dy, tx
+
+
+_EXAMPLES = int(os.environ.get("TAPEGRAD_DIFFERENTIAL_EXAMPLES", "6"))
+
+
+@settings(max_examples=_EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(bodies(), st.lists(values, min_size=N, max_size=N),
+       st.lists(values, min_size=N, max_size=N))
+def test_backends_and_numpy_agree_element_by_element(tmp_path, expr, xs, ys):
+    kernel_expr, numpy_expr = expr
+    source = f"def k(C, A, B):\n    i = tg.index()\n    x = A[i]\n    y = B[i]\n" \
+             f"    C[i] = {kernel_expr}\n"
+    kernel = load_kernel(source, tmp_path)
+    x, y = np.array(xs), np.array(ys)
+    with np.errstate(all="ignore"):
+        want = np.broadcast_to(eval(numpy_expr, {"np": np, "x": x, "y": y}), (N,))
+    results = {name: _run(kernel, make(), x, y) for name, make in BACKENDS.items()}
+    try:
+        cpu = results.pop("cpu")
+        assert_same(cpu[0], want, "CPU primal vs NumPy")
+        for name, other in results.items():
+            for k, what in enumerate(("primal", "adjoint d/dx", "adjoint d/dy", "tangent")):
+                assert_same(other[k], cpu[k], f"{name} {what} vs CPU")
+        both = np.isfinite(cpu[1]) & np.isfinite(cpu[3])
+        assert_same(cpu[3][both], cpu[1][both], "CPU tangent vs adjoint", rtol=1e-7)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nx = {x!r}\ny = {y!r}\nkernel:\n{source}") from None
