@@ -78,8 +78,8 @@ def test_the_two_dialects_differ_only_where_the_languages_must(cases, name):
 
 
 def test_a_statement_without_a_type_is_a_tapegrad_error_not_a_key_error():
-    """(a pass that adds statements after typing must type them: barriers.py's shared values
-    once crashed the printer with a bare KeyError)"""
+    """(a pass that adds statements after typing must give them types, as barriers.py does
+    for the shared loop bounds; one that does not gets a tapegrad error naming the line)"""
     kernel, args, rank, groupsize = CASES["saxpy"]
     tk = specialize(kernel_ir(kernel), check_args(kernel, tg.CPU(), args), rank, groupsize,
                     kernel_ir)
