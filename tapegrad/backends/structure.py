@@ -432,6 +432,18 @@ class BarrierPlan:
                 GroupStmt(s, [self.structure(s.body, uniform), self.structure(s.orelse, uniform)],
                           "if {0}:", names)]
 
+def check_barrier_rules(tk: TypedKernel) -> None:
+    """Raise the user's error if ``tk``, a kernel as written, breaks the rules of barriers
+    (bounds and conditions the same for the whole group, no early exit past a barrier).
+    Kernels made from it by a transform are exempt from those checks (their restored values
+    are uniform where no syntactic rule can see it), so the modes that launch only such
+    kernels (an adjoint, a tangent) check the user's kernel first."""
+    body = tk.ir.body
+    if any(contains_barrier(s) for s in body):
+        BarrierPlan(tk, [s for s in body if not memory_decl(s)],
+                    [s for s in body if memory_decl(s)])
+
+
 def _group_stmts(blocks: list):
     """Every GroupStmt in ``blocks``, nested ones too."""
     for b in blocks:

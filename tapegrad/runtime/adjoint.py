@@ -11,6 +11,7 @@ import numpy as np
 from tapegrad.ad.deadcode import has_effects
 from tapegrad.ad.pipeline import adjoint_extra_types, adjoint_ir, contents_read, shadows_written
 from tapegrad.ad.storefresh import storable_shadows
+from tapegrad.backends.structure import check_barrier_rules
 from tapegrad.errors import AdjointStackOverflow, LaunchError
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import INT64, Type, specialize
@@ -45,6 +46,7 @@ def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
                     stack_depth: int | None, discard: frozenset[str] = frozenset(),
                     full_groups: bool = True) -> CompiledAdjoint:
     """The reverse-mode pipeline: kernel IR -> normalized, typed -> adjoint IR -> compiled."""
+    check_barrier_rules(specialize(kernel_ir(kernel), argtypes, rank, groupsize, kernel_ir))
     adjoint = adjoint_ir(kernel, argtypes, activity, rank, groupsize, stack_depth, discard,
                          full_groups)
     adjoint.contents_read = contents_read(kernel, adjoint, argtypes)

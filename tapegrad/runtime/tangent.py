@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tapegrad.ad import normalize, tangent_kernel
+from tapegrad.backends.structure import check_barrier_rules
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import Type, specialize
 from tapegrad.runtime.arguments import arg_key, check_args, groupsize_of
@@ -16,6 +17,7 @@ def compile_tangent(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
                     width: int) -> tuple[Any, Any]:
     """The forward-mode pipeline: kernel IR -> normalized, typed -> tangent IR -> compiled."""
     ir = kernel_ir(kernel)
+    check_barrier_rules(specialize(ir, argtypes, rank, groupsize, kernel_ir))
     flat = normalize(ir, kernel_ir, keep=lambda f: f.forward_rule is not None)
     typed = specialize(flat, argtypes, rank, groupsize, kernel_ir)
     tangent = tangent_kernel(typed, activity, width)                # generate the tangent

@@ -244,16 +244,17 @@ def varying_rounds(out, x, N):
     out[i] = acc
 
 
-@pytest.mark.xfail(strict=True, reason="the tangent kernel is exempt from the uniformity check "
-                   "of barrier loops (its IR is generated): it runs with work-item 0's trip "
-                   "count for all, a wrong tangent, where the primal is refused")
-def test_forward_mode_refuses_a_barrier_loop_the_primal_refuses(backend):
+def test_forward_and_reverse_mode_refuse_a_barrier_loop_the_primal_refuses(backend):
     x, N = np.arange(1.0, 5.0), np.array([1, 2, 3, 4])
     with pytest.raises(tg.KernelSyntaxError, match="bounds of this loop"):
         varying_rounds(backend, 4)(np.zeros(4), x, N, ndrange=4)
     with pytest.raises(tg.KernelSyntaxError, match="bounds of this loop"):
         tg.autodiff(tg.Forward, varying_rounds(backend, 4), tg.Const,
                     tg.Duplicated(np.zeros(4), np.zeros(4)), tg.Duplicated(x, np.ones(4)), N,
+                    ndrange=4)
+    with pytest.raises(tg.KernelSyntaxError, match="bounds of this loop"):
+        tg.autodiff(tg.Reverse, varying_rounds(backend, 4), tg.Const,
+                    tg.Duplicated(np.zeros(4), np.ones(4)), tg.Duplicated(x, np.zeros(4)), N,
                     ndrange=4)
 
 
