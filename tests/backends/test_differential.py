@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tapegrad as tg
+from tests.ad.test_random_control_flow import nested_kernels
 from tests.ad.test_random_kernels import load_kernel
 from tests.conftest import BACKENDS
 
@@ -79,18 +80,27 @@ def assert_same(got: np.ndarray, want: np.ndarray, what: str, rtol: float = 1e-9
         raise AssertionError(f"{what}: element {k} is {got[k]!r}, expected {want[k]!r}")
 
 
-def _run(kernel, backend, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+def _run(kernel, backend, x: np.ndarray, y: np.ndarray, *rest: int) -> tuple[np.ndarray, ...]:
     """The primal, the adjoint with seed 1 (d/dx, d/dy) and the tangent with v = 1 in x."""
-    cfg = kernel(backend)
+    cfg = kernel(backend, 4)
     C = np.zeros(N)
-    cfg(C, x.copy(), y.copy(), ndrange=N)
+    cfg(C, x.copy(), y.copy(), *rest, ndrange=N)
     dx, dy = np.zeros(N), np.zeros(N)
     tg.autodiff(tg.Reverse, cfg, tg.Const, tg.Duplicated(np.zeros(N), np.ones(N)),
-                tg.Duplicated(x.copy(), dx), tg.Duplicated(y.copy(), dy), ndrange=N)
+                tg.Duplicated(x.copy(), dx), tg.Duplicated(y.copy(), dy), *rest, ndrange=N)
     tx = np.zeros(N)
     tg.autodiff(tg.Forward, cfg, tg.Const, tg.Duplicated(np.zeros(N), tx),
-                tg.Duplicated(x.copy(), np.ones(N)), tg.Const(y.copy()), ndrange=N)
+                tg.Duplicated(x.copy(), np.ones(N)), tg.Const(y.copy()), *rest, ndrange=N)
     return C, dx, dy, tx
+
+
+def _agree(results: dict[str, tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+    """The other backends' results equal the CPU's, element by element; returns the CPU's."""
+    cpu = results.pop("cpu")
+    for name, other in results.items():
+        for k, what in enumerate(("primal", "adjoint d/dx", "adjoint d/dy", "tangent")):
+            assert_same(other[k], cpu[k], f"{name} {what} vs CPU")
+    return cpu
 
 
 _EXAMPLES = int(os.environ.get("TAPEGRAD_DIFFERENTIAL_EXAMPLES", "6"))
@@ -110,12 +120,26 @@ def test_backends_and_numpy_agree_element_by_element(tmp_path, expr, xs, ys):
         want = np.broadcast_to(eval(numpy_expr, {"np": np, "x": x, "y": y}), (N,))
     results = {name: _run(kernel, make(), x, y) for name, make in BACKENDS.items()}
     try:
-        cpu = results.pop("cpu")
+        cpu = _agree(results)
         assert_same(cpu[0], want, "CPU primal vs NumPy")
-        for name, other in results.items():
-            for k, what in enumerate(("primal", "adjoint d/dx", "adjoint d/dy", "tangent")):
-                assert_same(other[k], cpu[k], f"{name} {what} vs CPU")
         both = np.isfinite(cpu[1]) & np.isfinite(cpu[3])
         assert_same(cpu[3][both], cpu[1][both], "CPU tangent vs adjoint", rtol=1e-7)
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nx = {x!r}\ny = {y!r}\nkernel:\n{source}") from None
+
+
+@settings(max_examples=max(1, _EXAMPLES // 2), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(nested_kernels(), st.integers(0, 3), st.lists(values, min_size=N, max_size=N),
+       st.lists(values, min_size=N, max_size=N))
+def test_control_flow_kernels_agree_across_backends(tmp_path, source, trips, xs, ys):
+    """The random kernels of tests/ad/test_random_control_flow.py (loops holding nested
+    branches, while loops, break, continue), on special values: the same primal, adjoint and
+    tangent on every backend."""
+    kernel = load_kernel(source, tmp_path)
+    x, y = np.array(xs), np.array(ys)
+    try:
+        _agree({name: _run(kernel, make(), x, y, trips) for name, make in BACKENDS.items()})
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nx = {x!r}\ny = {y!r}\ntrips {trips}\nkernel:\n"
+                             f"{source}") from None
