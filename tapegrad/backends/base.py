@@ -17,7 +17,7 @@ class Backend:
     name = "backend"
     max_group_items: int | None = None   # the most work-items a workgroup may have, if limited
     # float64 elements of the array an Active scalar's adjoint sums into (the runtime adds
-    # them up): C backends spread the sum's atomics over slots (tapegrad.backends.c.printer)
+    # them up): C backends spread the sum's atomics over slots (tapegrad.backends.c.helpers)
     scalar_sum_size = 1
 
     # arrays: by default those of its kind of array (backends/registry.py)

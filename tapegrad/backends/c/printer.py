@@ -7,16 +7,20 @@ Python's arithmetic, atomics) -> ``expressions`` (Python's semantics in C expres
 ``statements`` (one function body) -> ``barriers`` (a body split at its barriers) -> this
 module (the module, a kernel's signature and declarations, local and private memory).
 
-Generated layout (OpenCL, 1-D, groupsize 256): the ndrange's last dimension runs along the
-device's dimension 0, work-items past the ndrange return at once.
+Generated layout (CUDA, 1-D, groupsize 256): the ndrange's last dimension runs along the
+device's dimension 0, work-items past the ndrange return at once.  (OpenCL's kernels also
+take each array's offset into its buffer, ``opencl/printer.py``.)
 
-    __kernel void saxpy(__global double *Y, const long Y_shape0, const double a, ...,
-                        const long _n0) {
-        const long _l0 = get_local_id(0);
-        const long _g0 = get_group_id(0);
+    extern "C" __global__ void saxpy(double *Y, const long long Y_shape0, const double a,
+                                     double *X, const long long X_shape0, const long long _n0) {
+        const long long _l0 = threadIdx.x;
+        const long long _g0 = blockIdx.x;
         if (!(_g0 * 256 + _l0 < _n0)) return;
+        long long i = 0;
         // file.py:3
-        Y[(_g0 * 256 + _l0)] = ((a * X[(_g0 * 256 + _l0)]) + Y[(_g0 * 256 + _l0)]);
+        i = (_g0 * 256 + _l0);
+        // file.py:4
+        Y[(i)] = ((a * X[(i)]) + Y[(i)]);
     }
 
 Kernels with barriers keep every work-item alive (each must reach each barrier) and guard
