@@ -498,6 +498,15 @@ def sample(x: Any) -> tuple | None:
 
 
 def _same_bits(a: Any, b: Any) -> bool:
-    """Whether two samples are equal bit for bit (NaNs included)."""
-    return type(a) is type(b) and (a == b or np.array_equal(np.array(a), np.array(b),
-                                                            equal_nan=True))
+    """Whether two samples are equal bit for bit (NaNs included): tuples of numbers, host
+    fingerprints (ints), or fingerprints left where their array lives (a one-element CuPy
+    array), which are compared through their backend's copy to the host."""
+    if type(a) is not type(b):
+        return False
+    kind = kind_of(a)
+    if kind is None:
+        if a == b:
+            return True
+    elif not kind.host:
+        a, b = kind.to_numpy(a), kind.to_numpy(b)
+    return bool(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True))

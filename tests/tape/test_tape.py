@@ -514,3 +514,77 @@ def test_a_source_used_only_for_its_shape_is_not_called_a_view_of_itself():
         tape.gradient(loss, s)
     assert "view" not in str(info.value)
     np.testing.assert_allclose(tape.gradient(loss, x), np.full(5, 5.0))
+
+
+# -- verify mode on arrays that live elsewhere ----------------------------------------------
+
+class DeviceHash:
+    """A fingerprint left on a GPU, as CuPy's is (tapegrad/backends/cuda/fingerprint.py): a
+    one-element array that compares on the device, copies to the host with ``get()``, and
+    refuses NumPy's implicit conversion, as CuPy's arrays do."""
+
+    __cuda_array_interface__ = {"shape": (1,), "typestr": "<u8", "data": (0, False),
+                                "version": 3}
+    shape, dtype, ndim = (1,), np.dtype(np.uint64), 1
+
+    def __init__(self, value):
+        self.value = np.array([value], np.uint64)
+
+    def get(self):
+        return self.value.copy()
+
+    def __eq__(self, other):
+        return DeviceBool(self.value[0] == other.value[0])
+
+    def __ne__(self, other):
+        return DeviceBool(self.value[0] != other.value[0])
+
+    def __array__(self, *args, **kwargs):
+        raise TypeError("Implicit conversion to a NumPy array is not allowed")
+
+
+DeviceHash.__module__ = "cupy"
+
+
+class DeviceBool(DeviceHash):
+    def __init__(self, value):
+        self.value = np.array([value])
+
+    def __bool__(self):
+        return bool(self.value[0])
+
+
+def test_verify_compares_fingerprints_left_on_a_gpu_and_says_what_changed():
+    from tapegrad.tape.fingerprint import fingerprint
+    from tapegrad.tape.tape import _same_bits
+    assert _same_bits(DeviceHash(5), DeviceHash(5))
+    assert not _same_bits(DeviceHash(5), DeviceHash(6))
+    A = rng.random(6)
+    with tg.Tape(verify=True) as tape, pytest.raises(tg.TapegradError, match="changed by code"):
+        tape.sample = lambda x: DeviceHash(fingerprint(x))
+        B = np.zeros(6)
+        sin_kernel(CPU)(B, A, ndrange=6)
+        B[2] = 7.0
+        tg.sum(B)
+    with tg.Tape(verify=True) as tape:      # unchanged: nothing to say
+        tape.sample = lambda x: DeviceHash(fingerprint(x))
+        B = np.zeros(6)
+        sin_kernel(CPU)(B, A, ndrange=6)
+        loss = tg.sum(B)
+    np.testing.assert_allclose(tape.gradient(loss, [A])[0], np.cos(A))
+
+
+def test_verify_catches_host_code_changing_an_opencl_array():
+    cla = pytest.importorskip("pyopencl.array")
+    cl = tg.OpenCL()
+    A = tg.asarray(cl, rng.random(6))
+    with tg.Tape(verify=True), pytest.raises(tg.TapegradError, match="changed by code"):
+        B = tg.zeros(cl, np.float64, 6)
+        sin_kernel(cl)(B, A, ndrange=6)
+        B[2:3] = cla.to_device(cl.queue, np.array([7.0]))   # neither end: only verify sees it
+        tg.sum(B)
+    with tg.Tape(verify=True) as tape:
+        B = tg.zeros(cl, np.float64, 6)
+        sin_kernel(cl)(B, A, ndrange=6)
+        loss = tg.sum(B)
+    np.testing.assert_allclose(tape.gradient(loss, [A])[0].get(), np.cos(A.get()))
