@@ -81,13 +81,16 @@ class Kernel(KernelFunction):
                 f"{self.name}(backend)(A, B, ndrange=n); got {type(backend).__name__}.")
         if isinstance(workgroupsize, list):
             workgroupsize = tuple(workgroupsize)
+        # keyed by the backend's value (its type and settings, ``Backend.__eq__``), not its
+        # identity: ``kern(tg.get_backend(x))`` in a loop finds one entry, whatever object
+        # each call passes
+        key = (backend, workgroupsize)
         try:
-            key = (id(backend), workgroupsize)
             cfg = self._configured.get(key)
         except TypeError:
             raise LaunchError(f"{self.name}: workgroupsize must be an int or a tuple of ints, "
                               f"got {type(workgroupsize).__name__}") from None
-        if cfg is None or cfg.backend is not backend:
+        if cfg is None:
             cfg = ConfiguredKernel(self, backend, workgroupsize)
             self._configured[key] = cfg
         return cfg

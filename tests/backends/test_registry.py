@@ -70,3 +70,21 @@ def test_a_registered_kind_is_asked(monkeypatch):
     assert registry.kind_of(A).name == "foreign"
     assert tg.get_backend(A) == tg.CPU()
     assert registry.kind_of_type(Foreign).name == "foreign"
+
+
+def test_launches_through_get_backend_leave_one_configured_kernel():
+    """``kern(tg.get_backend(x))`` in a loop (a new backend object per call): configured
+    kernels are found by the backend's value, so the cache stays at one entry."""
+    A, B = np.arange(4.0), np.zeros(4)
+    before = dict(double._configured)
+    for _ in range(1000):
+        double(tg.get_backend(B))(B, A, ndrange=4)
+    for _ in range(1000):
+        double(tg.CPU())(B, A, ndrange=4)        # a new (equal) object per launch
+    assert set(double._configured) <= set(before) | {(tg.CPU(), None)}
+    np.testing.assert_array_equal(B, 2.0 * A)
+    # backends that differ in their settings keep their own configured kernels
+    off = tg.CPU(without=("transposed",))
+    assert double(off) is not double(tg.CPU()) and double(off).backend == off
+    assert double(tg.CPU(), 32) is not double(tg.CPU())
+
