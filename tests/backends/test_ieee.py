@@ -120,3 +120,17 @@ def test_floor_division_and_remainder_by_zero_follow_numpy(backend):
     floor_mod(backend)(B, x, 0.0, ndrange=x.size)
     with np.errstate(all="ignore"):
         assert_ieee_equal(B, x // 0.0 + x % 0.0)
+
+
+@tg.kernel
+def int_floor_mod(B, K, d):
+    i = tg.index()
+    B[i] = K[i] // d + K[i] % d
+
+
+def test_integer_division_by_zero_gives_zero_as_numpy(backend):
+    """(C leaves it undefined: PoCL traps, a GPU gives -1)"""
+    K, B = np.arange(-3, 5), np.full(8, 7)
+    int_floor_mod(backend)(B, K, 0, ndrange=8)
+    with np.errstate(all="ignore"):
+        assert np.array_equal(B, K // 0 + K % 0)

@@ -21,11 +21,15 @@ _GROUP_SLOT = {
 
 # Python's semantics where C's differ, written once into each module that uses them
 _HELPERS = {
+    # (an integer divided by 0 gives 0, as in NumPy and on the CPU: C leaves it undefined,
+    # and on a CPU OpenCL it traps)
     "floordiv_i": """{f} {i} tg_floordiv_i({i} a, {i} b) {{
+    if (b == 0) return 0;
     {i} q = a / b;
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }}""",
     "mod_i": """{f} {i} tg_mod_i({i} a, {i} b) {{
+    if (b == 0) return 0;
     {i} r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }}""",
