@@ -7,6 +7,10 @@ the tape's identities, copies and shadows, the host reductions) asks :func:`kind
 array type that no backend owns is refused with a clear error instead of being taken for a
 constant (its gradient silently zero).
 
+The answer is remembered per Python type, except for types whose objects live on either side
+(``ArrayKind.per_object``: a ``torch.Tensor`` is on the CPU or on a GPU), which are asked
+object by object.
+
 >>> import numpy as np
 >>> kind_of(np.zeros(3)).name
 'numpy'
@@ -33,9 +37,30 @@ class ArrayKind:
     def owns(self, x: Any) -> bool:
         raise NotImplementedError
 
+    def per_object(self, x: Any) -> bool:
+        """Whether other objects of ``type(x)`` may get another answer from :meth:`owns`
+        than ``x`` does (then :func:`kind_of` asks every object, not once per type)."""
+        return False
+
+    def place(self, x: Any) -> Any:
+        """Which of this kind's backends ``x`` lives on, as a hashable value (``()`` where
+        the kind has one backend, a GPU's index), so that ``tg.get_backend`` hands out one
+        backend object per place; None where that is not known cheaply (a backend is made
+        per call)."""
+        return None
+
+    def advice(self, x: Any) -> str | None:
+        """How to bring ``x``, an array no kind owns, to this kind's backend (None: no
+        advice), for the error that refuses it."""
+        return None
+
     def address(self, x: Any) -> int:
         """The address of ``x``'s first element (its identity, with shape and strides)."""
         raise NotImplementedError
+
+    def dtype(self, x: Any) -> np.dtype:
+        """``x``'s element type, as NumPy's."""
+        return np.dtype(x.dtype)
 
     def launch_key(self, x: Any) -> tuple:
         """What compiled code for a launch taking ``x`` depends on."""
@@ -60,8 +85,11 @@ class ArrayKind:
 
 
 _KINDS: list[ArrayKind] = []
-_BY_TYPE: dict[type, ArrayKind | None] = {}    # answers so far, per Python type
+_PER_OBJECT: Any = object()   # in _BY_TYPE: a type whose objects are asked one by one
+_BY_TYPE: dict[type, Any] = {}         # answers so far, per Python type (or _PER_OBJECT)
+_OF_TYPE: dict[type, ArrayKind] = {}   # the kind that owned an object of a type, per type
 _BACKEND_OF: dict[int, Callable[[Any], Any]] = {}  # id(kind) -> the backend an array is on
+_BACKENDS: dict[tuple, Any] = {}       # (id(kind), place) -> that place's backend
 
 
 def register(kind: ArrayKind, backend_of: Callable[[Any], Any]) -> ArrayKind:
@@ -70,28 +98,55 @@ def register(kind: ArrayKind, backend_of: Callable[[Any], Any]) -> ArrayKind:
     _KINDS.append(kind)
     _BACKEND_OF[id(kind)] = backend_of
     _BY_TYPE.clear()
+    _OF_TYPE.clear()
+    _BACKENDS.clear()
     return kind
 
 
 def backend_of(x: Any, who: str = "tapegrad") -> Any:
-    """The backend the array ``x`` lives on (a :class:`BackendError` if none owns it)."""
-    return _BACKEND_OF[id(array_kind(x, who))](x)
+    """The backend the array ``x`` lives on (a :class:`BackendError` if none owns it): one
+    object per place where the kind names places (``ArrayKind.place``), so that caches keyed
+    by the backend see the same object launch after launch."""
+    kind = array_kind(x, who)
+    place = kind.place(x)
+    if place is None:
+        return _BACKEND_OF[id(kind)](x)
+    key = (id(kind), place)
+    backend = _BACKENDS.get(key)
+    if backend is None:
+        backend = _BACKENDS[key] = _BACKEND_OF[id(kind)](x)
+    return backend
 
 
 def kind_of(x: Any) -> ArrayKind | None:
     """The registered kind of array ``x`` is, or None if it is not an array of any (asked
-    once per Python type: the launch path asks per argument)."""
+    once per Python type where that decides it: the launch path asks per argument)."""
     try:
-        return _BY_TYPE[type(x)]
+        found = _BY_TYPE[type(x)]
     except KeyError:
-        found = _BY_TYPE[type(x)] = next((k for k in _KINDS if k.owns(x)), None)
-        return found
+        return _first_of_type(x)
+    if found is _PER_OBJECT:
+        return _ask(x)
+    return found
+
+
+def _ask(x: Any) -> ArrayKind | None:
+    found = next((k for k in _KINDS if k.owns(x)), None)
+    if found is not None:
+        _OF_TYPE.setdefault(type(x), found)
+    return found
+
+
+def _first_of_type(x: Any) -> ArrayKind | None:
+    found = _ask(x)
+    _BY_TYPE[type(x)] = _PER_OBJECT if any(k.per_object(x) for k in _KINDS) else found
+    return found
 
 
 def kind_of_type(t: type) -> ArrayKind | None:
     """The kind of arrays of type ``t``, for a type :func:`kind_of` has met (a tape's
-    records keep types, not arrays)."""
-    return _BY_TYPE.get(t)
+    records keep types, not arrays; for a type asked per object, the kind that owned one)."""
+    return _OF_TYPE.get(t)
 
 
 def array_kind(x: Any, who: str = "tapegrad") -> ArrayKind:
@@ -102,10 +157,11 @@ def array_kind(x: Any, who: str = "tapegrad") -> ArrayKind:
         if not is_array(x):
             raise BackendError(f"{who} expects an array (numpy.ndarray, or a GPU array), got "
                                f"{type(x).__name__}")
+        advice = next((a for a in (k.advice(x) for k in _KINDS) if a), None)
         raise BackendError(
             f"{who} got a {type(x).__module__}.{type(x).__name__}, which no tapegrad backend "
-            f"owns (kinds registered: {', '.join(k.name for k in _KINDS)}); convert it, e.g. "
-            "numpy.asarray(x) for the CPU or cupy.asarray(x) for CUDA")
+            f"owns (kinds registered: {', '.join(k.name for k in _KINDS)}); " + (advice or
+            "convert it, e.g. numpy.asarray(x) for the CPU or cupy.asarray(x) for CUDA"))
     return kind
 
 

@@ -65,6 +65,8 @@ def test_a_registered_kind_is_asked(monkeypatch):
     monkeypatch.setattr(registry, "_KINDS", list(registry._KINDS))
     monkeypatch.setattr(registry, "_BY_TYPE", {})
     monkeypatch.setattr(registry, "_BACKEND_OF", dict(registry._BACKEND_OF))
+    monkeypatch.setattr(registry, "_OF_TYPE", {})
+    monkeypatch.setattr(registry, "_BACKENDS", {})
     registry.register(ForeignArrays(), lambda x: tg.CPU())
     A = Foreign([1.0, 2.0])
     assert registry.kind_of(A).name == "foreign"
@@ -73,9 +75,10 @@ def test_a_registered_kind_is_asked(monkeypatch):
 
 
 def test_launches_through_get_backend_leave_one_configured_kernel():
-    """``kern(tg.get_backend(x))`` in a loop (a new backend object per call): configured
-    kernels are found by the backend's value, so the cache stays at one entry."""
+    """``kern(tg.get_backend(x))`` in a loop: one backend object per device, and configured
+    kernels found by the backend's value, so the cache stays at one entry."""
     A, B = np.arange(4.0), np.zeros(4)
+    assert tg.get_backend(A) is tg.get_backend(B)
     before = dict(double._configured)
     for _ in range(1000):
         double(tg.get_backend(B))(B, A, ndrange=4)
@@ -88,3 +91,26 @@ def test_launches_through_get_backend_leave_one_configured_kernel():
     assert double(off) is not double(tg.CPU()) and double(off).backend == off
     assert double(tg.CPU(), 32) is not double(tg.CPU())
 
+
+class Either:
+    """An array type whose objects are on either side, as torch.Tensor's are: its interface
+    is computed per object, and raises AttributeError for those on the host."""
+
+    def __init__(self, on_gpu):
+        self.on_gpu, self.shape, self.dtype, self.ndim = on_gpu, (2,), np.dtype("f8"), 1
+
+    @property
+    def __cuda_array_interface__(self):
+        if not self.on_gpu:
+            raise AttributeError("on the host")
+        return {"shape": (2,), "typestr": "<f8", "data": (0, False), "version": 3}
+
+
+def test_a_type_whose_objects_live_on_either_side_is_asked_per_object():
+    host, gpu = Either(False), Either(True)
+    assert registry.kind_of(host) is None              # the first answer is not the type's
+    assert registry.kind_of(gpu).name == "cuda"
+    assert registry.kind_of(host) is None
+    assert registry.kind_of_type(Either).name == "cuda"
+    with pytest.raises(tg.TapegradError, match="Either, which no tapegrad backend owns"):
+        double(tg.CPU())(np.zeros(2), host, ndrange=2)
