@@ -293,3 +293,82 @@ def test_a_halo_exchange_on_cupy_arrays_and_its_gradient_match_numpy(cp):
         (g,) = tape.gradient(total, [u0])
         results.append(g if isinstance(g, np.ndarray) else cp.asnumpy(g))
     np.testing.assert_allclose(results[1], results[0], rtol=1e-12, atol=1e-14)
+
+
+class Foreign:
+    """Another library's CUDA array over a CuPy array's memory: its interface names the
+    stream it was written on (CUDA Array Interface v3)."""
+
+    def __init__(self, x, stream=None, pointer=None):
+        self.x, self.shape, self.dtype, self.ndim = x, x.shape, x.dtype, x.ndim
+        self.strides, self.size, self.nbytes = x.strides, x.size, x.nbytes
+        self.pointer, self.stream = (x.data.ptr if pointer is None else pointer), stream
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": self.shape, "typestr": self.dtype.str, "strides": None,
+                "data": (self.pointer, False), "version": 3, "stream": self.stream}
+
+
+@tg.kernel
+def twice(B, A):
+    i = tg.index()
+    B[i] = 2.0 * A[i]
+
+
+def test_a_foreign_array_is_placed_by_its_pointer_and_waited_for_on_its_stream(cp):
+    """docs/gpu.md, arrays from other libraries: the pointer's GPU from the CUDA runtime,
+    host memory refused, and a launch on CuPy's stream after the work on the array's own."""
+    from tapegrad.backends.cuda.arrays import CUDA_ARRAYS
+    gpu = tg.CUDA()
+    A = cp.zeros(1 << 16)
+    assert CUDA_ARRAYS.device_of(Foreign(A)) == 0
+    host = np.zeros(1 << 16)
+    with pytest.raises(tg.LaunchError, match="host memory"):
+        twice(gpu)(cp.zeros_like(A), Foreign(A, pointer=host.ctypes.data), ndrange=A.size)
+    spin(gpu)(A, 10, ndrange=A.size)             # compiled
+    twice(gpu)(cp.zeros_like(A), Foreign(A), ndrange=A.size)
+    cp.cuda.Device().synchronize()
+    A[...] = 0.0
+    side = cp.cuda.Stream(non_blocking=True)
+    with side:                                  # long work on the array's own stream
+        spin(gpu)(A, 200_000, ndrange=A.size)
+    B = cp.zeros_like(A)
+    twice(gpu)(B, Foreign(A, stream=side.ptr), ndrange=A.size)   # on the null stream
+    assert not side.done                         # (the host did not wait)
+    cp.cuda.Device().synchronize()
+    cp.testing.assert_array_equal(B, 2.0 * A)
+    assert float(A[0]) > 0.0
+
+
+def test_torch_tensors_that_require_grad_are_told_to_detach(cp):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed on the GPU machine")
+    if not torch.cuda.is_available():
+        pytest.skip("this PyTorch has no CUDA")
+    x = torch.ones(8, dtype=torch.float64, device="cuda", requires_grad=True)
+    assert tg.get_backend(x) == tg.CUDA(0)
+    assert tg.get_backend(torch.ones(2, device="cuda")) is tg.get_backend(x)
+    with pytest.raises(tg.LaunchError, match=r"pass t.detach\(\)"):
+        twice(tg.CUDA())(cp.zeros(8), x, ndrange=8)
+    with pytest.raises(tg.BackendError, match="a CPU torch.Tensor"):
+        tg.get_backend(torch.ones(2))
+
+
+@pytest.mark.xfail(raises=TypeError, strict=False,
+                   reason="runtime/arguments.argtype reads np.dtype(a.dtype), which a torch "
+                          "dtype is not (ArrayKind.dtype gives it)")
+def test_a_torch_tensor_launched_directly_follows_torchs_stream(cp):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed on the GPU machine")
+    if not torch.cuda.is_available():
+        pytest.skip("this PyTorch has no CUDA")
+    gpu = tg.CUDA()
+    A = torch.zeros(1 << 16, dtype=torch.float64, device="cuda")
+    B = torch.zeros_like(A)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):                # torch's current stream: the side stream
+        A.add_(1.0)
+        for _ in range(50):
+            A.mul_(1.000001)
+        twice(gpu)(B, A, ndrange=A.numel())       # CuPy's null stream waits for it
+    torch.cuda.synchronize()
+    torch.testing.assert_close(B, 2.0 * A)

@@ -3,7 +3,9 @@ compiled by NVRTC (``nvrtc.py``) and launched on CuPy's current stream, on CuPy 
 ``__cuda_array_interface__`` array (a PyTorch CUDA tensor, say) without copies.
 
 A launch packs its arguments (the packer is made once per compiled kernel) and calls CuPy's
-compiled launcher; nothing in it waits for the GPU.
+compiled launcher; nothing in it waits for the GPU.  An array on another GPU is refused before
+anything runs (``CUDA.owns``, asked once per launch key, which holds each array's GPU); an
+array from another library is ordered after the stream that made it (``streams.py``).
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from tapegrad.backends.c.arguments import packer
 from tapegrad.backends.c.printer import CUDA as CUDA_DIALECT
 from tapegrad.backends.c.printer import SCALAR_SUM_SIZE, CPrinter, kernel_symbol
 from tapegrad.backends.cuda.arrays import CUDA_ARRAYS
+from tapegrad.backends.cuda.arrays import interface as cuda_interface
 from tapegrad.backends.cuda.device import cupy_module, limits_of, load_function
 from tapegrad.backends.cuda.limits import check_function, launch_shape
 from tapegrad.backends.cuda.nvrtc import compile_cuda
+from tapegrad.backends.cuda.streams import follow
 from tapegrad.backends.registry import ArrayKind
 from tapegrad.backends.structure import device_functions
 from tapegrad.errors import LaunchError
@@ -53,6 +57,23 @@ class CUDA(Backend):
 
     def __repr__(self) -> str:
         return f"CUDA({self.device}: {self.limits.name})"
+
+    def owns(self, x: Any) -> bool:
+        """Whether ``x`` is a CUDA array this GPU may use; a CUDA array on another GPU is a
+        LaunchError (a kernel reading another GPU's memory faults with an illegal address,
+        which leaves the CUDA context unusable), not a conversion."""
+        if not CUDA_ARRAYS.owns(x):
+            return False
+        on = CUDA_ARRAYS.device_of(x)
+        if on is None or on == self.device:
+            return True
+        what = f"{type(x).__module__}.{type(x).__name__}"
+        raise LaunchError(
+            f"a {what} of shape {tuple(x.shape)} lives on GPU {on}, but the launch is on "
+            f"tg.CUDA({self.device}) (GPU {self.device}: {self.limits.name}): launch on the "
+            f"arrays' GPU, kern(tg.get_backend(x)) or kern(tg.CUDA({on})), or copy the array "
+            f"to GPU {self.device} first, tg.asarray(tg.CUDA({self.device}), x) (for a torch "
+            f"tensor, x.to('cuda:{self.device}'))")
 
     def allocate(self, dtype: Any, shape: Any) -> Any:
         with self.cupy.cuda.Device(self.device):
@@ -100,8 +121,8 @@ class _Launcher:
         self.function, self.source, self.shared = function, source, shared
         self.groupsize, self.limits = tk.groupsize, backend.limits
         self.block = tuple(reversed(tk.groupsize))     # the last dimension runs along x
-        self.pack = packer(tk.ir.params, tk.argtypes, _buffer)
         self.device, self.cupy = backend.device, backend.cupy
+        self.pack = packer(tk.ir.params, tk.argtypes, self.buffer)
 
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
         values = tuple(self.pack(args, ndrange))
@@ -114,18 +135,20 @@ class _Launcher:
         with self.cupy.cuda.Device(self.device):
             self.function(grid, self.block, values, shared_mem=self.shared)
 
-
-def _buffer(name: str, a: Any) -> Any:
-    """What CuPy's launcher takes for an array: a CuPy array itself, else its address."""
-    if type(a).__module__.startswith("cupy"):
-        if not a.flags.c_contiguous:
+    def buffer(self, name: str, a: Any) -> Any:
+        """What CuPy's launcher takes for an array: a CuPy array itself, else its address
+        (with the launch stream ordered after the stream that made it)."""
+        if type(a).__module__.startswith("cupy"):
+            if not a.flags.c_contiguous:
+                raise _strided(name)
+            return a
+        interface = cuda_interface(a)
+        strides = interface.get("strides")
+        if strides is not None and tuple(strides) != _c_strides(
+                tuple(interface["shape"]), np.dtype(interface["typestr"])):
             raise _strided(name)
-        return a
-    interface = a.__cuda_array_interface__
-    strides = interface.get("strides")
-    if strides is not None and tuple(strides) != _c_strides(a.shape, np.dtype(interface["typestr"])):
-        raise _strided(name)
-    return np.uint64(interface["data"][0])
+        follow(self.cupy, self.device, a, interface)
+        return np.uint64(interface["data"][0])
 
 
 def _c_strides(shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, ...]:
