@@ -330,6 +330,7 @@ def test_a_foreign_array_is_placed_by_its_pointer_and_waited_for_on_its_stream(c
     twice(gpu)(cp.zeros_like(A), Foreign(A), ndrange=A.size)
     cp.cuda.Device().synchronize()
     A[...] = 0.0
+    cp.cuda.Device().synchronize()
     side = cp.cuda.Stream(non_blocking=True)
     with side:                                  # long work on the array's own stream
         spin(gpu)(A, 200_000, ndrange=A.size)
