@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.backends.registry import offers_cuda_interface
 from tapegrad.errors import TapegradError, optional_module
 from tapegrad.interop.call import RecordedCall
 
@@ -288,7 +289,7 @@ def _to_torch(torch: Any, y: Any, inputs: tuple) -> Any:
     """A result as a tensor (no copy for arrays), on the inputs' device for numbers."""
     if isinstance(y, np.ndarray):
         return torch.from_numpy(np.ascontiguousarray(y))
-    if hasattr(y, "__cuda_array_interface__") or hasattr(y, "__dlpack__"):
+    if offers_cuda_interface(y) or hasattr(y, "__dlpack__"):
         return torch.from_dlpack(y)
     t = torch.from_numpy(np.array(float(y)))     # (float64; cheaper than torch.tensor)
     device = next((x.device for x in inputs if isinstance(x, torch.Tensor)), t.device)

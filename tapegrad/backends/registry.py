@@ -165,6 +165,19 @@ def array_kind(x: Any, who: str = "tapegrad") -> ArrayKind:
     return kind
 
 
+def offers_cuda_interface(x: Any) -> bool:
+    """Whether ``x`` is a CUDA array by the CUDA Array Interface: ``hasattr`` would raise
+    where the library refuses the interface to an object that has one (PyTorch, for a CUDA
+    tensor that requires grad)."""
+    try:
+        getattr(x, "__cuda_array_interface__")
+    except AttributeError:
+        return False
+    except Exception:
+        return True
+    return True
+
+
 def is_array(x: Any) -> bool:
     """Whether ``x`` has an array's shape and dtype (whether or not a backend owns it): a
     NumPy scalar or a tape's scalar is not one."""

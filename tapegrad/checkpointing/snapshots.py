@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tapegrad.backends import get_backend, to_numpy
+from tapegrad.backends.registry import offers_cuda_interface
 from tapegrad.checkpointing.revolve import forward_steps
 from tapegrad.errors import TapegradError
 
@@ -23,7 +24,7 @@ FRACTION = 0.25
 
 def free_memory(x: Any) -> int:
     """Bytes free where ``x`` lives: the GPU's for CuPy arrays, else the host's."""
-    if hasattr(x, "__cuda_array_interface__"):
+    if offers_cuda_interface(x):
         import cupy
         return int(cupy.cuda.runtime.memGetInfo()[0])
     try:

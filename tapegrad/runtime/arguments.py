@@ -66,8 +66,9 @@ def argtype(kernel: Any, backend: Any, name: str, a: Any) -> Type:
                               f"does not live on {backend!r}; move it with "
                               f"tg.asarray({backend!r}, {name}) or launch on "
                               f"tg.get_backend({name})")
-        dt = np.dtype(a.dtype).name
-        if not np.dtype(a.dtype).isnative:
+        dtype = array_kind(a, "a kernel launch").dtype(a)     # (a torch dtype is not NumPy's)
+        dt = dtype.name
+        if not dtype.isnative:
             raise LaunchError(f"{kernel.name}: argument {name} has non-native byte order "
                               f"({a.dtype.str}); convert it with {name}.astype({dt!r})")
         if dt not in SUPPORTED_DTYPES:

@@ -26,7 +26,15 @@ def array_key(x: Any) -> tuple:
     """An array's memory: (address, shape, strides, dtype).  The dtype object itself, not
     its name: equal dtypes compare equal, and ``dtype.str`` builds a string per call (a
     third of a new array's key)."""
-    return (_address(x), tuple(x.shape), tuple(x.strides), x.dtype)
+    return (_address(x), tuple(x.shape), byte_strides(x), x.dtype)
+
+
+def byte_strides(x: Any) -> tuple[int, ...]:
+    """``x.strides`` in bytes; a torch tensor has none but ``stride()``, in elements."""
+    strides = getattr(x, "strides", None)
+    if strides is None and hasattr(x, "stride"):
+        return tuple(s * x.element_size() for s in x.stride())
+    return tuple(strides)
 
 
 def _address(x: Any) -> int:
@@ -110,7 +118,7 @@ class Identities:
     def track(self, x: Any) -> Ident:
         """The identity of ``x``, registering it the first time."""
         known = self.known.get(id(x))
-        shape, strides = x.shape, x.strides
+        shape, strides = x.shape, getattr(x, "strides", None)
         if known is not None and known[0]() is x and known[1] == shape \
                 and known[2] == strides:
             return known[3]
@@ -215,14 +223,14 @@ def extent(x: Any, ptr: int | None = None) -> tuple[int, int]:
     if ptr is None:
         ptr = _address(x)
     lo = hi = ptr
-    for n, st in zip(x.shape, x.strides):
+    for n, st in zip(x.shape, byte_strides(x)):
         if n == 0:
             return ptr, ptr
         if st < 0:
             lo += (n - 1) * st
         else:
             hi += (n - 1) * st
-    hi += x.dtype.itemsize
+    hi += x.dtype.itemsize if isinstance(x, np.ndarray) else array_kind(x).dtype(x).itemsize
     if not isinstance(x, np.ndarray) and not kind_of(x).host:   # device memory: apart
         lo, hi = lo + (1 << 64), hi + (1 << 64)
     return lo, hi

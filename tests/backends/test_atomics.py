@@ -162,7 +162,8 @@ def test_atomics_with_index_tuple_from_ntuple(backend):
 def _copies_kept(kernel) -> list:
     """The per-task copies the kernel's compiled primal launchers keep (large launches run in
     the CPU's own rows, smaller ones in the launch's groups: two compiled variants)."""
-    entries = [v for k, v in kernel.cache.items() if isinstance(k, tuple) and k[0] == "primal"]
+    entries = [v[0] for k, v in kernel.cache.items()     # (launcher, launch range check)
+               if isinstance(k, tuple) and k[0] == "primal"]
     return [pool for v in entries
             for launcher in {id(x): x for x in (getattr(v, "launch_groups", v),
                                                  getattr(v, "rows", v))}.values()

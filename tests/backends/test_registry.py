@@ -114,3 +114,23 @@ def test_a_type_whose_objects_live_on_either_side_is_asked_per_object():
     assert registry.kind_of_type(Either).name == "cuda"
     with pytest.raises(tg.TapegradError, match="Either, which no tapegrad backend owns"):
         double(tg.CPU())(np.zeros(2), host, ndrange=2)
+
+
+def test_a_cuda_array_that_refuses_its_interface_is_still_one():
+    """PyTorch raises RuntimeError (not AttributeError) for the interface of a CUDA tensor that
+    requires grad, so ``hasattr`` raised where tapegrad asked it."""
+    from tapegrad.backends.registry import offers_cuda_interface
+
+    class Refusing:
+        @property
+        def __cuda_array_interface__(self):
+            raise RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad")
+
+    class NotOnGPU:
+        @property
+        def __cuda_array_interface__(self):
+            raise AttributeError("non-CUDA tensor")
+
+    assert offers_cuda_interface(Refusing())
+    assert not offers_cuda_interface(NotOnGPU()) and not offers_cuda_interface(np.zeros(2))
+    assert not offers_cuda_interface(__import__("torch").zeros(2, requires_grad=True))

@@ -355,9 +355,6 @@ def test_torch_tensors_that_require_grad_are_told_to_detach(cp):
         tg.get_backend(torch.ones(2))
 
 
-@pytest.mark.xfail(raises=TypeError, strict=False,
-                   reason="runtime/arguments.argtype reads np.dtype(a.dtype), which a torch "
-                          "dtype is not (ArrayKind.dtype gives it)")
 def test_a_torch_tensor_launched_directly_follows_torchs_stream(cp):
     torch = pytest.importorskip("torch", reason="PyTorch is not installed on the GPU machine")
     if not torch.cuda.is_available():

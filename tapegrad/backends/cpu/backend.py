@@ -23,6 +23,7 @@ from tapegrad.backends.cpu.threads import thread_count
 from tapegrad.backends.cpu.transposed import SUFFIX, transposed_operands
 from tapegrad.backends.notice import compiling
 from tapegrad.backends.numba_lower import Lowered, compile_error
+from tapegrad.backends.registry import offers_cuda_interface
 from tapegrad.errors import KernelCompileError, KernelIndexError, LaunchError, TapegradError
 from tapegrad.frontend.types import TypedKernel
 
@@ -64,7 +65,7 @@ class CPU(Backend):
         return f"CPU(without={tuple(n for n in NAMES if n in self.without)!r})"
 
     def asarray(self, x: Any) -> np.ndarray:
-        if hasattr(x, "__cuda_array_interface__") and hasattr(x, "get"):
+        if offers_cuda_interface(x) and hasattr(x, "get"):
             x = x.get()
         return np.array(x, copy=True)
 
