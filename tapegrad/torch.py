@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import threading
 import weakref
 from collections.abc import Callable
@@ -69,12 +70,78 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
     return torch.compiler.disable(apply, recursive=True)
 
 
-def _record(torch: Any, f: Callable[..., Any], inputs: tuple, active: list[bool]) -> tuple:
+def _record(torch: Any, f: Callable[..., Any], inputs: tuple, active: list[bool],
+            names: list[str]) -> tuple:
     """``f`` run on the inputs as tapegrad's arrays: the recorded call and its outputs as
-    tensors (no copies for arrays)."""
+    tensors (no copies for arrays).  The call's ``guards`` are the versions its backward
+    pass checks (``_check_versions``)."""
+    # (a tensor that requires grad is read-only to ``f``: PyTorch's graph cannot follow an
+    # in-place change that tapegrad's kernels make, so the write is refused before it happens)
+    arrays = [_to_tapegrad(torch, x, read_only=isinstance(x, torch.Tensor) and x.requires_grad)
+              for x in inputs]
     with _torch_stream(torch, inputs):
-        call = RecordedCall(f, [_to_tapegrad(torch, x) for x in inputs], active)
-    return call, tuple(_to_torch(torch, y, inputs) for y in call.plain_outputs())
+        call = RecordedCall(f, arrays, active)
+    outputs = tuple(_to_torch(torch, y, inputs) for y in call.plain_outputs())
+    call.name = f"tapegrad.torch.function {getattr(f, '__name__', 'f')}"
+    call.guards = _version_guards(torch, call, inputs, arrays, outputs, names)
+    return call, outputs
+
+
+def _parameter_names(f: Callable[..., Any]) -> list[str]:
+    """``f``'s positional parameters by name (for messages), [] where it has no signature."""
+    try:
+        return [p.name for p in inspect.signature(f).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        return []
+
+
+def _shares(torch: Any, t: Any, a: Any) -> bool:
+    """Whether tensor ``t`` and tapegrad's array ``a`` made from it are one memory."""
+    return isinstance(t, torch.Tensor) and t.ndim > 0 and t.is_contiguous() \
+        and hasattr(a, "shape") and t.numel() > 0
+
+
+def _version_guards(torch: Any, call: RecordedCall, inputs: tuple, arrays: list,
+                    outputs: tuple, names: list[str]) -> list:
+    """(what, tensor weakly, version) for each input and output tensor whose memory the
+    backward pass reads as it is then: an in-place change to one of them before backward
+    would change the gradient, which ``_check_versions`` refuses as PyTorch's ops do.  An
+    input that ``f`` wrote has its version increased (a PyTorch operation that saved it
+    refuses then) or, when it requires grad, is refused at once."""
+    guards = []
+    for k, (x, a) in enumerate(zip(inputs, arrays)):
+        if not _shares(torch, x, a):
+            continue
+        what = f"its argument {names[k] if k < len(names) else k}"
+        if call.wrote(a):
+            if x.requires_grad:      # (CUDA tensors: CPU ones are read-only to f)
+                raise TapegradError(
+                    f"{what}, a tensor that requires grad, was written in place by tapegrad's "
+                    "kernels, which PyTorch's graph cannot follow (its gradient would be "
+                    "wrong); write the result into a new array and return it, or pass a "
+                    "clone (x.clone())")
+            torch.autograd.graph.increment_version(x)
+        if call.backward_reads(a):
+            guards.append((what, weakref.ref(x), x._version))
+    for k, (y, a) in enumerate(zip(outputs, call.plain_outputs())):
+        if _shares(torch, y, a) and call.backward_reads(a):
+            guards.append((f"its output {k}", weakref.ref(y), y._version))
+    return guards
+
+
+def _check_versions(call: RecordedCall) -> None:
+    """Before the backward pass: the tensors it reads are as the forward pass left them."""
+    for what, ref, version in getattr(call, "guards", ()):
+        t = ref()
+        if t is not None and t._version != version:
+            raise TapegradError(
+                f"{call.name}: {what} (a tensor of shape {tuple(t.shape)}) was modified by an "
+                f"inplace operation after the forward pass: it is at version {t._version}, "
+                f"the backward pass expected version {version} and reads its contents, so the "
+                "gradient would be wrong. Call backward() before changing it, or change a "
+                "copy (y = t.clone(); y.mul_(3)) and leave the tensor the function saw as "
+                "it was")
 
 
 def _torch_stream(torch: Any, tensors: tuple) -> Any:
@@ -112,6 +179,7 @@ def _input_metas(torch: Any, inputs: tuple) -> list:
 def _gradients(torch: Any, call: RecordedCall, metas: list, wanted: Any, grads: tuple) -> list:
     """The recorded call's vector-Jacobian product as one tensor per tensor input (zeros where
     nothing connects it, None where it is not wanted)."""
+    _check_versions(call)
     cotangents = [None if g is None else _to_tapegrad(torch, g) for g in grads]
     with _torch_stream(torch, grads):
         vjp = call.vjp(cotangents, wanted)
@@ -144,13 +212,14 @@ def _plain_function(torch: Any, f: Callable[..., Any]) -> Any:
     """``f`` as a classic ``torch.autograd.Function`` (forward takes ``ctx``): what plain
     ``backward()`` calls take; only the inputs that require grad are recorded as active."""
     from torch.autograd.function import once_differentiable
+    names = _parameter_names(f)
 
     class Plain(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, *inputs: Any) -> Any:
             active = [need and x.is_floating_point()
                       for x, need in zip(inputs, ctx.needs_input_grad)]
-            ctx.call, outputs = _record(torch, f, inputs, active)
+            ctx.call, outputs = _record(torch, f, inputs, active, names)
             ctx.metas = _input_metas(torch, inputs)
             _non_differentiable(ctx, outputs)
             return outputs[0] if ctx.call.single else outputs
@@ -173,6 +242,7 @@ def _plain_function(torch: Any, f: Callable[..., Any]) -> Any:
 def _transformable_function(torch: Any, f: Callable[..., Any]) -> Any:
     """``f`` as a ``torch.autograd.Function`` in the ``setup_context`` style, which
     ``torch.func``'s transforms (grad, vmap) take."""
+    names = _parameter_names(f)
 
     class Transformable(torch.autograd.Function):
         @staticmethod
@@ -180,7 +250,7 @@ def _transformable_function(torch: Any, f: Callable[..., Any]) -> Any:
             # (every float tensor: under torch.func.grad the inputs forward sees do not say
             # whether they require grad; backward picks by ctx.needs_input_grad)
             active = [isinstance(x, torch.Tensor) and x.is_floating_point() for x in inputs]
-            call, outputs = _record(torch, f, inputs, active)
+            call, outputs = _record(torch, f, inputs, active, names)
             # (functorch's transforms call setup_context more than once per forward: the
             # call is found by a weak reference, kept alive by the outputs until then)
             for t in outputs:
@@ -268,8 +338,9 @@ def _vjp_function(torch: Any) -> Any:
     return TapeVJP
 
 
-def _to_tapegrad(torch: Any, x: Any) -> Any:
-    """A tensor as tapegrad's array (no copy where it is contiguous), a 0-d one as a number."""
+def _to_tapegrad(torch: Any, x: Any, read_only: bool = False) -> Any:
+    """A tensor as tapegrad's array (no copy where it is contiguous), a 0-d one as a number;
+    ``read_only``: a CPU tensor's array is a view that kernels cannot write."""
     if not isinstance(x, torch.Tensor):
         return x
     x = x.detach()
@@ -278,7 +349,11 @@ def _to_tapegrad(torch: Any, x: Any) -> Any:
     if not x.is_contiguous():
         x = x.contiguous()                # (kernels take C-contiguous arrays: one copy)
     if x.device.type == "cpu":
-        return x.numpy()
+        a = x.numpy()
+        if read_only:
+            a = a.view()
+            a.flags.writeable = False
+        return a
     if x.device.type == "cuda":
         import cupy
         return cupy.from_dlpack(x)

@@ -20,6 +20,7 @@ import numpy as np
 
 from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
+from tapegrad.tape.identity import extent
 from tapegrad.tape.scalars import TrackedScalar, plain
 from tapegrad.tape.tape import Tape
 
@@ -44,6 +45,17 @@ class RecordedCall:
                     f"{getattr(f, '__name__', 'the function')} returned a "
                     f"{type(y).__name__}; a wrapped tapegrad function returns arrays, numbers "
                     "(tg.sum/tg.dot/... results), or a tuple of them")
+
+    def backward_reads(self, x: Any) -> bool:
+        """Whether the vector-Jacobian product reads memory of array ``x`` as it is then
+        (not a copy the tape kept): changing ``x`` before ``vjp`` would change the gradient."""
+        return _overlaps(x, (extent(refs[-1][2]) for refs in self.tape.readers.values()
+                             if refs))
+
+    def wrote(self, x: Any) -> bool:
+        """Whether a recorded operation wrote memory of array ``x``."""
+        return _overlaps(x, (ident.span for record in self.tape.records
+                             for ident in record.writes))
 
     def plain_outputs(self) -> list[Any]:
         """The outputs with tape scalars as floats."""
@@ -70,6 +82,11 @@ class RecordedCall:
                                                         [a for _, a in sources])):
                 grads[k] = g
         return grads
+
+
+def _overlaps(x: Any, spans: Any) -> bool:
+    lo, hi = extent(x)
+    return any(a < hi and lo < b for a, b in spans)
 
 
 def _number(a: Any) -> bool:

@@ -154,3 +154,138 @@ def test_several_inputs_and_outputs_through_tg_vjp_match_torch():
     (2.0 * e + (f * torch.from_numpy(w_u)).sum()).backward()
     torch.testing.assert_close(ut.grad, torch.from_numpy(u_bar))
     assert kt.grad.item() == pytest.approx(kappa_bar, rel=1e-12)
+
+
+# -- what the backward depends on: PyTorch's version counters (issue 43, item 15) ----------
+
+@tg.kernel
+def square_k(out, u):
+    i = tg.index()
+    out[i] = u[i] * u[i]
+
+
+@tg.kernel
+def scale_k(out, u, a):
+    i = tg.index()
+    out[i] = a * u[i]
+
+
+@tg.kernel
+def add_one_k(u):
+    i = tg.index()
+    u[i] += 1.0
+
+
+@tgt.function
+def energy(u):
+    y = np.empty_like(u)
+    square_k(tg.CPU())(y, u, ndrange=u.size)
+    return tg.sum(y)
+
+
+@tgt.function
+def squares_and_fourth_powers(u):
+    """The second launch's adjoint reads the first one's output, which is returned."""
+    y, z = np.empty_like(u), np.empty_like(u)
+    square_k(tg.CPU())(y, u, ndrange=u.size)
+    square_k(tg.CPU())(z, y, ndrange=y.size)
+    return y, tg.sum(z)
+
+
+@tgt.function
+def doubled_sum(u):
+    y = np.empty_like(u)
+    scale_k(tg.CPU())(y, u, 2.0, ndrange=u.size)
+    return tg.sum(y)
+
+
+@tgt.function
+def add_one(u):
+    add_one_k(tg.CPU())(u, ndrange=u.size)
+    return tg.sum(u)
+
+
+def test_an_input_changed_in_place_before_backward_is_refused_like_pytorchs_own_ops():
+    x = double(5)
+    h = x * 1
+    s = energy(h)
+    h.mul_(3)
+    with pytest.raises(tg.TapegradError, match=r"energy: its argument u \(a tensor of shape "
+                       r"\(5,\)\) was modified by an inplace operation after the forward pass: "
+                       r"it is at version 1, the backward pass expected version 0 .* Call "
+                       r"backward\(\) before changing it, or change a copy .*clone\(\)"):
+        s.backward()
+    h_torch = x * 1                          # PyTorch's own ops on the same math refuse too
+    s_torch = (h_torch * h_torch).sum()
+    h_torch.mul_(3)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        s_torch.backward()
+    energy(x * 1).backward()                 # unchanged: PyTorch's gradient of the same math
+    expected = torch.autograd.grad((x * x).sum(), x)[0]
+    torch.testing.assert_close(x.grad, expected, rtol=1e-14, atol=0)
+
+
+def test_an_output_the_backward_reads_changed_in_place_is_refused():
+    x = double(4)
+    y, s = squares_and_fourth_powers(x)
+    y.mul_(3)
+    with pytest.raises(tg.TapegradError, match=r"squares_and_fourth_powers: its output 0 .* "
+                       "modified by an inplace operation .* at version 1, the backward pass "
+                       "expected version 0"):
+        s.backward()
+    y, s = squares_and_fourth_powers(x)
+    (s + y.sum()).backward()
+    expected = torch.autograd.grad((x ** 4).sum() + (x * x).sum(), x)[0]
+    torch.testing.assert_close(x.grad, expected, rtol=1e-13, atol=0)
+
+
+def test_a_change_the_backward_does_not_read_is_allowed_as_in_pytorch():
+    """A linear kernel's adjoint reads none of its input (PyTorch's 2 * h saves none)."""
+    x = double(5)
+    h = x * 1
+    s = doubled_sum(h)
+    h.mul_(3)
+    s.backward()
+    h_torch = x.detach().clone().requires_grad_()
+    expected = torch.autograd.grad((2.0 * (h_torch * 1)).sum(), h_torch)[0]
+    torch.testing.assert_close(x.grad, expected)
+
+
+def test_a_kernel_writing_an_input_that_requires_grad_is_refused_before_it_writes():
+    x = double(4)
+    before = x.detach().clone()
+    with pytest.raises(tg.LaunchError, match="argument u is read-only"):
+        add_one(x)
+    a = x.exp()                              # a non-leaf that PyTorch's exp saved
+    with pytest.raises(tg.LaunchError, match="argument u is read-only"):
+        add_one(a)
+    torch.testing.assert_close(x.detach(), before, rtol=0, atol=0)
+    torch.testing.assert_close(a.detach(), before.exp(), rtol=0, atol=0)
+
+
+def test_a_kernel_writing_a_constant_that_pytorch_saved_makes_pytorch_refuse():
+    x = double(4)
+    c = torch.rand(4, dtype=torch.float64)
+    y = x * c                                # MulBackward saves c
+    add_one(c)                               # c is a constant here: written, version raised
+    assert c._version == 1
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    c = torch.rand(4, dtype=torch.float64)
+    y = x + c                                # AddBackward saves nothing: no refusal
+    total = add_one(c)
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, torch.ones(4, dtype=torch.float64))
+    assert float(total) == pytest.approx(float(c.sum()))
+
+
+def test_where_an_input_cannot_be_read_only_its_write_is_refused_after_the_call(monkeypatch):
+    """CUDA tensors have no read-only view: a write into one that requires grad is found in
+    the recorded call and refused (here a CPU tensor passed writable, as a CUDA one is)."""
+    to_tapegrad = tgt._to_tapegrad
+    monkeypatch.setattr(tgt, "_to_tapegrad", lambda torch, x, read_only=False:
+                        to_tapegrad(torch, x))
+    with pytest.raises(tg.TapegradError, match="its argument u, a tensor that requires grad, "
+                       "was written in place by tapegrad's kernels, which PyTorch's graph "
+                       "cannot follow"):
+        add_one(double(4))
