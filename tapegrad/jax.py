@@ -2,15 +2,17 @@
 ``jax.jit``, ``jax.grad`` and ``jax.vmap``.
 
 On JAX's CPU backend it runs through ``jax.experimental.buffer_callback``: ``f`` reads JAX's
-buffers in place and the results are written straight into JAX's (where JAX's default
-backend is a GPU, through ``jax.pure_callback``, which copies every argument into a new JAX
-array first, and to the host and back: host-side for now; the costs of both are in
-docs/performance.md, "Calls wrapped for PyTorch and JAX").  The forward callback runs ``f`` on a tape of its own (on
-copies of the arrays: JAX reuses its buffers once the callback returns) and keeps it under a
-number that travels through JAX as the residual; the backward callback takes that tape's
-vector-Jacobian product and frees it.  The results' shapes come from running ``f`` once on
-zeros of the arguments' shapes (cached per shapes and dtypes).  ``jax.vmap`` maps the
-callbacks one example at a time.
+buffers in place and the results are written straight into JAX's (where JAX's default backend
+is a GPU, through ``jax.pure_callback``, which copies every argument into a new JAX array
+first, and to the host and back: host-side for now; the costs of both are in
+docs/performance.md, "Calls wrapped for PyTorch and JAX"). The forward callback runs ``f`` on
+a tape of its own (on copies of the arrays: JAX reuses its buffers once the callback returns)
+and keeps it under a number that travels through JAX as the residual, with the arguments; the
+backward callback takes that tape's vector-Jacobian product. A backward may run several times
+(``jax.jacrev``, a ``vjp_fn`` called again): the last few tapes answered are kept, and a tape
+no longer kept is recorded again from the arguments (the same forward pass). The results'
+shapes come from running ``f`` once on zeros of the arguments' shapes (cached per shapes and
+dtypes). ``jax.vmap`` maps the callbacks one example at a time.
 """
 
 from __future__ import annotations
@@ -23,13 +25,18 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad.errors import TapegradError, optional_module
+from tapegrad.errors import optional_module
 from tapegrad.interop.call import RecordedCall
 
 _calls: dict[int, RecordedCall] = {}          # forward passes waiting for their backward
+_answered: dict[int, RecordedCall] = {}       # forward passes whose backward ran, newest last
 _numbers = itertools.count(1)
 _lock = threading.Lock()
 KEPT = 4096      # forward passes kept at most (JAX may drop a backward it never needs)
+# Forward passes kept after their backward ran: a backward may run again (jax.jacrev runs
+# one per row of the Jacobian in a row, a vjp_fn may be called twice) and finds its tape
+# here; one that is gone is recomputed from the arguments, which travel in the residual.
+ANSWERED_KEPT = 2
 
 
 def _jax() -> Any:
@@ -68,9 +75,13 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
     def signature(args: tuple) -> tuple:
         return tuple((tuple(a.shape), np.dtype(a.dtype)) for a in args)
 
-    def run_forward(*args: Any) -> tuple:
+    def record(args: tuple) -> RecordedCall:
         call = RecordedCall(f, _host(args, copy=True), [True] * len(args))
         call.meta = [(np.shape(a), np.asarray(a).dtype) for a in args]
+        return call
+
+    def run_forward(*args: Any) -> tuple:
+        call = record(args)
         with _lock:
             number = next(_numbers)
             _calls[number] = call
@@ -78,12 +89,17 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
                 _calls.pop(next(iter(_calls)))
         return (*call.plain_outputs(), np.int64(number))
 
-    def run_backward(number: Any, *cotangents: Any) -> tuple:
+    def run_backward(n_args: int, number: Any, *rest: Any) -> tuple:
+        args, cotangents = rest[:n_args], rest[n_args:]
         with _lock:
-            call = _calls.pop(int(number), None)
-        if call is None:
-            raise TapegradError("tapegrad.jax: the forward pass of this backward pass was freed "
-                                "(more than KEPT forward passes waited for theirs)")
+            number = int(number)
+            call = _calls.pop(number, None) or _answered.pop(number, None)
+        if call is None:        # (its tape was dropped: the same forward pass again)
+            call = record(args)
+        with _lock:
+            _answered[number] = call
+            while len(_answered) > ANSWERED_KEPT:
+                _answered.pop(next(iter(_answered)))
         grads = call.vjp([np.asarray(c) for c in cotangents])
         return tuple(np.zeros(shape, dtype) if g is None else
                      np.asarray(g, dtype=dtype).reshape(shape)
@@ -109,8 +125,8 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
         number, args = residual
         cotangents = (cotangent,) if not isinstance(cotangent, tuple) else cotangent
         arg_shapes = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args)
-        return tuple(_host_call(jax, run_backward, arg_shapes,
-                                (number, *[jnp.asarray(c) for c in cotangents])))
+        return tuple(_host_call(jax, functools.partial(run_backward, len(args)), arg_shapes,
+                                (number, *args, *[jnp.asarray(c) for c in cotangents])))
 
     wrapped.defvjp(fwd, bwd)
 

@@ -64,3 +64,72 @@ def test_a_kernel_writing_an_input_is_refused_and_the_jax_array_unchanged(transf
     with pytest.raises(Exception, match="argument x is read-only"):
         transform(tgj.function(_increments_its_input))(x)
     assert x.tolist() == [1.0] * 4
+
+
+# -- a backward that runs several times (issue 43, item 16) ---------------------------------
+
+def softplus_jax(x):
+    """The same math in JAX, differentiated by JAX itself."""
+    return jnp.logaddexp(x, 0.0)
+
+
+def simulate_jax(u, kappa):
+    for _ in range(100):
+        inner = u[1:-1] + kappa * (u[:-2] - 2.0 * u[1:-1] + u[2:]) - 0.1 * u[1:-1] ** 3
+        u = u.at[1:-1].set(inner)
+    return jnp.dot(u, u), u
+
+
+def central_differences(f, x, eps=1e-6):
+    """d f / d x (f: NumPy array -> NumPy array) in float64, column by column."""
+    x = np.asarray(x, dtype=np.float64)
+    columns = []
+    for k in range(x.size):
+        step = np.zeros_like(x)
+        step.flat[k] = eps
+        columns.append((np.asarray(f(x + step)) - np.asarray(f(x - step))).ravel() / (2 * eps))
+    return np.stack(columns, axis=-1)
+
+
+@pytest.mark.parametrize("transform", [lambda f: f, jax.jit], ids=["eager", "jit"])
+def test_jacrev_matches_jaxs_own_jacrev_and_central_differences(transform):
+    x = jnp.linspace(-2.0, 2.0, 6)
+    jac = transform(jax.jacrev(softplus))(x)
+    np.testing.assert_allclose(jac, jax.jacrev(softplus_jax)(x), rtol=1e-13, atol=1e-15)
+    np.testing.assert_allclose(jac, central_differences(softplus_host, x), rtol=1e-7,
+                               atol=1e-9)
+    u, kappa = jnp.linspace(0.0, 0.5, 12), jnp.asarray(0.15)
+    (de_du, de_dk), (df_du, df_dk) = transform(jax.jacrev(simulate, argnums=(0, 1)))(u, kappa)
+    (re_du, re_dk), (rf_du, rf_dk) = jax.jacrev(simulate_jax, argnums=(0, 1))(u, kappa)
+    for ours, theirs in [(de_du, re_du), (de_dk, re_dk), (df_du, rf_du), (df_dk, rf_dk)]:
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-13)
+    fd = central_differences(lambda u: simulate_host(u, 0.15)[1], np.asarray(u))
+    np.testing.assert_allclose(df_du, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_a_vjp_fn_called_again_gives_the_same_gradient_even_after_its_tape_was_dropped():
+    u, kappa = jnp.linspace(0.0, 0.5, 12), jnp.asarray(0.15)
+    (energy, final), vjp_fn = jax.vjp(simulate, u, kappa)
+    (_, final_jax), vjp_jax = jax.vjp(simulate_jax, u, kappa)
+    np.testing.assert_allclose(final, final_jax, rtol=1e-13)
+    w = jnp.linspace(1.0, 2.0, 12)
+    expected = vjp_jax((2.0, w))
+    for _ in range(2):
+        for ours, theirs in zip(vjp_fn((2.0, w)), expected):
+            np.testing.assert_allclose(ours, theirs, rtol=1e-11, atol=1e-14)
+    tgj._calls.clear()
+    tgj._answered.clear()                 # (as when more forward passes waited than kept)
+    for ours, theirs in zip(vjp_fn((2.0, w)), expected):
+        np.testing.assert_allclose(ours, theirs, rtol=1e-11, atol=1e-14)
+
+
+def test_jacrev_and_a_reused_vjp_fn_through_pure_callback(monkeypatch):
+    monkeypatch.setattr(tgj, "_buffer_callback", lambda: None)
+    f = tgj.function(softplus_host)
+    x = jnp.linspace(-2.0, 2.0, 5)
+    np.testing.assert_allclose(jax.jacrev(f)(x), jax.jacrev(softplus_jax)(x), rtol=1e-13,
+                               atol=1e-15)
+    _, vjp_fn = jax.vjp(f, x)
+    w = jnp.linspace(0.5, 1.5, 5)
+    np.testing.assert_allclose(vjp_fn(w)[0], vjp_fn(w)[0], rtol=0, atol=0)
+    np.testing.assert_allclose(vjp_fn(w)[0], w * jax.nn.sigmoid(x), rtol=1e-13)
