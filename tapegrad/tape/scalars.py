@@ -8,6 +8,7 @@ tangents (forward mode).  Both use the one table of host derivative rules below.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -120,6 +121,39 @@ class TrackedScalar(float):
 
     def __round__(self, ndigits: int | None = None) -> Any:
         return _concrete(round, self) if ndigits is None else _concrete(round, self, ndigits)
+
+    # float's own floor division, floor/ceil/trunc (math.floor(s), int(T // 0.25)) would
+    # read the value without a word: their answers are guards too, as int()'s is
+    def __floordiv__(self, o: Any) -> Any:
+        return _concrete(operator.floordiv, self, o)
+
+    def __rfloordiv__(self, o: Any) -> Any:
+        return _concrete(_reflected_floordiv, self, o)
+
+    def __divmod__(self, o: Any) -> Any:
+        return _concrete(divmod, self, o)
+
+    def __rdivmod__(self, o: Any) -> Any:
+        return _concrete(_reflected_divmod, self, o)
+
+    def __floor__(self) -> int:
+        return _concrete(math.floor, self)
+
+    def __ceil__(self) -> int:
+        return _concrete(math.ceil, self)
+
+    def __trunc__(self) -> int:
+        return _concrete(math.trunc, self)
+
+    def is_integer(self) -> bool:
+        return _concrete(float.is_integer, self)
+
+    @property
+    def real(self) -> Any:
+        return self           # (a real number's real part is itself, derivative and all)
+
+    def conjugate(self) -> Any:
+        return self
 
     def __add__(self, o: Any) -> Any:
         return self._arith("Add", o)
@@ -390,6 +424,14 @@ def _math_rule(row: Primitive) -> _Rule:
 # A function told of every comparison (and bool/int/round) of a tape scalar in this context,
 # as ``watch(fn, args, answer)``: set while tg.capture records a function.
 concretized: ContextVar[Any] = ContextVar("tapegrad_concretized", default=None)
+
+
+def _reflected_floordiv(a: float, b: Any) -> Any:
+    return b // a
+
+
+def _reflected_divmod(a: float, b: Any) -> Any:
+    return divmod(b, a)
 
 
 def _concrete(fn: Callable[..., Any], *args: Any) -> Any:
