@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad.errors import optional_module
+from tapegrad.errors import TapegradError, optional_module
 from tapegrad.interop.call import RecordedCall
+from tapegrad.tape.fingerprint import fingerprint
 
 _calls: dict[int, RecordedCall] = {}          # forward passes waiting for their backward
 _answered: dict[int, RecordedCall] = {}       # forward passes whose backward ran, newest last
@@ -87,15 +88,25 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
             _calls[number] = call
             while len(_calls) > KEPT:
                 _calls.pop(next(iter(_calls)))
-        return (*call.plain_outputs(), np.int64(number))
+        outputs = call.plain_outputs()
+        return (*outputs, np.array([number, _digest(outputs)], dtype=np.int64))
 
-    def run_backward(n_args: int, number: Any, *rest: Any) -> tuple:
+    def run_backward(n_args: int, ticket: Any, *rest: Any) -> tuple:
         args, cotangents = rest[:n_args], rest[n_args:]
+        number, digest = (int(v) for v in np.asarray(ticket))
         with _lock:
-            number = int(number)
             call = _calls.pop(number, None) or _answered.pop(number, None)
         if call is None:        # (its tape was dropped: the same forward pass again)
             call = record(args)
+            if _digest(call.plain_outputs()) != digest:
+                raise TapegradError(
+                    f"tapegrad.jax.function {getattr(f, '__name__', 'f')}: its backward pass "
+                    "ran again after its tape was dropped, and recording the forward pass "
+                    "again from the same arguments gave different results: the function "
+                    "depends on something besides its arguments (a global array changed "
+                    "since, a random number), so the gradient would be wrong. Pass what it "
+                    "reads as an argument, or take each vector-Jacobian product soon after "
+                    "its forward pass")
         with _lock:
             _answered[number] = call
             while len(_answered) > ANSWERED_KEPT:
@@ -116,17 +127,19 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
 
     def fwd(*args: Any) -> tuple:
         outs, single = shapes(signature(args))
-        *results, number = _host_call(
-            jax, run_forward, (*outs, jax.ShapeDtypeStruct((), np.int64)), args)
+        # (the ticket: the tape's number and a digest of the results, which a forward pass
+        # recorded again for a repeated backward must reproduce)
+        *results, ticket = _host_call(
+            jax, run_forward, (*outs, jax.ShapeDtypeStruct((2,), np.int64)), args)
         primal = results[0] if single else tuple(results)
-        return primal, (number, args)
+        return primal, (ticket, args)
 
     def bwd(residual: tuple, cotangent: Any) -> tuple:
-        number, args = residual
+        ticket, args = residual
         cotangents = (cotangent,) if not isinstance(cotangent, tuple) else cotangent
         arg_shapes = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args)
         return tuple(_host_call(jax, functools.partial(run_backward, len(args)), arg_shapes,
-                                (number, *args, *[jnp.asarray(c) for c in cotangents])))
+                                (ticket, *args, *[jnp.asarray(c) for c in cotangents])))
 
     wrapped.defvjp(fwd, bwd)
 
@@ -134,6 +147,12 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
     def apply(*args: Any) -> Any:
         return wrapped(*[jnp.asarray(a) for a in args])
     return apply
+
+
+def _digest(outputs: list) -> int:
+    """A 63-bit hash of a forward pass's results, bit for bit."""
+    return hash(tuple(fingerprint(np.asarray(y, dtype=np.float64) if np.ndim(y) == 0
+                                  else np.asarray(y)) for y in outputs)) & (2**63 - 1)
 
 
 def _host_call(jax: Any, fn: Callable[..., tuple], results: tuple, args: tuple) -> list:

@@ -23,7 +23,7 @@ import numpy as np
 
 from tapegrad.backends.registry import offers_cuda_interface
 from tapegrad.errors import TapegradError, optional_module
-from tapegrad.interop.call import RecordedCall
+from tapegrad.interop.call import RecordedCall, overlaps
 
 _handover = threading.local()      # forward -> setup_context: the call just recorded (weakly)
 
@@ -109,12 +109,16 @@ def _version_guards(torch: Any, call: RecordedCall, inputs: tuple, arrays: list,
     would change the gradient, which ``_check_versions`` refuses as PyTorch's ops do.  An
     input that ``f`` wrote has its version increased (a PyTorch operation that saved it
     refuses then) or, when it requires grad, is refused at once."""
-    guards = []
-    for k, (x, a) in enumerate(zip(inputs, arrays)):
-        if not _shares(torch, x, a):
-            continue
+    guards: list = []
+    shared = [(k, x, a) for k, (x, a) in enumerate(zip(inputs, arrays)) if _shares(torch, x, a)]
+    shared_out = [(k, y, a) for k, (y, a) in enumerate(zip(outputs, call.plain_outputs()))
+                  if _shares(torch, y, a)]
+    if not shared and not shared_out:
+        return guards
+    read, written = call.backward_reads(), call.written()
+    for k, x, a in shared:
         what = f"its argument {names[k] if k < len(names) else k}"
-        if call.wrote(a):
+        if written and overlaps(a, written):
             if x.requires_grad:      # (CUDA tensors: CPU ones are read-only to f)
                 raise TapegradError(
                     f"{what}, a tensor that requires grad, was written in place by tapegrad's "
@@ -122,10 +126,10 @@ def _version_guards(torch: Any, call: RecordedCall, inputs: tuple, arrays: list,
                     "wrong); write the result into a new array and return it, or pass a "
                     "clone (x.clone())")
             torch.autograd.graph.increment_version(x)
-        if call.backward_reads(a):
+        if overlaps(a, read):
             guards.append((what, weakref.ref(x), x._version))
-    for k, (y, a) in enumerate(zip(outputs, call.plain_outputs())):
-        if _shares(torch, y, a) and call.backward_reads(a):
+    for k, y, a in shared_out:
+        if overlaps(a, read):
             guards.append((f"its output {k}", weakref.ref(y), y._version))
     return guards
 

@@ -31,7 +31,9 @@ class RecordedCall:
     number, or each item of a returned tuple); ``single``: whether ``f`` returned one."""
 
     def __init__(self, f: Callable[..., Any], args: Sequence[Any], active: Sequence[bool]):
-        self.tape = Tape(watch_changes=False)     # (the sweep follows; nothing can change)
+        # (no fingerprints: the wrappers guard the arguments and results themselves, PyTorch
+        # by version counters, JAX by copies; docs/interop.md)
+        self.tape = Tape(watch_changes=False)
         with self.tape:
             self.args = [self.tape.watch(float(a)) if on and _number(a) else a
                          for a, on in zip(args, active)]
@@ -46,16 +48,14 @@ class RecordedCall:
                     f"{type(y).__name__}; a wrapped tapegrad function returns arrays, numbers "
                     "(tg.sum/tg.dot/... results), or a tuple of them")
 
-    def backward_reads(self, x: Any) -> bool:
-        """Whether the vector-Jacobian product reads memory of array ``x`` as it is then
-        (not a copy the tape kept): changing ``x`` before ``vjp`` would change the gradient."""
-        return _overlaps(x, (extent(refs[-1][2]) for refs in self.tape.readers.values()
-                             if refs))
+    def backward_reads(self) -> list[tuple[int, int]]:
+        """The memory (byte ranges) that the vector-Jacobian product reads as it is then, not
+        as a copy the tape kept: changing it before ``vjp`` would change the gradient."""
+        return [ident.span for ident, refs in self.tape.readers.items() if refs]
 
-    def wrote(self, x: Any) -> bool:
-        """Whether a recorded operation wrote memory of array ``x``."""
-        return _overlaps(x, (ident.span for record in self.tape.records
-                             for ident in record.writes))
+    def written(self) -> list[tuple[int, int]]:
+        """The memory (byte ranges) that recorded operations wrote."""
+        return [ident.span for record in self.tape.records for ident in record.writes]
 
     def plain_outputs(self) -> list[Any]:
         """The outputs with tape scalars as floats."""
@@ -84,7 +84,8 @@ class RecordedCall:
         return grads
 
 
-def _overlaps(x: Any, spans: Any) -> bool:
+def overlaps(x: Any, spans: list[tuple[int, int]]) -> bool:
+    """Whether array ``x`` shares memory with one of the byte ranges ``spans``."""
     lo, hi = extent(x)
     return any(a < hi and lo < b for a, b in spans)
 

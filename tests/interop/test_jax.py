@@ -133,3 +133,40 @@ def test_jacrev_and_a_reused_vjp_fn_through_pure_callback(monkeypatch):
     w = jnp.linspace(0.5, 1.5, 5)
     np.testing.assert_allclose(vjp_fn(w)[0], vjp_fn(w)[0], rtol=0, atol=0)
     np.testing.assert_allclose(vjp_fn(w)[0], w * jax.nn.sigmoid(x), rtol=1e-13)
+
+
+WEIGHTS = np.linspace(1.0, 2.0, 5)
+
+
+@tg.kernel
+def weighted_k(out, x, w):
+    i = tg.index()
+    out[i] = w[i] * x[i] * x[i]
+
+
+def _weighted(x):
+    y = np.empty_like(x)
+    weighted_k(tg.CPU())(y, x, WEIGHTS, ndrange=x.size)
+    return y
+
+
+def test_a_dropped_tape_recorded_again_with_different_results_is_refused():
+    """The forward pass recorded again for a repeated backward must give the same results:
+    ``f`` read a global array that changed since, so its gradient would be another's."""
+    global WEIGHTS
+    x = jnp.linspace(0.5, 1.5, 5)
+    _, vjp_fn = jax.vjp(tgj.function(_weighted), x)
+    w = jnp.ones(5)
+    np.testing.assert_allclose(vjp_fn(w)[0], 2 * WEIGHTS * x, rtol=1e-14)
+    tgj._calls.clear()
+    tgj._answered.clear()
+    np.testing.assert_allclose(vjp_fn(w)[0], 2 * WEIGHTS * x, rtol=1e-14)   # recorded again
+    tgj._answered.clear()
+    old, WEIGHTS = WEIGHTS, 3 * WEIGHTS
+    try:
+        with pytest.raises(Exception, match="recording the forward pass again from the same "
+                           "arguments gave different results: the function depends on "
+                           "something besides its arguments"):
+            vjp_fn(w)
+    finally:
+        WEIGHTS = old
