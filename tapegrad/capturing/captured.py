@@ -10,10 +10,12 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from tapegrad.capturing.program import GuardFailed, Program, build
+import numpy as np
+
+from tapegrad.capturing.program import INPUT, GuardFailed, Program, build
 from tapegrad.capturing.record import before_writes, record_call
 from tapegrad.capturing.trace import TraceTape
-from tapegrad.errors import CaptureError
+from tapegrad.errors import CaptureError, LaunchError
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.identity import array_key
 from tapegrad.tape.memory import owner
@@ -71,10 +73,8 @@ class Captured:
             try:
                 result = self.replay(program, args, value_unused)
             except GuardFailed as failed:
-                if self.strict or program.written_before_guard:
-                    why = ("a strict capture does not record again" if self.strict else
-                           "it writes an argument in place before that point, so running its "
-                           "Python again would see the written argument")
+                if self.strict:       # (the replay put back what it had written)
+                    why = "a strict capture does not record again"
                     raise CaptureError(
                         f"{self.name}: this call takes another branch than the recorded one: "
                         f"{failed.op.name}, which this call answers otherwise; {why}. Make the "
@@ -135,20 +135,40 @@ class Captured:
         return _plain(result)
 
     def replay(self, program: Program, args: tuple, value_unused: bool = False) -> Any:
+        written = [args[slot.index] for slot in program.slots
+                   if slot.kind == INPUT and slot.written]
+        _writable(written, self.name)
         tapes = recording_tapes()
         if tapes:
             before_writes(program, args, tapes)
         frame = program.frame(args, fresh_kept=bool(tapes))
         pending = value_unused and program.deferrable and len(tapes) == 1
+        # a guard after an argument's write in place may fail: the arguments go back as they
+        # were, so that recording again (or the error) does not see them written twice
+        saved = [x.copy() for x in written] if program.written_before_guard else []
         if pending:         # (its one result's value, which no one reads)
             results = [math.nan]
         else:
             with program.lock:
-                program.run(frame)
+                try:
+                    program.run(frame)
+                except GuardFailed:
+                    for x, before in zip(written, saved):
+                        x[...] = before
+                    raise
                 results = program.results_of(frame)
         if tapes:
             results = record_call(program, frame, args, results, tapes, pending)
         return tuple(results) if program.returns_tuple else results[0]
+
+
+def _writable(written: list[Any], name: str) -> None:
+    """Refuse a read-only NumPy array for an argument the replay writes (as a launch does)."""
+    for x in written:
+        if isinstance(x, np.ndarray) and not x.flags.writeable:
+            raise LaunchError(f"{name}: an argument of shape {tuple(x.shape)} is read-only "
+                              "(its flags.writeable is False) but the captured function writes "
+                              "it in place; pass a writable array, e.g. u.copy()")
 
 
 def _distinct_arrays(args: tuple, name: str) -> None:

@@ -22,6 +22,7 @@ import numpy as np
 
 from tapegrad.backends.cpu.driver import plan as cpu_plan
 from tapegrad.backends.cuda.graphs import plan as cuda_plan
+from tapegrad.backends.notice import compiling
 from tapegrad.backends.opencl.queue import plan as opencl_plan
 from tapegrad.capturing.trace import Step, TraceTape
 from tapegrad.errors import CaptureError
@@ -97,7 +98,7 @@ class Program:
     results: list[tuple]                 # per result: ("a", slot) / ("s", node) / ("c", value)
     rebind: list[tuple]                  # (container, key, reference): see ``bind``
     scratch: list[Any]                   # per slot: the program's memory (temps), else None
-    written_before_guard: bool           # an input is written before some guard
+    written_before_guard: bool           # an input is written before a guard
     # no guard, no argument written, one scalar result: a call whose result's value is not
     # used (tg.gradient's) can leave the forward to its reverse sweep (CapturedRecord.pending)
     deferrable: bool = False
@@ -132,8 +133,15 @@ class Program:
         as one CUDA graph each, of OpenCL launches packed once (the first replay prepares
         them), the rest one by one."""
         if self.compiled is None:
-            self.compiled = cpu_plan(self, frame) or cuda_plan(self, frame) \
-                or opencl_plan(self, frame) or False
+            # (its first run compiles its stretches: seconds, said as other compiles say it)
+            with compiling(self.name):
+                self.compiled = cpu_plan(self, frame) or cuda_plan(self, frame) \
+                    or opencl_plan(self, frame) or False
+                self.run_plan(frame)
+            return
+        self.run_plan(frame)
+
+    def run_plan(self, frame: Frame) -> None:
         plan = self.compiled or [(False, k) for k in range(len(self.ops))]
         for compiled, what in plan:
             if compiled:
@@ -282,10 +290,10 @@ def build(tape: TraceTape, fn: Any, args: tuple, params: list[tuple[int, int]], 
     rebind = _rebind(tape, slots, slot_of)
     _check_origins(fn, args, slots, name)
     scratch = _scratch(slots, ops)
-    first_guard = next((k for k, op in enumerate(ops) if op.kind == "guard"), len(ops))
+    last_guard = max((k for k, op in enumerate(ops) if op.kind == "guard"), default=0)
     written_before = any(
         op.kind in ("launch", "copy", "scale") and _writes_input(op, slots)
-        for op in ops[:first_guard])
+        for op in ops[:last_guard])
     deferrable = [kind for kind, _ in results] == ["s"] and not any(
         op.kind == "guard" for op in ops) and not any(
         slot.kind == INPUT and slot.written for slot in slots)

@@ -36,6 +36,7 @@ import numpy as np
 from tapegrad.backends import to_numpy
 from tapegrad.backends.cpu.driver import plan as cpu_plan
 from tapegrad.backends.cpu.driver import storage_of
+from tapegrad.backends.notice import compiling
 from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
 from tapegrad.backends.opencl.queue import plan as opencl_plan
 from tapegrad.capturing.program import CONST, INPUT, Frame, Op
@@ -188,8 +189,14 @@ class Reverse:
 
     def run(self, rframe: Frame, seed: float) -> dict[int, float]:
         if self.compiled is None:
-            self.compiled = cpu_plan(self, rframe, self.storage) \
-                or opencl_plan(self, rframe) or False
+            # (its first run compiles its stretches: seconds, said as other compiles say it)
+            with compiling(self.name):
+                self.compiled = cpu_plan(self, rframe, self.storage) \
+                    or opencl_plan(self, rframe) or False
+                return self.run_plan(rframe, seed)
+        return self.run_plan(rframe, seed)
+
+    def run_plan(self, rframe: Frame, seed: float) -> dict[int, float]:
         plan = self.compiled or [(False, k) for k in range(len(self.ops))]
         bars = {self.seeded: seed} if self.seeded is not None else {}
         for compiled, what in plan:

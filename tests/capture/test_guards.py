@@ -58,3 +58,44 @@ def test_a_step_count_from_a_float_replays_its_own_number_of_steps():
     u = np.ones(N)
     for t in (0.5, 1.0, 0.75):
         assert float(cf(u, t)) == float(f(u, t))
+
+
+def test_a_guard_failing_after_a_write_in_place_writes_once():
+    def f(u):
+        if tg.sum(u) > 0:
+            add1(CPU)(u, ndrange=u.size)
+        if tg.sum(u) > 10:
+            add1(CPU)(u, ndrange=u.size)
+        return tg.sum(u)
+
+    cf = tg.capture(f)
+    for start in (1.0, 0.2, 1.0, -3.0):
+        u, v = np.full(N, start), np.full(N, start)
+        assert float(cf(u, )) == float(f(v))
+        np.testing.assert_array_equal(u, v)
+
+
+def test_a_read_only_argument_written_by_a_replay_is_a_launch_error():
+    cf = tg.capture(lambda u: add1(CPU)(u, ndrange=u.size))
+    cf(np.ones(N))
+    u = np.ones(N)
+    u.flags.writeable = False
+    with pytest.raises(tg.LaunchError, match="read-only.*u.copy()"):
+        cf(u)
+
+
+def test_the_written_down_reverse_says_it_compiles(monkeypatch, capfd):
+    from tapegrad.backends import notice
+    monkeypatch.setattr(notice.compiling.__init__, "__defaults__", (0.0,))
+
+    @tg.capture
+    def loss(u):
+        out = np.empty_like(u)
+        sc(CPU)(out, u, 2.0, ndrange=u.size)
+        return tg.dot(out, u)
+
+    u = np.linspace(0.0, 1.0, N)
+    for _ in range(3):
+        (g,) = tg.gradient(lambda u: loss(u), u)
+    np.testing.assert_allclose(g, 4 * u)
+    assert "tapegrad: compiling loss (reverse)" in capfd.readouterr().err
