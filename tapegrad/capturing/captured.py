@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.capturing.outside import outside, same_outside
 from tapegrad.capturing.program import INPUT, GuardFailed, Program, build
 from tapegrad.capturing.record import before_writes, record_call
 from tapegrad.capturing.trace import TraceTape
@@ -70,6 +71,8 @@ class Captured:
                     "strict=True to record once per kind of arguments")
             return self.record(key, args)
         for program in variants:
+            if not same_outside(self.fn, args, program.outside):
+                continue        # (a global or a closure's array rebound: records again)
             try:
                 result = self.replay(program, args, value_unused)
             except GuardFailed as failed:
@@ -124,6 +127,7 @@ class Captured:
             result = self.fn(*call_args)
         self.recordings += 1
         program = build(trace, self.fn, args, params, result, self.name)
+        program.outside = outside(self.fn, args)     # (as the function left it)
         if sum(kind == "s" for kind, _ in program.results) > 1:
             raise CaptureError(f"{self.name} returns more than one tape scalar; a captured "
                                "function returns at most one (combine them, or return arrays)")

@@ -104,6 +104,7 @@ class Program:
     deferrable: bool = False
     name: str = ""
     returns_tuple: bool = False
+    outside: list = field(default_factory=list)   # what it read from outside (outside.py)
     compiled: Any = None       # the ops' plan (backends/cpu/driver.py, backends/cuda/graphs.py)
     frozen: Frozen | None = None   # what its reverse sweeps work out once (CapturedRecord)
     # per sweep kind (the slots whose shadows are given): its Reverse (capturing/reverse.py),

@@ -99,3 +99,49 @@ def test_the_written_down_reverse_says_it_compiles(monkeypatch, capfd):
         (g,) = tg.gradient(lambda u: loss(u), u)
     np.testing.assert_allclose(g, 4 * u)
     assert "tapegrad: compiling loss (reverse)" in capfd.readouterr().err
+
+
+W = np.full(N, 2.0)
+K = 3.0
+P = {"W": np.full(N, 2.0)}
+
+
+def _weighted(u):
+    out = np.empty_like(u)
+    sc(CPU)(out, u, K, ndrange=u.size)
+    out2 = np.empty_like(u)
+    sc(CPU)(out2, out, 1.0, ndrange=u.size)
+    return tg.dot(out2, W) + tg.dot(out, P["W"])
+
+
+def test_a_rebound_global_records_again():
+    global W, K
+    cf = tg.capture(_weighted)
+    u = np.linspace(0.0, 1.0, N)
+    saved = W, K, P["W"]
+    try:
+        for change in (lambda: None, lambda: globals().update(W=W * 3),
+                       lambda: P.update(W=P["W"] * 3), lambda: globals().update(K=5.0)):
+            change()
+            assert float(cf(u)) == float(_weighted(u))
+            (g,) = tg.gradient(cf, u)
+            (g_plain,) = tg.gradient(_weighted, u)
+            np.testing.assert_allclose(g, g_plain, rtol=1e-12)
+    finally:
+        W, K, P["W"] = saved
+
+
+def test_the_global_array_passed_as_an_argument_is_a_call_of_its_own():
+    def f(x):
+        out = np.empty_like(x)
+        sc(CPU)(out, x, 2.0, ndrange=x.size)
+        return tg.dot(out, W)
+
+    cf = tg.capture(f)
+    x = np.linspace(0.0, 1.0, N)
+    assert float(cf(W)) == float(f(W))
+    assert float(cf(x)) == float(f(x))
+    (g,) = tg.gradient(cf, x)
+    h = 1e-6
+    fd = [(float(f(x + h * e)) - float(f(x - h * e))) / (2 * h) for e in np.eye(N)]
+    np.testing.assert_allclose(g, fd, rtol=1e-7)

@@ -1,0 +1,116 @@
+"""What a captured function reads from outside its arguments (its closure's cells, the
+globals its code names, its object, and what those hold), checked before each replay: an
+array by identity (and which argument, if any, it is), a number or string by value.  A
+replay whose outside differs (``W = W * 3`` between calls, an array replaced in a dict, a
+global float rebound, the global array passed as an argument) records again instead of
+replaying the first call's objects.  Changes in place are not rebindings: a replay reads
+an array's contents as they are then."""
+
+from __future__ import annotations
+
+from types import FunctionType, ModuleType
+from typing import Any
+
+from tapegrad.tape.arrays import is_array
+from tapegrad.tape.memory import owner
+
+DEPTH = 4           # levels of functions, containers and objects followed
+MOST_ENTRIES = 64   # a larger container is checked by identity alone
+_VALUES = (int, float, complex, str, bytes, bool, type(None))
+_MISSING = object()
+
+
+def outside(fn: Any, args: tuple) -> list[tuple]:
+    """(path, kind, expected) for each thing ``fn`` reads from outside: ``kind`` is
+    ``"is"`` (identity), ``"=="`` (a value) or ``"array"`` (identity, and the position of
+    the argument sharing its memory, or None)."""
+    found: list[tuple] = []
+    seen: set[int] = set()
+
+    def walk(v: Any, path: tuple, depth: int) -> None:
+        if is_array(v):
+            found.append((path, "array", (v, _alias(v, args))))
+            return
+        if isinstance(v, _VALUES) and type(v).__module__ == "builtins":
+            found.append((path, "==", v))
+            return
+        found.append((path, "is", v))
+        if depth >= DEPTH or id(v) in seen or isinstance(v, (type, ModuleType)):
+            return
+        seen.add(id(v))
+        if isinstance(v, dict) and len(v) <= MOST_ENTRIES:
+            for key, x in list(v.items()):
+                walk(x, path + (("item", key),), depth + 1)
+        elif isinstance(v, (list, tuple)) and len(v) <= MOST_ENTRIES:
+            for key, x in enumerate(v):
+                walk(x, path + (("item", key),), depth + 1)
+        elif isinstance(v, FunctionType) or hasattr(v, "__func__"):
+            for step, x in _names(v):
+                walk(x, path + (step,), depth + 1)
+        elif not type(v).__module__.startswith(("tapegrad", "numpy", "builtins")) \
+                and hasattr(v, "__dict__") and len(vars(v)) <= MOST_ENTRIES:
+            for key, x in list(vars(v).items()):
+                walk(x, path + (("attr", key),), depth + 1)
+
+    for step, x in _names(fn):
+        walk(x, (step,), 1)
+    return found
+
+
+def same_outside(fn: Any, args: tuple, expected: list[tuple]) -> bool:
+    """Whether what ``fn`` reads from outside is as ``outside`` found it."""
+    for path, kind, want in expected:
+        v = _follow(fn, path)
+        if kind == "array":
+            if v is not want[0] or _alias(v, args) != want[1]:
+                return False
+        elif kind == "==":
+            if not (v is want or type(v) is type(want) and v == want):
+                return False
+        elif v is not want:
+            return False
+    return True
+
+
+def _alias(x: Any, args: tuple) -> int | None:
+    base = owner(x)
+    return next((pos for pos, a in enumerate(args) if is_array(a) and owner(a) is base), None)
+
+
+def _names(fn: Any) -> list[tuple]:
+    """(step, value) for what a function's code reaches by name."""
+    found: list[tuple] = []
+    bound = getattr(fn, "__self__", None)
+    if bound is not None and not isinstance(bound, ModuleType):
+        found.append((("self",), bound))
+    target = getattr(fn, "__func__", fn)
+    for n, cell in enumerate(getattr(target, "__closure__", None) or ()):
+        try:
+            found.append((("cell", n), cell.cell_contents))
+        except ValueError:          # an empty cell
+            pass
+    code, globals_ = getattr(target, "__code__", None), getattr(target, "__globals__", {})
+    for name in code.co_names if code is not None else ():
+        if name in globals_:
+            found.append((("global", name), globals_[name]))
+    return found
+
+
+def _follow(fn: Any, path: tuple) -> Any:
+    v = fn
+    try:
+        for step in path:
+            kind = step[0]
+            if kind == "self":
+                v = v.__self__
+            elif kind == "cell":
+                v = getattr(v, "__func__", v).__closure__[step[1]].cell_contents
+            elif kind == "global":
+                v = getattr(v, "__func__", v).__globals__.get(step[1], _MISSING)
+            elif kind == "item":
+                v = v[step[1]]
+            else:
+                v = getattr(v, step[1])
+    except (LookupError, AttributeError, TypeError, ValueError):
+        return _MISSING
+    return v
