@@ -140,6 +140,8 @@ def record_call(program: Program, frame: Frame, args: tuple, results: list[Any],
                     read.append(x)
             elif slot.kind == OUTPUT:
                 arrays_out.append((k, tape.track(x)))
+                if slot.kept:     # (returned, so the user may change it before the sweep
+                    live.append(k)    # reads it: the tape fingerprints it, as it does inputs)
         params = [(node, args[pos].node_on(tape)) for pos, node in program.params
                   if isinstance(args[pos], TrackedScalar) and args[pos].node_on(tape) is not None]
         result_node = program.results[scalar_at[0]][1] if scalar_at else None

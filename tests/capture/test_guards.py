@@ -145,3 +145,32 @@ def test_the_global_array_passed_as_an_argument_is_a_call_of_its_own():
     h = 1e-6
     fd = [(float(f(x + h * e)) - float(f(x - h * e))) / (2 * h) for e in np.eye(N)]
     np.testing.assert_allclose(g, fd, rtol=1e-7)
+
+
+@tg.kernel
+def sq(out, u):
+    i = tg.index()
+    out[i] = u[i] * u[i]
+
+
+def _square_twice(u):
+    y = np.empty_like(u)
+    sq(CPU)(y, u, ndrange=u.size)
+    z = np.empty_like(u)
+    sq(CPU)(z, y, ndrange=u.size)
+    return y, tg.sum(z)
+
+
+def test_a_returned_array_the_reverse_reads_changed_before_the_gradient_is_refused():
+    cf = tg.capture(_square_twice)
+    for fn in (_square_twice, cf, cf, cf):
+        u = np.linspace(0.1, 1.0, N)
+        with tg.Tape() as tape:
+            y, s = fn(u)
+        (g,) = tape.gradient(s, [u])
+        np.testing.assert_allclose(g, 4 * u ** 3, rtol=1e-12)
+        with tg.Tape() as tape:
+            y, s = fn(u)
+        y *= 3
+        with pytest.raises(tg.TapegradError, match="changed after recording and before"):
+            tape.gradient(s, [u])
