@@ -174,3 +174,12 @@ def test_a_returned_array_the_reverse_reads_changed_before_the_gradient_is_refus
         y *= 3
         with pytest.raises(tg.TapegradError, match="changed after recording and before"):
             tape.gradient(s, [u])
+
+
+def test_an_argument_changed_in_place_by_numpy_is_refused():
+    def f(u):
+        u *= 2
+        return scaled(u, 1.0)
+
+    with pytest.raises(tg.CaptureError, match=r"changed argument 0 .*in place.*u \*= 2"):
+        tg.capture(f)(np.ones(N))
