@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tapegrad.checkpointing.closure import check_closure, unrecorded
+from tapegrad.checkpointing.guards import Samples, outside_arrays, signature, takes_index
 from tapegrad.checkpointing.revolve import reverse_actions
 from tapegrad.checkpointing.snapshots import Snapshots, choose_snapshots
 from tapegrad.errors import TapegradError
@@ -66,18 +67,20 @@ def checkpoint_loop(step: Callable[..., Any], state: Any, n_steps: int,
     tapes = recording_tapes()
     if n == 0:
         return state
+    index = takes_index(step, len(states) + len(params))
     if not tapes or current_forward() is not None:   # nothing to keep: the plain loop
-        for _ in range(n):
-            states = _call(step, states, params, single)
+        for k in range(n):
+            states = _call(step, states, params, single, k if index else None)
         return states[0] if single else states
     s = snapshots if snapshots is not None else choose_snapshots(states, n, memory)
     if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1:
         raise TapegradError(f"tg.checkpoint_loop: snapshots is a number of states to keep, at "
                             f"least 1 (the initial state), got {s!r}")
-    loop = Loop(step, n, int(s), params, single, Snapshots(storage, in_memory))
-    out = loop.primal(states, tapes)
+    loop = Loop(step, n, int(s), params, single, Snapshots(storage, in_memory), index)
+    out = loop.primal(states)
     for tape in tapes:
-        tape.record_host(LoopRecord.make(tape, loop, states, out), [])
+        record = LoopRecord.make(tape, loop, states, out)
+        tape.record_host(record, record.live)
     return out[0] if single else out
 
 
@@ -97,9 +100,11 @@ def _steps(n_steps: Any) -> int:
     return int(n_steps)
 
 
-def _call(step: Callable[..., Any], states: tuple, params: tuple, single: bool) -> tuple:
-    """One step, its result checked against the state it was given."""
-    out = step(*states, *params)
+def _call(step: Callable[..., Any], states: tuple, params: tuple, single: bool,
+          k: int | None = None) -> tuple:
+    """One step (``k``: its index, for a step that takes one), its result checked against
+    the state it was given."""
+    out = step(*states, *params) if k is None else step(*states, *params, k)
     new = ((out,) if is_array(out) else None) if single else \
         tuple(out) if isinstance(out, (tuple, list)) else None
     if new is None or len(new) != len(states) or not all(
@@ -123,8 +128,11 @@ class Loop:
     reverse sweep over it."""
 
     def __init__(self, step: Callable[..., Any], n: int, s: int, params: tuple, single: bool,
-                 stored: Snapshots):
-        self.step, self.n, self.params, self.single = step, n, params, single
+                 stored: Snapshots, index: bool = False):
+        self.step, self.n, self.params, self.single = step, n, list(params), single
+        self.index = index                  # whether step takes the step index
+        self.outside: list = []             # float arrays step reads without params=
+        self.stale: list = []               # of those, ones a later operation overwrote
         self.s = min(s, n)
         self.actions = reverse_actions(n, self.s)
         self.first_reverse = next(k for k, a in enumerate(self.actions) if a[0] == "reverse")
@@ -134,28 +142,32 @@ class Loop:
         self.linear: tuple | None = None    # the first step recorded, if it serves every step
         self.forward_steps = 0              # unrecorded steps run, for the tests and docs
         self.recorded_steps = 0
+        self.checked_steps = 0              # steps recorded to check the linear shortcut
         self.most_stored = 0                # snapshots held at once, at most
 
     # -- forward --------------------------------------------------------------------------
-    def primal(self, states: tuple, tapes: tuple) -> tuple:
+    def primal(self, states: tuple) -> tuple:
         """The forward run; returns the last state.  Its first step is recorded on a tape of
-        its own, to check what ``step`` reads and whether its adjoint reads the state at all:
-        a step whose recording keeps no values but the parameters' is replayed from that one
-        recording for every step, with no snapshots (``linear``).  Otherwise snapshots are
-        stored as the schedule says and the last step is recorded (the sweep starts there)."""
+        its own, to check what ``step`` reads (arrays from outside become parameters it was
+        not given: ``self.outside``) and whether its adjoint reads the state at all: a step
+        whose recording keeps no values but the parameters' is replayed from that one
+        recording for every step, with no snapshots (``linear``), if every step's recording
+        proves the same (``run_linear``).  Otherwise snapshots are stored as the schedule
+        says and the last step is recorded (the sweep starts there)."""
+        who = "tg.checkpoint_loop's step"
+        self.samples = Samples(self.n, states)
         hand = _copies(states)
         before = _copies(hand)
-        tape, out = self.record(hand)
+        tape, out = self.record(hand, 0)
         self.check_returned(tape, hand, before, out)
-        check_closure(tape, tapes, (*states, *self.params), "tg.checkpoint_loop's step")
-        keys = {array_key(p) for p in self.params if is_array(p)}
+        check_closure(tape, who)
+        self.outside = outside_arrays(tape, (*hand, *self.params), who)
+        keys = {array_key(p) for p in (*self.params, *self.outside) if is_array(p)}
         if all(array_key(owner(x)) in keys for _, x in
                (kept for r in tape.records for kept in kept_by(r))):
-            self.linear = (tape, hand, out)
-            with unrecorded():
-                for _ in range(self.n - 1):
-                    out = _call(self.step, out, self.plain_params(), self.single)
-            return out
+            last = self.run_linear(tape, hand, out)
+            if last is not None:
+                return last
         self.initial = before
         if self.n == 1:
             self.last = (tape, hand, out)
@@ -163,9 +175,38 @@ class Loop:
         self.recorded_steps -= 1                 # (a probe: the schedule records step 0 again)
         with unrecorded():
             hand = self.run_actions(self.actions[:self.first_reverse], _copies(before))
-        tape, out = self.record(hand)
+        tape, out = self.record(hand, self.n - 1)
         self.last = (tape, hand, out)
         return out
+
+    def run_linear(self, tape: Tape, hand: tuple, out: tuple) -> tuple | None:
+        """The steps after the first, each recorded to compare what its adjoint depends on
+        with the first's (``guards.signature``): the last state if all agree, and the first
+        step's recording then stands for every step; else None (a factor the step chose on
+        the host from the state: the general path)."""
+        first = signature(tape, self.roles(tape, hand, out))
+        if first is None:
+            return None
+        recorded = (tape, hand, out)
+        for k in range(1, self.n):
+            step_tape, new = self.record(out, k, counted=False)
+            self.checked_steps += 1
+            if signature(step_tape, self.roles(step_tape, out, new)) != first:
+                return None
+            out = new
+        self.linear = recorded
+        return out
+
+    def roles(self, tape: Tape, hand: tuple, out: tuple) -> dict:
+        """Each array's part in one recorded step, by its identity on ``tape``."""
+        roles: dict = {}
+        for part, arrays in (("state", hand), ("out", out), ("param", self.params),
+                             ("outside", self.outside)):
+            for j, x in enumerate(arrays):
+                ident = tape.ids.ident_of(x) if is_array(x) else None
+                if ident is not None:
+                    roles[ident] = (part, j)
+        return roles
 
     def check_returned(self, tape: Tape, hand: tuple, before: tuple, out: tuple) -> None:
         """A state array that ``step`` returns as it was given must hold what it was given:
@@ -192,8 +233,10 @@ class Loop:
             elif kind == "restore":
                 hand = self.stored.get(action[1])
             elif kind == "advance":
-                for _ in range(action[1], action[2]):
-                    hand = _call(self.step, hand, self.plain_params(), self.single)
+                for k in range(action[1], action[2]):
+                    hand = _call(self.step, hand, self.plain_params(), self.single,
+                                 k if self.index else None)
+                    self.samples.check(k + 1, hand, "tg.checkpoint_loop's step")
                 self.forward_steps += action[2] - action[1]
         return hand
 
@@ -201,22 +244,29 @@ class Loop:
         return tuple(plain(p) if isinstance(p, (TrackedScalar, DualScalar)) else p
                      for p in self.params)
 
-    def record(self, hand: tuple) -> tuple[Tape, tuple]:
-        """Step ``hand`` forward on a tape of its own (tape scalars for the parameters that
+    def record(self, hand: tuple, k: int, counted: bool = True) -> tuple[Tape, tuple]:
+        """Step ``k`` from ``hand`` on a tape of its own (tape scalars for the parameters that
         are the enclosing tapes' scalars)."""
         tape = Tape(watch_changes=False)
         with paused(), tape:
             self.watched = tuple(tape.watch(plain(p)) if isinstance(p, TrackedScalar) else p
                                  for p in self.params)
-            out = _call(self.step, hand, self.watched, self.single)
-        self.recorded_steps += 1
+            out = _call(self.step, hand, self.watched, self.single, k if self.index else None)
+        self.samples.check(k + 1, out, "tg.checkpoint_loop's step")
+        self.recorded_steps += counted
         return tape, out
 
     # -- reverse --------------------------------------------------------------------------
     def reverse(self, bar: list[Any], want: list[bool]) -> tuple[list, list]:
         """The cotangents of the initial state and of the parameters (``want``: which
         parameters are active) given the final state's cotangent ``bar``."""
-        param_bars: list[Any] = [None] * len(self.params)
+        param_bars: list[Any] = [None] * (len(self.params) + len(self.outside))
+        if self.stale:
+            raise TapegradError(
+                f"tg.checkpoint_loop's step reads an array of shape {self.stale[0]} from "
+                "outside, and a recorded operation after the loop overwrote it: the reverse "
+                "sweep, which runs steps again, would read the new contents. Pass it in "
+                "params= (the tape then keeps what the loop read) and use the argument")
         if self.linear is not None:         # one recording serves every step
             tape, hand, out = self.linear
             for _ in range(self.n):
@@ -226,7 +276,7 @@ class Loop:
             with unrecorded():
                 hand = self.run_actions(self.actions[:self.first_reverse],
                                         _copies(self.initial))
-            tape, out = self.record(hand)
+            tape, out = self.record(hand, self.n - 1)
             self.last = (tape, hand, out)
         tape, hand, out = self.last
         self.last = None
@@ -236,7 +286,7 @@ class Loop:
                     hand = self.run_actions([action], hand)
                 continue
             if tape is None:
-                tape, out = self.record(hand)
+                tape, out = self.record(hand, action[1])
             bar = self.step_back(tape, hand, out, bar, want, param_bars)
             tape = hand = out = None
         return bar, param_bars
@@ -250,7 +300,7 @@ class Loop:
             if tape.tracks(x) and np.dtype(x.dtype).kind == "f":
                 sources.append(x)
                 where.append(("state", k))
-        for k, (p, w) in enumerate(zip(self.watched, want)):
+        for k, (p, w) in enumerate(zip((*self.watched, *self.outside), want)):
             if w and (isinstance(p, TrackedScalar) or is_array(p) and tape.tracks(p)):
                 sources.append(p)
                 where.append(("param", k))
@@ -301,9 +351,13 @@ class LoopRecord(Record):
 
     @classmethod
     def make(cls, tape: Any, loop: Loop, states: tuple, out: tuple) -> LoopRecord:
-        param_ids = [tape.track(p) if is_array(p) else None for p in loop.params]
+        """The record; the tape keeps watching the parameters (given or read from outside)
+        as it does a launch's inputs: changed in place before the gradient, they are refused
+        (``Tape.check_unchanged``); overwritten by a later recorded operation, ``redirect``."""
+        params = (*loop.params, *loop.outside)
+        param_ids = [tape.track(p) if is_array(p) else None for p in params]
         param_nodes = [p.node_on(tape) if isinstance(p, TrackedScalar) else None
-                       for p in loop.params]
+                       for p in params]
         state_ids = [tape.track(x) for x in states]
         record = cls(reads=state_ids + [i for i in param_ids if i is not None],
                      writes=[tape.track(y) for y in out],
@@ -311,7 +365,23 @@ class LoopRecord(Record):
                      name="tg.checkpoint_loop")
         record.loop, record.state_ids = loop, state_ids
         record.param_ids, record.param_nodes = param_ids, param_nodes
+        record.live = [(p, k) for k, p in enumerate(params) if is_array(p)]
         return record
+
+    def redirect(self, pos: int, copy: Any) -> None:
+        """A later recorded operation overwrites parameter ``pos``: a given one is read from
+        ``copy`` from now on (what the loop read), and the steps the loop recorded with it
+        are recorded again; one read from outside cannot be (the step reads the global)."""
+        loop = self.loop
+        if pos >= len(loop.params):
+            loop.stale.append(tuple(copy.shape))
+            return
+        loop.params[pos] = copy
+        loop.last = None
+        if loop.linear is not None:
+            hand = _copies(loop.linear[1])
+            tape, out = loop.record(hand, 0, counted=False)
+            loop.linear = (tape, hand, out)
 
     def held(self) -> Iterable[tuple[str, Any]]:
         """What the loop keeps between its forward run and its reverse sweep: the initial

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from tapegrad.checkpointing.closure import check_closure, unrecorded
+from tapegrad.checkpointing.guards import outside_arrays
+from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.modes import current_forward, paused, recording_tapes
 from tapegrad.tape.registry import register_adjoint
@@ -46,41 +48,62 @@ def checkpoint(fn: Callable[..., Any]) -> Callable[..., Any]:
     """
     name = getattr(fn, "__name__", "function")
     who = f"tg.checkpoint's {name}"
+    ran: list[Any] = [None]        # the forward run's result, handed to register_adjoint
 
-    def forward_run(*args: Any) -> Any:
-        # recorded on a throwaway tape, to refuse what it reads from outside (the enclosing
-        # tapes are paused here); then kept as nothing but its arguments
-        inner = Tape(watch_changes=False)
-        with unrecorded(), inner:
-            y = fn(*args)
-        check_closure(inner, outer_tapes[-1], args, who)
-        return y
-
-    def reverse(y_bar: Any, *args: Any) -> tuple:
+    def reverse(y_bar: Any, *views: Any) -> tuple:
+        hidden = views[-1]
+        args, outside = views[:-1 - len(hidden.arrays)], views[-1 - len(hidden.arrays):-1]
+        if any(x is not a for x, a in zip(outside, hidden.arrays)):
+            x = next(x for x, a in zip(outside, hidden.arrays) if x is not a)
+            raise TapegradError(
+                f"{who} reads an array of shape {tuple(x.shape)} from outside, and a recorded "
+                "operation after it overwrote that array: its recomputation in the reverse "
+                "sweep would read the new contents. Pass the array in as an argument")
         inner = Tape(watch_changes=False)
         with paused(), inner:
-            given = [inner.watch(float(a)) if _number(a) else a for a in args]
+            # (floats are what may have a derivative; an int stays an int: a count, an index)
+            given = [inner.watch(float(a)) if _float(a) else a for a in args]
             y = fn(*given)
-        sources = [(k, a) for k, a in enumerate(given)
+        sources = [(k, a) for k, a in enumerate((*given, *outside))
                    if isinstance(a, TrackedScalar)
                    or is_array(a) and inner.tracks(a) and np.dtype(a.dtype).kind == "f"]
         grads = inner.vjp([y], [y_bar], [a for _, a in sources]) if sources else []
-        out: list[Any] = [None] * len(args)
+        out: list[Any] = [None] * len(views)
         for (k, _), g in zip(sources, grads):
             out[k] = g
         return tuple(out)
 
-    outer_tapes: list[tuple] = [()]
-    op = register_adjoint(forward_run, reverse)
+    op = register_adjoint(lambda *_: ran[0], reverse)
 
     @functools.wraps(fn)
     def wrapped(*args: Any) -> Any:
         if current_forward() is not None or not recording_tapes():
             return fn(*args)                 # (forward mode: tangents flow through fn itself)
-        outer_tapes[-1] = recording_tapes()
-        return op(*args)
+        plain = [float.__float__(a) if isinstance(a, TrackedScalar) else a for a in args]
+        # run on a throwaway tape (the enclosing tapes paused), to see what fn reads from
+        # outside: tape scalars are refused, float arrays become hidden arguments of the
+        # recorded operation (the tapes follow them, their gradients come out right); then
+        # kept as nothing but its arguments
+        inner = Tape(watch_changes=False)
+        with unrecorded(), inner:
+            ran[0] = fn(*plain)
+        check_closure(inner, who)
+        outside = outside_arrays(inner, plain, who)
+        try:
+            return op(*args, *outside, _Hidden(outside))
+        finally:
+            ran[0] = None
     return wrapped
 
 
-def _number(a: Any) -> bool:
-    return isinstance(a, (float, int, np.floating, np.integer)) and not isinstance(a, bool)
+class _Hidden:
+    """The arrays a segment read from outside, as its recorded operation's last argument
+    (no array: the tape does not track it): the reverse rule tells them from the rest, and
+    finds one a later operation overwrote (the tape hands the rule a copy instead)."""
+
+    def __init__(self, arrays: list[Any]):
+        self.arrays = arrays
+
+
+def _float(a: Any) -> bool:
+    return isinstance(a, (float, np.floating))

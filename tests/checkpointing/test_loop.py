@@ -147,13 +147,27 @@ def react_scale(out, x):
     out[i] = 0.5 * x[i]
 
 
-def test_what_step_reads_from_outside_without_params_is_refused(data):
-    u0, v0, forcing = (x.copy() for x in data)
-    with pytest.raises(tg.TapegradError, match="reads an array of shape \\(16,\\) from outside "
-                       "that the tape follows.*params="):
+def test_an_array_step_reads_from_outside_is_followed(data):
+    """Without params=, an array the tape follows still gets its gradient (the loop takes
+    it for a parameter: tests/checkpointing/test_guards.py has the rules)."""
+    def run(checkpointed):
+        u0, v0, forcing = (x.copy() for x in data)
         with tg.Tape() as tape:
             scaled = tg.scale(forcing, 2.0)           # the tape follows it
-            tg.checkpoint_loop(lambda u, v: step(u, v, scaled, 0.7), (u0, v0), 5)
+            if checkpointed:
+                u, v = tg.checkpoint_loop(lambda u, v: step(u, v, scaled, 0.7), (u0, v0), 5,
+                                          snapshots=2)
+            else:
+                u, v = u0, v0
+                for _ in range(5):
+                    u, v = step(u, v, scaled, 0.7)
+            loss = tg.sum(u) + tg.dot(v, v)
+        return tape.gradient(loss, [u0, forcing])
+    assert_same(run(True), run(False))
+
+
+def test_a_tape_scalar_step_reads_without_params_is_refused(data):
+    u0, v0, forcing = (x.copy() for x in data)
     with pytest.raises(tg.TapegradError, match="uses a tape scalar from outside without taking it"):
         with tg.Tape() as tape:
             k = tape.watch(0.7)

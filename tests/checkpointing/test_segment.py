@@ -75,13 +75,16 @@ def test_forward_mode_runs_the_function_itself():
     assert tangent == pytest.approx(g[5], rel=1e-12)
 
 
-def test_what_it_reads_from_outside_is_refused():
+def test_an_array_from_outside_is_followed_and_a_tape_scalar_refused():
+    def run(f):
+        x, w = X.copy(), W.copy()
+        with tg.Tape() as tape:
+            w2 = tg.scale(w, 1.5)
+            loss = tg.sum(f(lambda x: block(x, w2, 0.1))(x))
+        return tape.gradient(loss, [x, w])
+    for g, want in zip(run(tg.checkpoint), run(lambda f: f)):
+        np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-15)
     x, w = X.copy(), W.copy()
-    with pytest.raises(tg.TapegradError, match="tg.checkpoint's <lambda> reads an array of "
-                       "shape \\(12, 12\\) from outside that the tape follows"):
-        with tg.Tape():
-            w2 = tg.scale(w, 1.0)
-            tg.checkpoint(lambda x: block(x, w2, 0.1))(x)
     with pytest.raises(tg.TapegradError, match="uses a tape scalar from outside"):
         with tg.Tape() as tape:
             b = tape.watch(0.1)

@@ -1,0 +1,165 @@
+"""What a checkpointed loop checks so that its recomputed steps give the plain tape's gradient.
+
+- ``outside_arrays``: the float arrays a step reads without being given them (a global weight
+  array, say).  The loop treats them as parameters it was not told about: the enclosing tape
+  follows them, so a gradient with respect to one of them comes out right.
+- ``signature``: what a recorded step's adjoint depends on (its operations in order, the
+  scalars they took, which arrays they read and wrote, by their part in the step).  The
+  linear shortcut replays the first step's adjoint for every step only while every step's
+  signature equals the first's: a factor chosen on the host from the state
+  (``2.0 if u[0] < 1 else 0.5``) changes it.
+- ``Samples``: two elements of each state after every step of the forward run; a step run
+  again from the same state must give the same ones, else it is not a pure function of its
+  state and parameters (a Python counter) and its recomputation would be wrong.
+- ``takes_index``: whether ``step`` has a parameter for the step index.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import types
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from tapegrad.errors import TapegradError
+from tapegrad.tape.arrays import is_array
+from tapegrad.tape.identity import Ident, array_key
+from tapegrad.tape.records import LaunchRecord
+from tapegrad.tape.scalars import TrackedScalar
+
+
+def outside_arrays(inner: Any, given: Iterable[Any], who: str) -> list[Any]:
+    """The float arrays the recording ``inner`` read but no recorded operation of it wrote,
+    other than ``given`` (the state and the parameters): what the code read from outside."""
+    keys = {array_key(x) for x in given if is_array(x)}
+    written = {i for r in inner.records for i in r.writes}
+    read = [i for r in inner.records for i in r.reads]
+    objects = {ident: ref() for ref, _, _, ident in inner.ids.known.values()}
+    found: list[Any] = []
+    seen: set[Ident] = set()
+    for ident in read:
+        if ident in written or ident in seen or not ident.alive() \
+                or np.dtype(ident.meta[2]).kind != "f":
+            continue
+        seen.add(ident)
+        x = objects.get(ident)
+        if x is None:        # (an array type without weak references: no object to follow)
+            raise TapegradError(
+                f"{who} reads an array of shape {ident.meta[1]} from outside without taking it "
+                "as an argument; pass it in (params= for tg.checkpoint_loop) and use the "
+                "argument")
+        if array_key(x) not in keys:
+            found.append(x)
+    return found
+
+
+def signature(tape: Any, roles: dict[Any, tuple]) -> tuple | None:
+    """What the adjoint of the step recorded on ``tape`` depends on, comparable between
+    steps; ``roles``: identity -> its part in the step (("state", k), ("param", k)...).
+    None where a record holds something this does not know how to compare (then no step
+    stands for another)."""
+    out = []
+    try:
+        for r in tape.records:
+            if isinstance(r, LaunchRecord):
+                args = tuple(_role(i, roles) if i is not None else _value(v, tape, roles)
+                             for i, v in zip(r.ids, r.values))
+                out.append((r.cfg, r.nd, args, r.nodes))
+            else:
+                out.append((type(r), tuple((k, _value(v, tape, roles))
+                                           for k, v in vars(r).items())))
+    except _Unknown:
+        return None
+    return tuple(out)
+
+
+class _Unknown(Exception):
+    pass
+
+
+def _role(ident: Ident, roles: dict[Any, tuple]) -> tuple:
+    return roles.get(ident) or ("new", ident.serial)
+
+
+def _value(v: Any, tape: Any, roles: dict[Any, tuple]) -> Any:
+    if v is None or isinstance(v, (bool, str, int)):
+        return v
+    if isinstance(v, TrackedScalar):
+        return ("scalar", _bits(float.__float__(v)))
+    if isinstance(v, (float, np.floating)):
+        return _bits(float(v))
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, Ident):
+        return _role(v, roles)
+    if isinstance(v, (list, tuple)):
+        return tuple(_value(x, tape, roles) for x in v)
+    if is_array(v):
+        # (kept contents: the linear shortcut takes only steps whose kept arrays are its
+        # parameters, so the array's part in the step says which contents)
+        ident = tape.ids.ident_of(v)
+        if ident is None:
+            raise _Unknown
+        return ("array", _role(ident, roles))
+    if isinstance(v, types.FunctionType):
+        cells = tuple(_value(c.cell_contents, tape, roles) for c in v.__closure__ or ())
+        return (v.__code__, cells)
+    if isinstance(v, (types.BuiltinFunctionType, type)):
+        return v
+    raise _Unknown
+
+
+def _bits(f: float) -> Any:
+    return f.hex() if not math.isnan(f) else "nan"
+
+
+class Samples:
+    """Two elements of every state of the forward run (NumPy states; others are not
+    sampled: reading device memory is a synchronisation), to check that a step run again
+    from the same state gives the same one."""
+
+    def __init__(self, n: int, states: tuple):
+        self.on = all(type(x) is np.ndarray and x.size for x in states)
+        self.values = np.zeros((n + 1, 2 * len(states))) if self.on else None
+        self.known = np.zeros(n + 1, dtype=bool) if self.on else None
+
+    def check(self, k: int, states: tuple, who: str) -> None:
+        """State ``k`` (after ``k`` steps): noted the first time, compared afterwards (bit
+        for bit: NaN equals NaN)."""
+        if not self.on:
+            return
+        row = self.values[k]
+        if not self.known[k]:
+            for j, x in enumerate(states):
+                row[2 * j], row[2 * j + 1] = x.item(0), x.item(-1)
+            self.known[k] = True
+            return
+        for j, x in enumerate(states):
+            for got, want in ((x.item(0), row[2 * j]), (x.item(-1), row[2 * j + 1])):
+                if got != want and not (got != got and want != want):
+                    raise TapegradError(
+                        f"{who} gave another state when run again from the same one (step "
+                        f"{k - 1}): it is not a pure function of its state and params (a "
+                        "Python counter, random numbers, a global it changes), and the "
+                        "reverse sweep recomputes steps. Make it one; for the step's number, "
+                        "give step a last parameter: def step(*state, *params, k) receives "
+                        "k = 0, 1, ...")
+
+
+def takes_index(step: Callable[..., Any], n_args: int) -> bool:
+    """Whether ``step`` takes the step index after its ``n_args`` state and parameter
+    arguments: it has exactly ``n_args + 1`` positional parameters without a default (and
+    no ``*args``)."""
+    try:
+        sig = inspect.signature(step)
+    except (TypeError, ValueError):
+        return False
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in sig.parameters.values()):
+        return False
+    required = [p for p in sig.parameters.values()
+                if p.kind in kinds and p.default is inspect.Parameter.empty]
+    return len(required) == n_args + 1

@@ -1,0 +1,265 @@
+"""The guard rules of docs/checkpointing.md ("What the recomputation depends on"), one test per
+case of issue 43 (items 8-13): a checkpointed loop or segment gives the plain tape's gradient
+(and float64 central differences agree) or a tapegrad error that says what to do."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad.checkpointing.loop import LoopRecord
+
+
+@tg.kernel
+def sc(out, u, a):
+    i = tg.index()
+    out[i] = a * u[i]
+
+
+@tg.kernel
+def sq(out, u):
+    i = tg.index()
+    out[i] = u[i] * u[i]
+
+
+@tg.kernel
+def mul(out, u, w):
+    i = tg.index()
+    out[i] = u[i] * w[i] * w[i]
+
+
+@tg.kernel
+def pick(out, u, j):
+    i = tg.index()
+    out[i] = u[i] * u[j]
+
+
+def scaled(u, a):
+    out = np.empty_like(u)
+    sc(tg.CPU())(out, u, a, ndrange=u.size)
+    return out
+
+
+def squared(u):
+    out = np.empty_like(u)
+    sq(tg.CPU())(out, u, ndrange=u.size)
+    return out
+
+
+def weighted(u, w):
+    out = np.empty_like(u)
+    mul(tg.CPU())(out, u, w, ndrange=u.size)
+    return out
+
+
+def loop_gradient(step, u0, n, sources, params=(), snapshots=2, extra=None):
+    """d loss / d sources, loss = sum(final state) (+ ``extra()``), checkpointed, or the
+    plain loop on the plain tape with ``snapshots=None``."""
+    with tg.Tape() as tape:
+        if snapshots is None:
+            u = u0
+            for _ in range(n):
+                u = step(u, *params)
+        else:
+            u = tg.checkpoint_loop(step, u0, n, params=params, snapshots=snapshots)
+        loss = tg.sum(u) + (extra() if extra is not None else 0.0)
+    return tape.gradient(loss, sources), tape
+
+
+def central(f, x, h=1e-6):
+    """float64 central differences of the scalar ``f()`` in every element of ``x``."""
+    g = np.empty_like(x)
+    for j in range(x.size):
+        keep = x.flat[j]
+        x.flat[j] = keep + h
+        up = float(f())
+        x.flat[j] = keep - h
+        down = float(f())
+        x.flat[j] = keep
+        g.flat[j] = (up - down) / (2 * h)
+    return g
+
+
+# -- 8: the linear shortcut holds only where every step's recording is the first's ----------
+
+def host_factor(u):
+    """Linear in u, but the factor is chosen on the host from the state."""
+    return scaled(u, 2.0 if u[0] < 1 else 0.5)
+
+
+def test_a_factor_chosen_on_the_host_from_the_state_is_no_linear_step():
+    u0 = np.array([0.6, 1.0])
+    (got,), tape = loop_gradient(host_factor, u0, 6, [u0])
+    (want,), _ = loop_gradient(host_factor, u0, 6, [u0], snapshots=None)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(got, [1.0, 1.0])          # 2 x 0.5 x 2 x 0.5 x 2 x 0.5
+    (record,) = [r for r in tape.records if isinstance(r, LoopRecord)]
+    assert record.loop.linear is None                     # the general path
+    # the same loop from a state whose factor never changes: linear, proven step by step
+    v0 = np.array([0.1, 0.2])
+    (got,), tape = loop_gradient(host_factor, v0, 3, [v0])
+    (record,) = [r for r in tape.records if isinstance(r, LoopRecord)]
+    assert record.loop.linear is not None and record.loop.checked_steps == 2
+    np.testing.assert_allclose(got, [8.0, 8.0])
+
+
+# -- 9 and 13: float arrays read from outside are followed as hidden parameters -------------
+
+W = np.array([0.5, 0.7])
+
+
+def reads_global(u):
+    return weighted(u, W)
+
+
+def test_a_global_array_read_by_a_step_gets_its_gradient():
+    u0 = np.array([1.0, 2.0])
+    extra = lambda: tg.sum(W)                           # noqa: E731  (the tape follows W after)
+    got, _ = loop_gradient(reads_global, u0, 3, [u0, W], extra=extra)
+    want, _ = loop_gradient(reads_global, u0, 3, [u0, W], snapshots=None, extra=extra)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-13)
+    run = lambda: np.sum(_plain_loop(reads_global, u0, 3)) + np.sum(W)    # noqa: E731
+    np.testing.assert_allclose(got[1], central(run, W), rtol=1e-7)
+    # only inside the loop, and through tg.gradient: no "not used" error, the right gradient
+    g_u, g_w = tg.gradient(lambda u, w: tg.sum(tg.checkpoint_loop(reads_global, u, 3,
+                                                                  snapshots=2)), u0, W)
+    np.testing.assert_allclose(g_w, want[1] - 1.0, rtol=1e-13)
+
+
+def test_an_array_the_tape_follows_read_from_outside_gets_its_gradient():
+    """(item 13: this was refused, with a message about NumPy copies; it is followed now)"""
+    u0, w = np.array([1.0, 2.0]), np.array([0.5, 0.7])
+
+    def run(checkpointed):
+        with tg.Tape() as tape:
+            w2 = tg.scale(w, 1.5)
+            step = lambda u: weighted(u, w2)            # noqa: E731
+            u = tg.checkpoint_loop(step, u0, 3, snapshots=2) if checkpointed else \
+                step(step(step(u0)))
+            loss = tg.sum(u)
+        return tape.gradient(loss, [u0, w])
+    for g, want in zip(run(True), run(False)):
+        np.testing.assert_allclose(g, want, rtol=1e-13)
+
+
+def test_a_tape_scalar_from_outside_is_refused_naming_params():
+    u0 = np.array([1.0, 2.0])
+    with pytest.raises(tg.TapegradError, match=r"uses a tape scalar from outside without "
+                       r"taking it as an argument \(params= for tg.checkpoint_loop\)"):
+        with tg.Tape() as tape:
+            k = tape.watch(0.5)
+            tg.checkpoint_loop(lambda u: scaled(u, k), u0, 3, snapshots=2)
+
+
+def test_a_global_array_read_by_a_segment_gets_its_gradient():
+    def segment(u):
+        return tg.dot(weighted(u, W), weighted(u, W))
+
+    def run(f):
+        u0 = np.array([1.0, 2.0])
+        with tg.Tape() as tape:
+            loss = f(u0) + tg.sum(W)
+        return tape.gradient(loss, [u0, W])
+    for g, want in zip(run(tg.checkpoint(segment)), run(segment)):
+        np.testing.assert_allclose(g, want, rtol=1e-13)
+
+
+def test_a_global_array_overwritten_after_the_loop_is_refused():
+    u0, w = np.array([1.0, 2.0]), np.array([0.5, 0.7])
+    with tg.Tape() as tape:
+        u = tg.checkpoint_loop(lambda u: weighted(u, w), u0, 3, snapshots=2)
+        loss = tg.dot(u, u)
+        sc(tg.CPU())(w, u, 2.0, ndrange=2)               # a recorded launch overwrites w
+    with pytest.raises(tg.TapegradError, match=r"reads an array of shape \(2,\) from outside, "
+                       r"and a recorded operation after the loop overwrote it.*params="):
+        tape.gradient(loss, [u0])
+
+
+# -- 10: params are watched like a launch's inputs ---------------------------------------------
+
+def test_a_param_changed_in_place_before_the_gradient_is_refused():
+    u0, w = np.array([1.0, 0.5]), np.array([0.5, 0.7])
+    with tg.Tape() as tape:
+        u = tg.checkpoint_loop(lambda u, w: weighted(squared(u), w), u0, 3, params=(w,),
+                               snapshots=2)
+        loss = tg.sum(u)
+    w *= 3
+    with pytest.raises(tg.TapegradError, match=r"an array of shape \(2,\) that the recorded "
+                       r"code read was changed after recording and before gradient\(\)"):
+        tape.gradient(loss, [u0, w])
+
+
+def test_a_param_overwritten_by_a_later_launch_keeps_what_the_loop_read():
+    def run(checkpointed):
+        u0, w = np.array([1.0, 0.5]), np.array([0.5, 0.7])
+        step = lambda u, w: weighted(squared(u), w)      # noqa: E731
+        with tg.Tape() as tape:
+            u = tg.checkpoint_loop(step, u0, 3, params=(w,), snapshots=2) if checkpointed \
+                else step(step(step(u0, w), w), w)
+            sc(tg.CPU())(w, u, 2.0, ndrange=2)          # the plain tape keeps a copy
+            loss = tg.sum(u) + tg.sum(w)
+        return tape.gradient(loss, [u0])
+    np.testing.assert_allclose(run(True)[0], run(False)[0], rtol=1e-13)
+
+
+# -- 11: a step must be pure; it may take the step index ---------------------------------------
+
+def by_index(u, k):
+    return scaled(squared(u), 1.0 + 0.1 * k)
+
+
+def test_a_step_may_take_the_step_index():
+    u0 = np.array([0.5, 0.6])
+    for s in (1, 2, 5):
+        (got,), _ = loop_gradient(by_index, u0, 5, [u0], snapshots=s)
+        with tg.Tape() as tape:
+            u = u0
+            for k in range(5):
+                u = by_index(u, k)
+            loss = tg.sum(u)
+        (want,) = tape.gradient(loss, [u0])
+        np.testing.assert_allclose(got, want, rtol=1e-13)
+    run = lambda: np.sum(tg.checkpoint_loop(by_index, u0, 5))      # noqa: E731 (no tape)
+    np.testing.assert_allclose(got, central(run, u0), rtol=1e-7)
+
+
+def test_an_impure_step_is_refused_where_the_loop_is_run():
+    calls = [0]
+
+    def counted(u):
+        calls[0] += 1
+        return by_index(u, calls[0])
+    u0 = np.array([0.5, 0.6])
+    with pytest.raises(tg.TapegradError, match=r"gave another state when run again from the "
+                       r"same one \(step 0\).*not a pure function.*def step\(\*state, \*params, "
+                       r"k\)"):
+        with tg.Tape():
+            tg.checkpoint_loop(counted, u0, 5, snapshots=2)
+
+
+# -- 12: tg.checkpoint keeps ints ints ------------------------------------------------------
+
+def test_int_arguments_of_a_segment_stay_ints():
+    @tg.checkpoint
+    def powers(x, n, j):
+        for _ in range(n):
+            x = squared(x)
+        out = np.empty_like(x)
+        pick(tg.CPU())(out, x, j, ndrange=x.size)
+        return tg.sum(out)
+
+    def plain(x, n, j):
+        return powers.__wrapped__(x, n, j)
+    x = np.array([1.1, 0.9, 0.7])
+    (got,) = tg.gradient(lambda x: powers(x, 2, 1), x)
+    (want,) = tg.gradient(lambda x: plain(x, 2, 1), x)
+    np.testing.assert_allclose(got, want, rtol=1e-13)
+    np.testing.assert_allclose(got, central(lambda: plain(x, 2, 1), x), rtol=1e-7)
+
+
+def _plain_loop(step, u, n):
+    for _ in range(n):
+        u = step(u)
+    return u
