@@ -22,6 +22,7 @@ from tapegrad.checkpointing.revolve import reverse_actions
 from tapegrad.checkpointing.snapshots import Snapshots, choose_snapshots
 from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
+from tapegrad.tape.hostops import copy
 from tapegrad.tape.identity import array_key
 from tapegrad.tape.memory import kept_by, owner
 from tapegrad.tape.modes import current_forward, paused, recording_tapes
@@ -42,7 +43,10 @@ def checkpoint_loop(step: Callable[..., Any], state: Any, n_steps: int,
     arrays or updated in place); ``params`` are what ``step`` reads from outside the loop and
     may need gradients for (arrays, tape scalars, numbers), given to it after the state.
     ``snapshots=None`` picks as many as ``memory`` bytes hold (default: a quarter of the free
-    memory), at most one per step, and says so on stderr.  ``storage="disk"`` keeps the
+    memory), and says so on stderr; where all ``n_steps`` states fit, every step is recorded
+    as the plain tape records it.  A ``step`` with one more positional parameter (without a
+    default) than the state and the parameters gets the step's number: ``step(*state,
+    *params, k)``.  ``storage="disk"`` keeps the
     snapshots in a private temporary folder (removed with the tape), the ``in_memory`` newest
     of them in memory.
 
@@ -72,11 +76,18 @@ def checkpoint_loop(step: Callable[..., Any], state: Any, n_steps: int,
         for k in range(n):
             states = _call(step, states, params, single, k if index else None)
         return states[0] if single else states
-    s = snapshots if snapshots is not None else choose_snapshots(states, n, memory)
+    stored = Snapshots(storage, in_memory)
+    s = snapshots if snapshots is not None else choose_snapshots(states, n, memory,
+                                                                  not stored.disk)
+    if snapshots is None and s >= n and not stored.disk:   # all fits: the plain tape
+        states = tuple(copy(x) for x in states)   # (recorded: a step may update in place)
+        for k in range(n):
+            states = _call(step, states, params, single, k if index else None)
+        return states[0] if single else states
     if isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1:
         raise TapegradError(f"tg.checkpoint_loop: snapshots is a number of states to keep, at "
                             f"least 1 (the initial state), got {s!r}")
-    loop = Loop(step, n, int(s), params, single, Snapshots(storage, in_memory), index)
+    loop = Loop(step, n, int(s), params, single, stored, index)
     out = loop.primal(states)
     for tape in tapes:
         record = LoopRecord.make(tape, loop, states, out)

@@ -33,11 +33,20 @@ def free_memory(x: Any) -> int:
         return 1 << 30
 
 
-def choose_snapshots(states: tuple, n: int, memory: int | None) -> int:
-    """The snapshots to keep for ``n`` steps of ``states`` within ``memory`` bytes."""
+def choose_snapshots(states: tuple, n: int, memory: int | None, plain: bool = True) -> int:
+    """The snapshots to keep for ``n`` steps of ``states`` within ``memory`` bytes; ``n`` if
+    all ``n`` states fit (with ``plain``, the loop then records every step, as the plain tape
+    does)."""
     size = sum(x.nbytes for x in states) or 1
     budget = int(FRACTION * free_memory(states[0])) if memory is None else int(memory)
     s = max(2, min(n, budget // size))
+    if budget // size >= n and plain:
+        # (then the schedule would store every state and still record each step again in
+        # the sweep: the plain tape's memory at more than its time)
+        print(f"tapegrad: checkpoint_loop records every step: {n} states of {_bytes(size)} fit "
+              f"in {'a quarter of the free memory' if memory is None else 'memory=' + _bytes(budget)}"
+              f" (the plain tape; snapshots=... to checkpoint)", file=sys.stderr, flush=True)
+        return n
     t = forward_steps(n, s)
     print(f"tapegrad: checkpoint_loop keeps {s} snapshot(s) of {_bytes(size)} ({_bytes(s * size)}"
           f" of {'a quarter of the free memory' if memory is None else 'memory=' + _bytes(budget)}"

@@ -171,7 +171,7 @@ def test_a_tape_scalar_step_reads_without_params_is_refused(data):
     with pytest.raises(tg.TapegradError, match="uses a tape scalar from outside without taking it"):
         with tg.Tape() as tape:
             k = tape.watch(0.7)
-            tg.checkpoint_loop(lambda u, v: step(u, v, forcing, k), (u0, v0), 5)
+            tg.checkpoint_loop(lambda u, v: step(u, v, forcing, k), (u0, v0), 5, snapshots=2)
     # in host arithmetic or tg.scale rather than a launch (its gradient was lost silently)
     for through in (lambda u, v, k: step(u, v, forcing, 2.0 * k),
                     lambda u, v, k: (tg.scale(u, k), tg.scale(v, 0.5))):
@@ -179,7 +179,7 @@ def test_a_tape_scalar_step_reads_without_params_is_refused(data):
                            match="uses a tape scalar from outside without taking it"):
             with tg.Tape() as tape:
                 k = tape.watch(0.7)
-                tg.checkpoint_loop(_closing_over(through, k), (u0, v0), 5)
+                tg.checkpoint_loop(_closing_over(through, k), (u0, v0), 5, snapshots=2)
 
 
 def _closing_over(f, k):
@@ -217,6 +217,23 @@ def test_the_chosen_number_of_snapshots_is_said(data, capsys):
     err = capsys.readouterr().err
     assert "checkpoint_loop keeps 10 snapshot(s) of 256 B" in err
     assert f"{forward_steps(50, 10) / 50:.2f} forward steps per step" in err
+
+
+def test_where_every_state_fits_the_default_is_the_plain_tape(data, capsys):
+    """snapshots=None and memory for all n states: every step recorded, no recomputation
+    (the schedule would hold as much and run each step twice)."""
+    want, _, _ = gradients("plain", data, 30)
+    u0, v0, forcing = (x.copy() for x in data)
+    w = np.linspace(0.5, 1.5, N_CELLS)
+    with tg.Tape() as tape:
+        k = tape.watch(0.7)
+        u, v = tg.checkpoint_loop(in_place, (u0, v0), 30, params=(forcing, k),
+                                  memory=30 * 2 * u0.nbytes)
+        loss = tg.dot(u, w) + 0.5 * tg.dot(v, v)
+    assert "checkpoint_loop records every step: 30 states of 256 B" in capsys.readouterr().err
+    assert not [r for r in tape.records if isinstance(r, LoopRecord)]
+    assert_same(tape.gradient(loss, [u0, v0, forcing, k]), want)
+    assert (u0 == data[0]).all() and (v0 == data[1]).all()     # in place: on copies
 
 
 def test_the_tape_holds_a_few_states_where_the_plain_tape_holds_one_per_step(data):
