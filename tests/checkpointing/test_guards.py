@@ -88,17 +88,25 @@ def host_factor(u):
     return scaled(u, 2.0 if u[0] < 1 else 0.5)
 
 
-def test_a_factor_chosen_on_the_host_from_the_state_is_no_linear_step():
+def host_scale(u):
+    """The same through a recorded host operation."""
+    return tg.scale(u, 2.0 if u[0] < 1 else 0.5)
+
+
+@pytest.mark.parametrize("step", [host_factor, host_scale])
+def test_a_factor_chosen_on_the_host_from_the_state_is_no_linear_step(step):
     u0 = np.array([0.6, 1.0])
-    (got,), tape = loop_gradient(host_factor, u0, 6, [u0])
-    (want,), _ = loop_gradient(host_factor, u0, 6, [u0], snapshots=None)
+    (got,), tape = loop_gradient(step, u0, 6, [u0])
+    (want,), _ = loop_gradient(step, u0, 6, [u0], snapshots=None)
     np.testing.assert_array_equal(got, want)
     np.testing.assert_allclose(got, [1.0, 1.0])          # 2 x 0.5 x 2 x 0.5 x 2 x 0.5
+    run = lambda: np.sum(_plain_loop(step, u0, 6))       # noqa: E731
+    np.testing.assert_allclose(got, central(run, u0), rtol=1e-7)
     (record,) = [r for r in tape.records if isinstance(r, LoopRecord)]
     assert record.loop.linear is None                     # the general path
     # the same loop from a state whose factor never changes: linear, proven step by step
     v0 = np.array([0.1, 0.2])
-    (got,), tape = loop_gradient(host_factor, v0, 3, [v0])
+    (got,), tape = loop_gradient(step, v0, 3, [v0])
     (record,) = [r for r in tape.records if isinstance(r, LoopRecord)]
     assert record.loop.linear is not None and record.loop.checked_steps == 2
     np.testing.assert_allclose(got, [8.0, 8.0])
@@ -200,6 +208,32 @@ def test_a_param_overwritten_by_a_later_launch_keeps_what_the_loop_read():
                 else step(step(step(u0, w), w), w)
             sc(tg.CPU())(w, u, 2.0, ndrange=2)          # the plain tape keeps a copy
             loss = tg.sum(u) + tg.sum(w)
+        return tape.gradient(loss, [u0])
+    np.testing.assert_allclose(run(True)[0], run(False)[0], rtol=1e-13)
+
+
+@tg.kernel
+def shift(out, u, f):
+    i = tg.index()
+    out[i] = 0.5 * u[i] + f[i] * f[i]
+
+
+def test_a_param_of_a_linear_step_overwritten_by_a_later_launch():
+    def run(checkpointed):
+        u0, f = np.array([1.0, 0.5]), np.array([0.5, 0.7])
+
+        def step(u, f):
+            out = np.empty_like(u)
+            shift(tg.CPU())(out, u, f, ndrange=u.size)
+            return out
+        with tg.Tape() as tape:
+            u = tg.checkpoint_loop(step, u0, 4, params=(f,), snapshots=2) if checkpointed \
+                else step(step(step(step(u0, f), f), f), f)
+            sc(tg.CPU())(f, u, 2.0, ndrange=2)
+            loss = tg.dot(u, u) + tg.sum(f)
+        if checkpointed:
+            (record,) = [r for r in tape.records if isinstance(r, LoopRecord)]
+            assert record.loop.linear is not None
         return tape.gradient(loss, [u0])
     np.testing.assert_allclose(run(True)[0], run(False)[0], rtol=1e-13)
 
