@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tapegrad as tg
 from tapegrad.checkpointing.loop import LoopRecord
@@ -297,3 +299,63 @@ def _plain_loop(step, u, n):
     for _ in range(n):
         u = step(u)
     return u
+
+
+# -- random steps: checkpointed and plain loops give the same gradients ---------------------
+
+@tg.kernel
+def soft(out, u):
+    i = tg.index()
+    out[i] = u[i] + 0.1 * u[i] * u[i]
+
+
+WR = np.array([0.9, 1.05, 1.1])
+
+
+def random_step(ops, takes_index):
+    """A step made of ``ops``: a launch with a constant, a factor chosen on the host from the
+    state, a global array (``WR``, not in params=), a nonlinear launch, tg.scale, the step
+    index (then the step takes it)."""
+    def body(u, k):
+        for op in ops:
+            if op == "const":
+                u = scaled(u, 0.9)
+            elif op == "host":
+                u = scaled(u, 1.1 if u[0] < 0.5 else 0.8)
+            elif op == "global":
+                u = weighted(u, WR)
+            elif op == "soft":
+                out = np.empty_like(u)
+                soft(tg.CPU())(out, u, ndrange=u.size)
+                u = out
+            elif op == "scale":
+                u = tg.scale(u, 0.95)
+            else:
+                u = scaled(u, 1.0 + 0.01 * k)
+        return u
+    if takes_index:
+        return body
+    return lambda u: body(u, None)
+
+
+@settings(max_examples=25, deadline=None)
+@given(ops=st.lists(st.sampled_from(["const", "host", "global", "soft", "scale", "index"]),
+                    min_size=1, max_size=3),
+       n=st.integers(1, 12), s=st.integers(1, 5))
+def test_random_steps_give_the_plain_tapes_gradients(ops, n, s):
+    takes = "index" in ops
+    step = random_step(ops, takes)
+
+    def run(checkpointed):
+        u0 = np.array([0.3, 0.45, 0.6])
+        with tg.Tape() as tape:
+            if checkpointed:
+                u = tg.checkpoint_loop(step, u0, n, snapshots=s)
+            else:
+                u = u0
+                for k in range(n):
+                    u = step(u, k) if takes else step(u)
+            loss = tg.dot(u, u) + tg.sum(WR)
+        return tape.gradient(loss, [u0, WR])
+    for g, want in zip(run(True), run(False)):
+        np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-15)
