@@ -44,11 +44,13 @@ def checkpoint_loop(step: Callable[..., Any], state: Any, n_steps: int,
     may need gradients for (arrays, tape scalars, numbers), given to it after the state.
     ``snapshots=None`` picks as many as ``memory`` bytes hold (default: a quarter of the free
     memory), and says so on stderr; where all ``n_steps`` states fit, every step is recorded
-    as the plain tape records it.  A ``step`` with one more positional parameter (without a
-    default) than the state and the parameters gets the step's number: ``step(*state,
-    *params, k)``.  ``storage="disk"`` keeps the
-    snapshots in a private temporary folder (removed with the tape), the ``in_memory`` newest
-    of them in memory.
+    as the plain tape records it.  ``storage="disk"`` keeps the snapshots in a private
+    temporary folder (removed with the tape), the ``in_memory`` newest of them in memory.
+
+    A ``step`` with one more positional parameter (without a default) than the state and the
+    parameters gets the step's number: ``step(*state, *params, k)``.  It must be a function
+    of what it is given (the reverse sweep runs steps again); what it reads from outside is
+    guarded as docs/checkpointing.md's "Guard rules" say (``guards.py``).
 
     >>> import numpy as np, tapegrad as tg
     >>> @tg.kernel
@@ -255,15 +257,18 @@ class Loop:
         return tuple(plain(p) if isinstance(p, (TrackedScalar, DualScalar)) else p
                      for p in self.params)
 
-    def record(self, hand: tuple, k: int, counted: bool = True) -> tuple[Tape, tuple]:
+    def record(self, hand: tuple, k: int, counted: bool = True,
+               sampled: bool = True) -> tuple[Tape, tuple]:
         """Step ``k`` from ``hand`` on a tape of its own (tape scalars for the parameters that
-        are the enclosing tapes' scalars)."""
+        are the enclosing tapes' scalars); ``sampled``: its result checked against the
+        forward run's (``guards.Samples``)."""
         tape = Tape(watch_changes=False)
         with paused(), tape:
             self.watched = tuple(tape.watch(plain(p)) if isinstance(p, TrackedScalar) else p
                                  for p in self.params)
             out = _call(self.step, hand, self.watched, self.single, k if self.index else None)
-        self.samples.check(k + 1, out, "tg.checkpoint_loop's step")
+        if sampled:
+            self.samples.check(k + 1, out, "tg.checkpoint_loop's step")
         self.recorded_steps += counted
         return tape, out
 
@@ -389,9 +394,9 @@ class LoopRecord(Record):
             return
         loop.params[pos] = copy
         loop.last = None
-        if loop.linear is not None:
-            hand = _copies(loop.linear[1])
-            tape, out = loop.record(hand, 0, counted=False)
+        if loop.linear is not None:     # (its state may have been updated in place since:
+            hand = _copies(loop.linear[1])    # a linear step's adjoint does not read it)
+            tape, out = loop.record(hand, 0, counted=False, sampled=False)
             loop.linear = (tape, hand, out)
 
     def held(self) -> Iterable[tuple[str, Any]]:
