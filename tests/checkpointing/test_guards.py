@@ -176,6 +176,24 @@ def test_a_global_array_read_by_a_segment_gets_its_gradient():
         np.testing.assert_allclose(g, want, rtol=1e-13)
 
 
+def test_an_array_a_segment_reads_from_outside_overwritten_afterwards_is_refused():
+    u0, w = np.array([1.0, 2.0]), np.array([0.5, 0.7])
+    segment = tg.checkpoint(lambda u: tg.dot(weighted(u, w), u))
+    with tg.Tape() as tape:
+        loss = segment(u0)
+        sc(tg.CPU())(w, u0, 2.0, ndrange=2)              # a recorded launch overwrites w
+    with pytest.raises(tg.TapegradError, match=r"tg.checkpoint's <lambda> reads an array of "
+                       r"shape \(2,\) from outside, and a recorded operation after it "
+                       r"overwrote that array.*as an argument"):
+        tape.gradient(loss, [u0])
+    with tg.Tape() as tape:
+        loss = segment(u0)
+    w *= 2                                              # NumPy, in place
+    with pytest.raises(tg.TapegradError, match=r"changed after recording and before "
+                       r"gradient\(\)"):
+        tape.gradient(loss, [u0])
+
+
 def test_a_global_array_overwritten_after_the_loop_is_refused():
     u0, w = np.array([1.0, 2.0]), np.array([0.5, 0.7])
     with tg.Tape() as tape:
