@@ -150,8 +150,11 @@ def test_an_array_the_tape_follows_read_from_outside_gets_its_gradient():
                 step(step(step(u0)))
             loss = tg.sum(u)
         return tape.gradient(loss, [u0, w])
-    for g, want in zip(run(True), run(False)):
+    got = run(True)
+    for g, want in zip(got, run(False)):
         np.testing.assert_allclose(g, want, rtol=1e-13)
+    f = lambda: np.sum(_plain_loop(lambda u: weighted(u, 1.5 * w), u0, 3))   # noqa: E731
+    np.testing.assert_allclose(got[1], central(f, w), rtol=1e-7)
 
 
 def test_a_tape_scalar_from_outside_is_refused_naming_params():
