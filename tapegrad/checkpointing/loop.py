@@ -239,7 +239,10 @@ class Loop:
         for action in actions:
             kind = action[0]
             if kind == "store":
-                self.stored.put(action[1], hand)
+                if action[1] == 0 and self.initial:      # (kept anyway: not a second copy)
+                    self.stored.put(0, self.initial, copy=False)
+                else:
+                    self.stored.put(action[1], hand)
                 self.most_stored = max(self.most_stored, len(self.stored))
             elif kind == "free":
                 self.stored.drop(action[1])

@@ -93,8 +93,10 @@ class Snapshots:
     def __iter__(self) -> Any:
         return iter(self.memory.values())
 
-    def put(self, i: int, states: tuple) -> None:
-        self.memory[i] = tuple(x.copy() for x in states)
+    def put(self, i: int, states: tuple, copy: bool = True) -> None:
+        """Store ``states`` as position ``i``: copies, or (``copy=False``) the arrays
+        themselves, which no one may change then (``get`` hands out copies)."""
+        self.memory[i] = tuple(x.copy() for x in states) if copy else tuple(states)
         if self.disk:
             while len(self.memory) > self.in_memory:
                 oldest = next(iter(self.memory))

@@ -360,7 +360,8 @@ def test_snapshots_on_disk_give_the_same_gradients_from_a_private_folder(data):
     assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700
     with tg.Tape() as in_memory:
         tg.checkpoint_loop(step, (u0, v0), 40, params=(forcing, 0.7), snapshots=6)
-    assert tape.memory()["total"] <= in_memory.memory()["total"] - 2 * 2 * u0.nbytes
+    # (in memory, the stored initial state is the one the loop keeps anyway; on disk, a copy)
+    assert tape.memory()["total"] <= in_memory.memory()["total"] - 2 * u0.nbytes
     assert_same(tape.gradient(loss, [u0, v0, forcing, k]), want)
     del tape, record, store, loss, k
     gc.collect()
