@@ -186,6 +186,9 @@ class Loop:
             self.last = (tape, hand, out)
             return out
         self.recorded_steps -= 1                 # (a probe: the schedule records step 0 again)
+        # (its states, which its tape and its tape scalars hold: not through the run)
+        tape = hand = out = None
+        self.watched = ()
         with unrecorded():
             hand = self.run_actions(self.actions[:self.first_reverse], _copies(before))
         tape, out = self.record(hand, self.n - 1)
@@ -200,14 +203,14 @@ class Loop:
         first = signature(tape, self.roles(tape, hand, out))
         if first is None:
             return None
-        recorded = (tape, hand, out)
+        recorded, watched = (tape, hand, out), self.watched
         for k in range(1, self.n):
             step_tape, new = self.record(out, k, counted=False)
             self.checked_steps += 1
             if signature(step_tape, self.roles(step_tape, out, new)) != first:
                 return None
             out = new
-        self.linear = recorded
+        self.linear, self.watched = recorded, watched   # (the first step's tape scalars)
         return out
 
     def roles(self, tape: Tape, hand: tuple, out: tuple) -> dict:
@@ -308,6 +311,7 @@ class Loop:
                 tape, out = self.record(hand, action[1])
             bar = self.step_back(tape, hand, out, bar, want, param_bars)
             tape = hand = out = None
+        self.watched = ()        # (their tape holds the last state recorded: not kept)
         return bar, param_bars
 
     def step_back(self, tape: Tape, hand: tuple, out: tuple, bar: list, want: list[bool],

@@ -236,6 +236,36 @@ def test_a_param_overwritten_by_a_later_launch_keeps_what_the_loop_read():
 
 
 @tg.kernel
+def add_k(out, u, k):
+    i = tg.index()
+    out[i] = 0.5 * u[i] + k
+
+
+def test_a_linear_step_with_a_tape_scalar_param():
+    """(each step after the first is recorded to check the shortcut: the sweep must still
+    differentiate the first step's tape scalar)"""
+    def step(u, k):
+        out = np.empty_like(u)
+        add_k(tg.CPU())(out, u, k, ndrange=u.size)
+        return out
+
+    def run(checkpointed):
+        u0 = np.array([1.0, 0.5])
+        with tg.Tape() as tape:
+            k = tape.watch(0.3)
+            u = tg.checkpoint_loop(step, u0, 4, params=(k,), snapshots=2) if checkpointed \
+                else step(step(step(step(u0, k), k), k), k)
+            loss = tg.dot(u, u)
+        if checkpointed:
+            (record,) = [r for r in tape.records if isinstance(r, LoopRecord)]
+            assert record.loop.linear is not None
+        return tape.gradient(loss, [u0, k]) + tape.gradient(loss, [k])
+    got, want = run(True), run(False)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-13)
+    assert got[1] == got[2] == pytest.approx(want[1], rel=1e-13) and want[1] != 0.0
+
+
+@tg.kernel
 def shift(out, u, f):
     i = tg.index()
     out[i] = 0.5 * u[i] + f[i] * f[i]
