@@ -575,7 +575,7 @@ def test_verify_compares_fingerprints_left_on_a_gpu_and_says_what_changed():
 
 
 def test_verify_catches_host_code_changing_an_opencl_array():
-    import pyopencl.array as cla     # (a test dependency: never skipped)
+    import pyopencl.array as cla  # (a test dependency: never skipped)
     cl = tg.OpenCL()
     A = tg.asarray(cl, rng.random(6))
     with tg.Tape(verify=True), pytest.raises(tg.TapegradError, match="changed by code"):
