@@ -115,6 +115,10 @@ class Sweep:
         if connected and sources and useful_ids.isdisjoint(self.active_ids) \
                 and useful_nodes.isdisjoint(self.active_nodes):
             raise self.disconnected(useful_ids, sources)
+        provenance = getattr(self.tape, "provenance", None)
+        if provenance is not None and provenance.made:
+            provenance.check(self.records, (useful_ids, useful_nodes),
+                             (self.active_ids, self.active_nodes))
         records, first_use, requested = self.records, self.first_use, self.requested
         active_ids, active_nodes = self.active_ids, self.active_nodes
         current, free = self.shadows, self.free
@@ -166,6 +170,12 @@ class Sweep:
                     "2.0, B.copy(), np.exp(B), B.reshape(...)), the tape cannot see that. Use "
                     "tg.scale(B, 2.0), tg.copy(B), tg.reshape(B, shape), or compute it in a "
                     "kernel.")
+            provenance = getattr(self.tape, "provenance", None)
+            seen = next((m for m in provenance.made if m.ident in useful_ids), None) \
+                if provenance is not None else None
+            if seen is not None:
+                hint += (f" (Made during the recording, that array was first read at "
+                         f"{seen.where}.)")
         return TapegradError(
             f"the target does not depend on any of the {len(sources)} value(s) you "
             "differentiate with respect to through operations the tape recorded, so every "

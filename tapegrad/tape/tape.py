@@ -26,6 +26,7 @@ from tapegrad.tape.fingerprint import fingerprint
 from tapegrad.tape.identity import Identities, array_key
 from tapegrad.tape.memory import MemoryLimit, held_bytes
 from tapegrad.tape.modes import current_forward, tapes_var
+from tapegrad.tape.provenance import Provenance
 from tapegrad.tape.recorder import RecordPlan, recorder
 from tapegrad.tape.records import LaunchRecord, Record
 from tapegrad.tape.scalars import TrackedScalar, plain
@@ -92,6 +93,8 @@ class Tape:
         self.fingerprints: dict[int, Any] = {}
         self.recording = False
         self.used = False
+        # (verify mode: arrays host code made from recorded values: tape/provenance.py)
+        self.provenance = Provenance() if self.verify else None
 
     # -- recording ------------------------------------------------------------------------
     def __enter__(self) -> Tape:
@@ -104,6 +107,8 @@ class Tape:
                 "...), tg.jacobian(..., mode=tg.Forward)): the launches it records would carry "
                 "no tangents; differentiate the function in one mode")
         self.recording = True
+        if self.provenance is not None:
+            self.provenance.start()
         tapes = tapes_var.get() + (self,)
         self.tokens = (tapes_var.set(tapes), interceptor.set(
             self.record_launch if len(tapes) == 1 else _record_on_each(tapes)))
@@ -113,6 +118,8 @@ class Tape:
         tapes_var.reset(self.tokens[0])
         interceptor.reset(self.tokens[1])
         self.recording = False
+        if self.provenance is not None:
+            self.provenance.stop()
         # remember what every live input looked like, to catch changes before gradient();
         # arrays only the tape still holds (a simulation's intermediate states) cannot change
         if self.watch_changes:
@@ -224,9 +231,22 @@ class Tape:
         if plan is None:
             plan = kernel.cache[("record plan", launcher, tracked)] = self.plan_record(
                 cfg, args, plain, nd, key, tracked)
-        plan.record(self, cfg, args, plain, launcher if run else None, nd, ndrange)
+        if self.provenance is None:
+            plan.record(self, cfg, args, plain, launcher if run else None, nd, ndrange)
+        else:
+            self.verified_record(plan, cfg, args, plain, launcher if run else None, nd, ndrange)
         if self.limit is not None:
             self.limit.check(self.records)
+
+    def verified_record(self, plan: RecordPlan, cfg: Any, args: tuple, plain: tuple,
+                        launcher: Any, nd: tuple[int, ...], ndrange: Any) -> None:
+        """``plan.record`` under ``verify``, noting the launch's line and the arrays it reads
+        that host code made during the recording (provenance.py)."""
+        before = len(self.records)
+        plan.record(self, cfg, args, plain, launcher, nd, ndrange)
+        if len(self.records) > before:
+            self.provenance.recorded(self, self.records[-1],
+                                     [args[pos] for pos, reads, *_ in plan.arrays if reads])
 
     def plan_record(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...], key: tuple,
                     tracked: tuple[int, ...]) -> RecordPlan:
@@ -276,6 +296,8 @@ class Tape:
         self.records.append(record)
         for x, pos in live_inputs:
             self.read_live(x, record, pos)
+        if self.provenance is not None:
+            self.provenance.recorded(self, record, (*(x for x, _ in live_inputs), *read))
         if self.limit is not None:
             self.limit.check(self.records)
 
