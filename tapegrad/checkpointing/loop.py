@@ -279,9 +279,15 @@ class Loop:
         return tape, out
 
     # -- reverse --------------------------------------------------------------------------
-    def reverse(self, bar: list[Any], want: list[bool]) -> tuple[list, list]:
+    def reverse(self, given: list[Any], want: list[bool]) -> tuple[list, list]:
         """The cotangents of the initial state and of the parameters (``want``: which
-        parameters are active) given the final state's cotangent ``bar``."""
+        parameters are active) given the final state's cotangent ``given`` (None where
+        zero).  ``given`` is consumed: its arrays are the sweep's to overwrite, and the list
+        is emptied so that none outlives the first step back.  At any time the sweep holds
+        the snapshots, the state in hand, the recorded step's result, the cotangent it
+        carries and the one it makes (``_vjp``)."""
+        bar = list(given)
+        given.clear()
         param_bars: list[Any] = [None] * (len(self.params) + len(self.outside))
         if self.stale:
             raise TapegradError(
@@ -310,21 +316,23 @@ class Loop:
             if tape is None:
                 tape, out = self.record(hand, action[1])
             bar = self.step_back(tape, hand, out, bar, want, param_bars)
-            tape = hand = out = None
-        self.watched = ()        # (their tape holds the last state recorded: not kept)
+            # (the tape scalars hold their tape, which holds the state it recorded from)
+            tape = hand = out = self.watched = None
+        self.watched = ()
         return bar, param_bars
 
     def step_back(self, tape: Tape, hand: tuple, out: tuple, bar: list, want: list[bool],
                   param_bars: list) -> list:
         """One recorded step's vector-Jacobian product: the cotangent of its input state;
-        the parameters' added into ``param_bars``."""
+        the parameters' added into ``param_bars``.  ``bar`` is consumed (emptied)."""
         sources, where = [], []
         for k, x in enumerate(hand):
             if tape.tracks(x) and np.dtype(x.dtype).kind == "f":
                 sources.append(x)
                 where.append(("state", k))
         for k, (p, w) in enumerate(zip((*self.watched, *self.outside), want)):
-            if w and (isinstance(p, TrackedScalar) or is_array(p) and tape.tracks(p)):
+            if w and (isinstance(p, TrackedScalar) or is_array(p) and tape.tracks(p)
+                      and not any(p is q for q in sources)):   # (given twice: once)
                 sources.append(p)
                 where.append(("param", k))
         outputs, cotangents, passed = [], [], {}
@@ -337,19 +345,46 @@ class Loop:
                 continue
             same = next(j for j, x in enumerate(hand) if x is y)    # (check_returned)
             passed[same] = w               # returned as it was given: the cotangent passes
-        grads = tape.vjp(outputs, cotangents, sources) if outputs and sources else \
+        bar.clear()                  # (the sweep consumes them: held there alone)
+        w = None
+        grads = _vjp(tape, outputs, cotangents, sources) if outputs and sources else \
             [None] * len(sources)
         new_bar: list[Any] = [None] * len(hand)
         for (kind, k), g in zip(where, grads):
             if kind == "state":
                 new_bar[k] = g
             elif param_bars[k] is None:
-                param_bars[k] = g
+                param_bars[k] = g            # (a new array: added to in place from now on)
             else:
-                param_bars[k] = param_bars[k] + g
+                param_bars[k] += g
         for k, w in passed.items():
             new_bar[k] = w if new_bar[k] is None else new_bar[k] + w
         return new_bar
+
+
+def _vjp(tape: Tape, outputs: list, cotangents: list, sources: list) -> list:
+    """``tape.vjp(outputs, cotangents, sources)``, the cotangents consumed: the sweep takes
+    them as its shadows of the outputs rather than copies (they are the loop's own, used
+    once), one state less held at each step back."""
+    grads = tape.new_gradients(sources, "tg.checkpoint_loop")
+    unwritten, seeds = set(grads), {}
+    for y, w in zip(outputs, cotangents):
+        k = tape.key(y)
+        if k in seeds:                   # (one array returned twice: one shadow)
+            seeds[k] += w
+        elif any(w is v for v in seeds.values()):
+            seeds[k] = w.copy()          # (one cotangent for two outputs)
+        else:
+            seeds[k] = w
+    cotangents.clear()
+    for k in list(seeds):
+        if k in grads:                   # an output that is a source (updated in place)
+            grads[k] = seeds.pop(k)
+            unwritten.discard(k)
+    sweep = tape.sweep({**seeds, **grads}, sources, unwritten, set(seeds))
+    seeds = None
+    sweep.run(outputs, sources)
+    return tape.gradients_of(sources, grads, sweep)
 
 
 def _written(tape: Tape, y: Any) -> bool:
@@ -423,14 +458,7 @@ class LoopRecord(Record):
                         yield "snapshots", x
 
     def backward(self, sweep: Any) -> None:
-        bar = []
-        for ident in self.writes:
-            if ident in sweep.shadows or ident in sweep.active_ids:
-                shadow = sweep.shadow(ident)
-                bar.append(shadow.copy())
-                shadow.fill(0)            # (consumed: the loop overwrote what it held)
-            else:
-                bar.append(None)
+        bar = [_consumed(sweep, ident) for ident in self.writes]
         if all(b is None for b in bar):
             return
         want = [(i is not None and i in sweep.active_ids)
@@ -447,3 +475,18 @@ class LoopRecord(Record):
                 sweep.add_scalar_bar(node, float(g))
             elif ident is not None and ident in sweep.active_ids:
                 sweep.shadow(ident)[...] += g
+
+
+def _consumed(sweep: Any, ident: Any) -> Any:
+    """The cotangent of the loop's result ``ident``, None where zero, for the reverse sweep
+    to overwrite; the shadow is consumed (the loop wrote the array).  A shadow the sweep
+    made is taken from it (what a later adjoint would find is zeros, as if consumed),
+    a caller's is copied and zeroed."""
+    shadow = sweep.shadows.get(ident)
+    if shadow is None or ident in sweep.fresh:      # (no adjoint wrote it: zeros)
+        return None
+    if ident in sweep.requested:
+        bar = shadow.copy()
+        shadow.fill(0)
+        return bar
+    return sweep.shadows.pop(ident)
