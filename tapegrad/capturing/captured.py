@@ -110,9 +110,8 @@ class Captured:
         """Run ``fn`` on a trace tape (inside any recording tapes, which record its
         operations one by one as they would without capture) and keep its program."""
         _distinct_arrays(args, self.name)
-        before = {pos: a.copy() for pos, a in enumerate(args) if type(a) is np.ndarray}
         tapes = recording_tapes()
-        trace = TraceTape()
+        trace = TraceTape(self.fn, args, self.name)
         with trace:
             params, call_args = [], list(args)
             for pos, a in enumerate(args):
@@ -126,10 +125,10 @@ class Captured:
                     params.append((pos, s.node))
                     call_args[pos] = s
             result = self.fn(*call_args)
+            trace.arguments.returned()
         self.recordings += 1
         program = build(trace, self.fn, args, params, result, self.name)
         program.outside = outside(self.fn, args)     # (as the function left it)
-        _unchanged_by_numpy(program, args, before, self.name)
         if sum(kind == "s" for kind, _ in program.results) > 1:
             raise CaptureError(f"{self.name} returns more than one tape scalar; a captured "
                                "function returns at most one (combine them, or return arrays)")
@@ -166,21 +165,6 @@ class Captured:
         if tapes:
             results = record_call(program, frame, args, results, tapes, pending)
         return tuple(results) if program.returns_tuple else results[0]
-
-
-def _unchanged_by_numpy(program: Program, args: tuple, before: dict, name: str) -> None:
-    """Refuse an argument the first call changed in place with code no tape records (``u *=
-    2`` in NumPy): a replay would not change it.  (An argument that recorded operations
-    write too is not compared: what they wrote is not known here.)"""
-    written = {slot.index for slot in program.slots if slot.kind == INPUT and slot.written}
-    for pos, old in before.items():
-        if pos not in written and not np.array_equal(old, args[pos], equal_nan=old.dtype.kind
-                                                      in "fc"):
-            raise CaptureError(
-                f"{name} changed argument {pos} (shape {tuple(old.shape)}) in place with code "
-                "no tape records (NumPy arithmetic in place, such as u *= 2 or u[0] = 1): a "
-                "replay would not change it. Do it in a kernel or with tg.scale/tg.copy, or "
-                "outside the captured function")
 
 
 def _writable(written: list[Any], name: str) -> None:

@@ -8,7 +8,7 @@ an array's contents as they are then."""
 
 from __future__ import annotations
 
-from types import FunctionType, ModuleType
+from types import CodeType, FunctionType, ModuleType
 from typing import Any
 
 from tapegrad.tape.arrays import is_array
@@ -90,10 +90,20 @@ def _names(fn: Any) -> list[tuple]:
         except ValueError:          # an empty cell
             pass
     code, globals_ = getattr(target, "__code__", None), getattr(target, "__globals__", {})
-    for name in code.co_names if code is not None else ():
+    for name in code_names(code) if code is not None else ():
         if name in globals_:
             found.append((("global", name), globals_[name]))
     return found
+
+
+def code_names(code: Any) -> dict[str, None]:
+    """The global and attribute names a code object uses, with those of the code nested in
+    it (a comprehension's, a lambda's: same globals), in order."""
+    names = dict.fromkeys(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            names.update(code_names(const))
+    return names
 
 
 def _follow(fn: Any, path: tuple) -> Any:

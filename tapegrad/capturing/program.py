@@ -13,6 +13,7 @@ contents the reverse sweep reads (``kept``), which a call that a tape records ge
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -24,6 +25,7 @@ from tapegrad.backends.cpu.driver import plan as cpu_plan
 from tapegrad.backends.cuda.graphs import plan as cuda_plan
 from tapegrad.backends.notice import compiling
 from tapegrad.backends.opencl.queue import plan as opencl_plan
+from tapegrad.capturing.outside import code_names
 from tapegrad.capturing.trace import Step, TraceTape
 from tapegrad.errors import CaptureError
 from tapegrad.tape.arrays import empty_like, is_array
@@ -180,7 +182,11 @@ class Program:
         elif kind == "scalar":
             scalars[op.out], frame.partials[op.out] = op.fn(*(value(r) for r in op.refs))
         elif kind == "guard":
-            if op.fn(*(value(r) for r in op.refs)) != op.answer:
+            try:
+                same = _same(op.fn(*(value(r) for r in op.refs)), op.answer)
+            except (ArithmeticError, ValueError, TypeError):
+                same = False    # (math.sqrt(-1.0): recording again raises at the user's line)
+            if not same:
                 raise GuardFailed(op, index)
 
     def results_of(self, frame: Frame) -> list[Any]:
@@ -205,6 +211,19 @@ class Program:
                 setattr(container, key, got)
             else:
                 container[key] = got
+
+
+def _same(got: Any, answer: Any) -> bool:
+    """Whether a guard's answer is the first call's: NaN is NaN, -0.0 is not 0.0 (a replay
+    uses what was computed from it)."""
+    if type(got) is tuple and type(answer) is tuple:
+        return len(got) == len(answer) and all(map(_same, got, answer))
+    if type(got) is float and type(answer) is float:
+        return got == answer and math.copysign(1.0, got) == math.copysign(1.0, answer) \
+            or got != got and answer != answer
+    if type(got) is complex and type(answer) is complex:
+        return _same(got.real, answer.real) and _same(got.imag, answer.imag)
+    return got == answer
 
 
 def build(tape: TraceTape, fn: Any, args: tuple, params: list[tuple[int, int]], result: Any,
@@ -507,7 +526,7 @@ def _names_of(fn: Any) -> list[Any]:
     code, globals_ = getattr(target, "__code__", None), getattr(target, "__globals__", {})
     if code is None:
         return found
-    names = code.co_names
+    names = code_names(code)
     for n in names:
         v = globals_.get(n)
         if isinstance(v, ModuleType):

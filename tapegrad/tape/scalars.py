@@ -94,59 +94,59 @@ class TrackedScalar(float):
     # A comparison (or bool(), int(), round()) of a tape scalar gives a plain answer; while a
     # captured function records (tg.capture), the answer is a guard its replays check.
     def __lt__(self, o: Any) -> bool:
-        return _concrete(operator.lt, self, o)
+        return concrete(operator.lt, self, o)
 
     def __le__(self, o: Any) -> bool:
-        return _concrete(operator.le, self, o)
+        return concrete(operator.le, self, o)
 
     def __gt__(self, o: Any) -> bool:
-        return _concrete(operator.gt, self, o)
+        return concrete(operator.gt, self, o)
 
     def __ge__(self, o: Any) -> bool:
-        return _concrete(operator.ge, self, o)
+        return concrete(operator.ge, self, o)
 
     def __eq__(self, o: Any) -> bool:
-        return _concrete(operator.eq, self, o) if isinstance(o, (float, int)) else NotImplemented
+        return concrete(operator.eq, self, o) if isinstance(o, (float, int)) else NotImplemented
 
     def __ne__(self, o: Any) -> bool:
-        return _concrete(operator.ne, self, o) if isinstance(o, (float, int)) else NotImplemented
+        return concrete(operator.ne, self, o) if isinstance(o, (float, int)) else NotImplemented
 
     __hash__ = float.__hash__
 
     def __bool__(self) -> bool:
-        return _concrete(bool, self)
+        return concrete(bool, self)
 
     def __int__(self) -> int:
-        return _concrete(int, self)
+        return concrete(int, self)
 
     def __round__(self, ndigits: int | None = None) -> Any:
-        return _concrete(round, self) if ndigits is None else _concrete(round, self, ndigits)
+        return concrete(round, self) if ndigits is None else concrete(round, self, ndigits)
 
     # float's own floor division, floor/ceil/trunc (math.floor(s), int(T // 0.25)) would
     # read the value without a word: their answers are guards too, as int()'s is
     def __floordiv__(self, o: Any) -> Any:
-        return _concrete(operator.floordiv, self, o)
+        return concrete(operator.floordiv, self, o)
 
     def __rfloordiv__(self, o: Any) -> Any:
-        return _concrete(_reflected_floordiv, self, o)
+        return concrete(_reflected_floordiv, self, o)
 
     def __divmod__(self, o: Any) -> Any:
-        return _concrete(divmod, self, o)
+        return concrete(divmod, self, o)
 
     def __rdivmod__(self, o: Any) -> Any:
-        return _concrete(_reflected_divmod, self, o)
+        return concrete(_reflected_divmod, self, o)
 
     def __floor__(self) -> int:
-        return _concrete(math.floor, self)
+        return concrete(math.floor, self)
 
     def __ceil__(self) -> int:
-        return _concrete(math.ceil, self)
+        return concrete(math.ceil, self)
 
     def __trunc__(self) -> int:
-        return _concrete(math.trunc, self)
+        return concrete(math.trunc, self)
 
     def is_integer(self) -> bool:
-        return _concrete(float.is_integer, self)
+        return concrete(float.is_integer, self)
 
     @property
     def real(self) -> Any:
@@ -434,7 +434,7 @@ def _reflected_divmod(a: float, b: Any) -> Any:
     return divmod(b, a)
 
 
-def _concrete(fn: Callable[..., Any], *args: Any) -> Any:
+def concrete(fn: Callable[..., Any], *args: Any) -> Any:
     """``fn`` of plain values (tape scalars as their floats), reported to the watcher."""
     answer = fn(*(float.__float__(a) if isinstance(a, float) else a for a in args))
     watch = concretized.get()
@@ -532,7 +532,7 @@ def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
     if name in _OPERATORS and len(inputs) == 2:
         return _OPERATORS[name](*inputs)       # the scalars' own operators and rules
     if name in _COMPARISONS and len(inputs) == 2:
-        return _concrete(_COMPARISONS[name], *inputs)
+        return concrete(_COMPARISONS[name], *inputs)
     if name == "negative":
         return -inputs[0]
     if name == "square":

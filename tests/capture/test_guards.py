@@ -3,7 +3,10 @@ on is checked before it writes anything, or refused at the user's line (issue 43
 
 from __future__ import annotations
 
+import cmath
 import math
+from concurrent.futures import ThreadPoolExecutor
+from math import sqrt
 
 import numpy as np
 import pytest
@@ -12,6 +15,7 @@ import tapegrad as tg
 
 CPU = tg.CPU()
 N = 8
+_SQRT = math.sqrt
 
 
 @tg.kernel
@@ -44,6 +48,64 @@ def test_a_float_converted_on_the_host_is_a_value_guard(convert):
     u = np.ones(N)
     for k in (0.25, 4.0, 2.6, 4.0, 0.25):
         assert float(cf(u, k)) == float(f(u, k))
+
+
+def _sqrt_of(k):           # (a helper the captured function reaches by name)
+    return sqrt(k)
+
+
+@pytest.mark.parametrize("convert", [
+    lambda k: math.sqrt(k), lambda k: sqrt(k), lambda k: math.exp(k) - math.log(k),
+    lambda k: _sqrt_of(k), lambda k: math.fsum([k, 1.0]) + math.hypot(k, 2.0),
+    lambda k: math.pow(k, 2.0) if math.isfinite(k) else 0.0,
+    lambda k: cmath.sqrt(-k).imag, lambda k: math.isclose(k, 4.0, rel_tol=0.1) + 1.0],
+    ids=["math.sqrt", "from math import sqrt", "exp log", "helper", "fsum hypot", "pow",
+         "cmath", "keyword"])
+def test_math_of_a_float_argument_is_a_value_guard(convert):
+    def f(u, k):
+        return scaled(u, convert(k))
+
+    cf = tg.capture(f)
+    u = np.ones(N)
+    ks = (0.25, 4.0, 0.25, 2.0, 4.0)
+    for k in ks:
+        assert float(cf(u, k)) == float(f(u, k))
+        (g, gk) = tg.gradient(cf, u, k)
+        (g_plain, gk_plain) = tg.gradient(f, u, k)
+        np.testing.assert_array_equal(g, g_plain)
+        assert gk == gk_plain
+    assert cf.recordings == len({convert(k) for k in ks})    # (one per answer)
+    assert math.sqrt is _SQRT and sqrt is _SQRT     # (put back after each recording)
+
+
+def test_math_in_a_closure_and_a_domain_error_at_the_users_line():
+    from math import sqrt as root
+
+    def f(u, k):
+        return scaled(u, root(k))
+
+    cf = tg.capture(f)
+    u = np.ones(N)
+    assert float(cf(u, 4.0)) == 16.0
+    with pytest.raises(ValueError, match="math domain error") as caught:
+        cf(u, -1.0)       # (the guard cannot answer: recording again raises, in f)
+    assert "f" in [entry.name for entry in caught.traceback]
+    assert float(cf(u, 0.25)) == 4.0
+
+
+def test_math_guards_in_threads_recording_at_once():
+    def f(u, k):
+        return scaled(u, math.sqrt(k) + sqrt(k))
+
+    def calls(k):
+        cf = tg.capture(f)
+        u = np.ones(N)
+        return [float(cf(u, k + j)) - float(f(u, k + j)) for j in range(4)]
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(calls, [0.25, 1.0, 4.0, 9.0]))
+    assert results == [[0.0] * 4] * 4
+    assert math.sqrt is _SQRT and sqrt is _SQRT
 
 
 def test_a_step_count_from_a_float_replays_its_own_number_of_steps():
@@ -183,3 +245,71 @@ def test_an_argument_changed_in_place_by_numpy_is_refused():
 
     with pytest.raises(tg.CaptureError, match=r"changed argument 0 .*in place.*u \*= 2"):
         tg.capture(f)(np.ones(N))
+
+
+def _numpy_before_a_kernel_writes(u):
+    u *= 2
+    add1(CPU)(u, ndrange=u.size)
+    return tg.sum(u)
+
+
+def _numpy_after_a_kernel_wrote(u):
+    add1(CPU)(u, ndrange=u.size)
+    u *= 2
+    return 1.0
+
+
+def _numpy_between_a_write_and_a_read(u):
+    add1(CPU)(u, ndrange=u.size)
+    u[3] = 7.0         # (one element: the plain tape's two samples need not see it)
+    return scaled(u, 2.0)
+
+
+@pytest.mark.parametrize("f, where", [
+    (_numpy_before_a_kernel_writes, r"test_guards.py:\d+: .*before this line"),
+    (_numpy_after_a_kernel_wrote, r"after test_guards.py:\d+, before it returned"),
+    (_numpy_between_a_write_and_a_read, r"test_guards.py:\d+: .*between test_guards.py:\d+ "
+                                        "and this line")],
+    ids=["before", "after", "between"])
+def test_an_argument_kernels_write_changed_in_place_by_numpy_is_refused(f, where):
+    with pytest.raises(tg.CaptureError, match=r"changed argument 0 .*in place.*u \*= 2"
+                       ) as caught:
+        tg.capture(f)(np.ones(N))
+    assert caught.match(where)
+
+
+def test_arguments_written_by_kernels_alone_are_not_refused():
+    def f(u, v, w):       # (v and w: two halves of one array, written through each other)
+        add1(CPU)(u, ndrange=u.size)
+        add1(CPU)(v, ndrange=v.size)
+        return scaled(u, 2.0) + scaled(w, 3.0)
+
+    cf = tg.capture(f)
+    for _ in range(3):
+        u, uv = np.ones(N), np.arange(2.0 * N)
+        u2, uv2 = u.copy(), uv.copy()
+        assert float(cf(u, uv[:N], uv[N:])) == float(f(u2, uv2[:N], uv2[N:]))
+        np.testing.assert_array_equal(u, u2)
+        np.testing.assert_array_equal(uv, uv2)
+
+
+def test_a_global_named_only_in_a_comprehension_is_guarded_too():
+    global W
+    def f(u):
+        return [tg.dot(scaled_array(u), W) for _ in range(1)][0]
+
+    cf = tg.capture(f)
+    u = np.linspace(0.0, 1.0, N)
+    saved = W
+    try:
+        for change in (lambda: None, lambda: globals().update(W=W * 3)):
+            change()
+            assert float(cf(u)) == float(f(u))
+    finally:
+        W = saved
+
+
+def scaled_array(u):
+    out = np.empty_like(u)
+    sc(CPU)(out, u, 2.0, ndrange=u.size)
+    return out
