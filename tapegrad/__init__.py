@@ -28,6 +28,7 @@ from tapegrad.backends import (
 from tapegrad.errors import (
                                BackendError,
                                CaptureError,
+                               InplaceModificationError,
                                KernelCompileError,
                                KernelError,
                                KernelIndexError,
@@ -68,6 +69,7 @@ __all__ = [
     "Backend", "CPU", "CUDA", "OpenCL", "get_backend", "allocate", "zeros", "ones", "asarray", "to_numpy",
     "TapegradError", "KernelError", "KernelSyntaxError", "KernelTypeError", "KernelCompileError",
     "KernelIndexError", "LaunchError", "BackendError", "OutsideKernelError", "CaptureError",
+    "InplaceModificationError",
 ] + sorted(MATH_FUNCTIONS)
 
 from tapegrad.api import AdjointStackOverflow, autodiff, gradient, hvp, jacobian, jvp, vjp  # noqa: E402

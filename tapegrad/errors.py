@@ -68,6 +68,12 @@ class OutsideKernelError(TapegradError, RuntimeError):
     """A kernel-language function (``tg.index``, ``tg.synchronize``, ...) was called from host code."""
 
 
+class InplaceModificationError(TapegradError, RuntimeError):
+    """An array that a recorded backward pass reads was changed in place between the forward
+    pass and the backward (``tapegrad.torch``/``tapegrad.jax``); a ``RuntimeError`` as
+    PyTorch's own "modified by an inplace operation" error is."""
+
+
 class CaptureError(TapegradError):
     """A captured function (``tg.capture``) cannot be replayed: it uses an operation a replay
     cannot repeat, or (``strict=True``) a call would take another path than the recorded one."""

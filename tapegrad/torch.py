@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from tapegrad.backends.registry import offers_cuda_interface
-from tapegrad.errors import TapegradError, optional_module
+from tapegrad.errors import InplaceModificationError, TapegradError, optional_module
 from tapegrad.interop.call import RecordedCall, overlaps
 
 _handover = threading.local()      # forward -> setup_context: the call just recorded (weakly)
@@ -139,7 +139,7 @@ def _check_versions(call: RecordedCall) -> None:
     for what, ref, version in getattr(call, "guards", ()):
         t = ref()
         if t is not None and t._version != version:
-            raise TapegradError(
+            raise InplaceModificationError(
                 f"{call.name}: {what} (a tensor of shape {tuple(t.shape)}) was modified by an "
                 f"inplace operation after the forward pass: it is at version {t._version}, "
                 f"the backward pass expected version {version} and reads its contents, so the "
