@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad.errors import TapegradError, optional_module
+from tapegrad.errors import InplaceModificationError, TapegradError, optional_module
 from tapegrad.interop.call import RecordedCall
 from tapegrad.tape.fingerprint import fingerprint
 
@@ -64,6 +64,7 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
     """
     jax = _jax()
     import jax.numpy as jnp
+    name = f"tapegrad.jax.function {getattr(f, '__name__', 'f')}"
 
     @functools.cache
     def shapes(signature: tuple) -> tuple:
@@ -89,22 +90,33 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
             while len(_calls) > KEPT:
                 _calls.pop(next(iter(_calls)))
         outputs = call.plain_outputs()
-        return (*outputs, np.array([number, _digest(outputs)], dtype=np.int64))
+        return (*outputs, np.array([number, _digest(outputs), call.outside_digest()],
+                                   dtype=np.int64))
 
     def run_backward(n_args: int, ticket: Any, *rest: Any) -> tuple:
         args, cotangents = rest[:n_args], rest[n_args:]
-        number, digest = (int(v) for v in np.asarray(ticket))
+        number, digest, outside_digest = (int(v) for v in np.asarray(ticket))
         with _lock:
             call = _calls.pop(number, None) or _answered.pop(number, None)
-        if call is None:        # (its tape was dropped: the same forward pass again)
+        if call is not None:
+            if call.outside:
+                call.check_outside(name, "take the gradient (each vector-Jacobian product)")
+        else:                   # (its tape was dropped: the same forward pass again)
             call = record(args)
+            if call.outside_digest() != outside_digest:
+                raise InplaceModificationError(
+                    f"{name}: its backward pass ran again after its tape was dropped, and "
+                    f"what the function reads without taking it as an argument "
+                    f"({call.outside_names() or 'an array'}) changed since the forward pass, "
+                    "so the gradient would be wrong. Pass it to the function as an argument, "
+                    "or take each vector-Jacobian product before changing it")
             if _digest(call.plain_outputs()) != digest:
                 raise TapegradError(
-                    f"tapegrad.jax.function {getattr(f, '__name__', 'f')}: its backward pass "
-                    "ran again after its tape was dropped, and recording the forward pass "
-                    "again from the same arguments gave different results: the function "
-                    "depends on something besides its arguments (a global array changed "
-                    "since, a random number), so the gradient would be wrong. Pass what it "
+                    f"{name}: its backward pass ran again after its tape was dropped, and "
+                    "recording the forward pass again from the same arguments gave different "
+                    "results: the function depends on something besides its arguments (a "
+                    "global array changed since, a random number), so the gradient would be "
+                    "wrong. Pass what it "
                     "reads as an argument, or take each vector-Jacobian product soon after "
                     "its forward pass")
         with _lock:
@@ -127,10 +139,11 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
 
     def fwd(*args: Any) -> tuple:
         outs, single = shapes(signature(args))
-        # (the ticket: the tape's number and a digest of the results, which a forward pass
-        # recorded again for a repeated backward must reproduce)
+        # (the ticket: the tape's number, a digest of the results and one of the arrays read
+        # from outside (outside_reads), which a forward pass recorded again for a repeated
+        # backward must reproduce)
         *results, ticket = _host_call(
-            jax, run_forward, (*outs, jax.ShapeDtypeStruct((2,), np.int64)), args)
+            jax, run_forward, (*outs, jax.ShapeDtypeStruct((3,), np.int64)), args)
         primal = results[0] if single else tuple(results)
         return primal, (ticket, args)
 

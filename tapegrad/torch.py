@@ -135,7 +135,8 @@ def _version_guards(torch: Any, call: RecordedCall, inputs: tuple, arrays: list,
 
 
 def _check_versions(call: RecordedCall) -> None:
-    """Before the backward pass: the tensors it reads are as the forward pass left them."""
+    """Before the backward pass: the tensors it reads are as the forward pass left them, and
+    so are the arrays from outside (globals, closures) that it reads."""
     for what, ref, version in getattr(call, "guards", ()):
         t = ref()
         if t is not None and t._version != version:
@@ -146,6 +147,8 @@ def _check_versions(call: RecordedCall) -> None:
                 "gradient would be wrong. Call backward() before changing it, or change a "
                 "copy (y = t.clone(); y.mul_(3)) and leave the tensor the function saw as "
                 "it was")
+    if getattr(call, "outside", None):
+        call.check_outside(call.name, "call backward()")
 
 
 def _torch_stream(torch: Any, tensors: tuple) -> Any:

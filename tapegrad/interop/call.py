@@ -18,9 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad.errors import TapegradError
-from tapegrad.tape.arrays import is_array
+from tapegrad.backends.registry import kind_of
+from tapegrad.capturing.outside import outside
+from tapegrad.errors import InplaceModificationError, TapegradError
+from tapegrad.tape.arrays import is_array, only_tape_holds
+from tapegrad.tape.fingerprint import fingerprint
 from tapegrad.tape.identity import extent
+from tapegrad.tape.memory import owner
 from tapegrad.tape.scalars import TrackedScalar, plain
 from tapegrad.tape.tape import Tape
 
@@ -28,11 +32,14 @@ from tapegrad.tape.tape import Tape
 class RecordedCall:
     """``f(*args)`` recorded; ``active[k]``: whether argument ``k`` wants a gradient (a number
     that does is watched as a tape scalar).  ``outputs``: the results as a list (one array or
-    number, or each item of a returned tuple); ``single``: whether ``f`` returned one."""
+    number, or each item of a returned tuple); ``single``: whether ``f`` returned one;
+    ``outside``: the arrays from outside the arguments that the backward reads, with their
+    fingerprints (``outside_reads``, checked by ``check_outside``)."""
 
     def __init__(self, f: Callable[..., Any], args: Sequence[Any], active: Sequence[bool]):
-        # (no fingerprints: the wrappers guard the arguments and results themselves, PyTorch
-        # by version counters, JAX by copies; docs/interop.md)
+        # (no fingerprints of the arguments and results: the wrappers guard those themselves,
+        # PyTorch by version counters, JAX by copies; docs/interop.md)
+        self.f = f
         self.tape = Tape(watch_changes=False)
         with self.tape:
             self.args = [self.tape.watch(float(a)) if on and _number(a) else a
@@ -47,6 +54,53 @@ class RecordedCall:
                     f"{getattr(f, '__name__', 'the function')} returned a "
                     f"{type(y).__name__}; a wrapped tapegrad function returns arrays, numbers "
                     "(tg.sum/tg.dot/... results), or a tuple of them")
+        self.outside = self.outside_reads() if any(active) else []
+
+    def outside_reads(self) -> list[tuple[Any, Any]]:
+        """(array, fingerprint) for each array the vector-Jacobian product reads as it is then
+        that is neither an argument nor a result of ``f`` and that code besides the tape can
+        still reach: a global, a closure's, one kept elsewhere.  Arrays ``f`` made that only
+        the tape holds now (its temporaries) cannot change and are not fingerprinted, so a
+        function that reads nothing from outside pays for one pass over its tape."""
+        own = [extent(a) for a in (*self.args, *self.outputs) if is_array(a)]
+        found = {ident: refs[-1][2] for ident, refs in self.tape.readers.items()
+                 if refs and not any(lo < ident.span[1] and ident.span[0] < hi
+                                     for lo, hi in own)}
+        if not found:
+            return []
+        held = self.tape.references_held({id(x) for x in found.values()})
+        guards = []
+        for ident in list(found):
+            x = found.pop(ident)     # (popped: getrefcount sees the tape's references and x's)
+            if not only_tape_holds(x, held[id(x)]):
+                guards.append((x, fingerprint(x)))
+        return guards
+
+    def outside_digest(self) -> int:
+        """A 63-bit hash of the fingerprints ``outside_reads`` took (for a forward pass
+        recorded again, which must find the same)."""
+        return hash(tuple(fp if isinstance(fp, int) else
+                          bytes(np.ascontiguousarray(kind_of(fp).to_numpy(fp)))
+                          for _, fp in self.outside)) & (2**63 - 1)
+
+    def outside_names(self) -> str:
+        """The arrays from outside that the vector-Jacobian product reads, in words."""
+        return ", ".join(outside_name(self.f, self.args, x) for x, _ in self.outside)
+
+    def check_outside(self, name: str, fix: str) -> None:
+        """Before the vector-Jacobian product: the arrays from outside that it reads
+        (``outside_reads``) hold what the forward pass read; one changed in place is an
+        ``InplaceModificationError`` naming it (``name``: the wrapped function, for the
+        message; ``fix``: how to take the gradient before changing it)."""
+        for x, before in self.outside:
+            if not _same_bits(fingerprint(x), before):
+                raise InplaceModificationError(
+                    f"{name}: {outside_name(self.f, self.args, x)} (an array of shape "
+                    f"{tuple(x.shape)} that the function reads without taking it as an "
+                    "argument) was changed in place after the forward pass, and the backward "
+                    "pass reads its contents, so the gradient would be wrong. Pass it to the "
+                    f"function as an argument (then the wrapper guards it), or {fix} before "
+                    "changing it")
 
     def backward_reads(self) -> list[tuple[int, int]]:
         """The memory (byte ranges) that the vector-Jacobian product reads as it is then, not
@@ -88,6 +142,60 @@ def overlaps(x: Any, spans: list[tuple[int, int]]) -> bool:
     """Whether array ``x`` shares memory with one of the byte ranges ``spans``."""
     lo, hi = extent(x)
     return any(a < hi and lo < b for a, b in spans)
+
+
+def outside_name(f: Any, args: Sequence[Any], x: Any) -> str:
+    """How ``f`` reaches array ``x`` from outside its arguments, for a message: "the global
+    W", "the closure variable W", "the global params['W']", or "an array"."""
+    base = owner(x)
+    for path, kind, want in outside(f, tuple(args)):
+        # (kind_of: ``outside`` takes anything with a shape and a dtype for an array, the
+        # numpy module too)
+        if kind == "array" and kind_of(want[0]) is not None \
+                and (owner(want[0]) is base or overlaps(x, [extent(want[0])])):
+            return _path_words(f, path)
+    return "an array"
+
+
+def _path_words(f: Any, path: tuple) -> str:
+    """``path`` (as ``outside`` gives it) in words: "the global W", "the closure variable
+    params['W']", "the global W (through helper)"."""
+    names: list[tuple[str, str]] = []      # (kind, name) per step that has a name
+    v = f
+    for step in path:
+        target = getattr(v, "__func__", v)
+        try:
+            if step[0] == "global":
+                names.append(("global", step[1]))
+                v = target.__globals__[step[1]]
+            elif step[0] == "cell":
+                free = target.__code__.co_freevars
+                names.append(("closure variable", free[step[1]]))
+                v = target.__closure__[step[1]].cell_contents
+            elif step[0] == "self":
+                names.append(("attribute", "self"))
+                v = v.__self__
+            elif names:
+                kind, name = names[-1]
+                names[-1] = (kind, name + (f"[{step[1]!r}]" if step[0] == "item"
+                                           else f".{step[1]}"))
+                v = v[step[1]] if step[0] == "item" else getattr(v, step[1])
+        except (LookupError, AttributeError, TypeError, ValueError):
+            break
+    if not names:
+        return "an array"
+    kind, name = names[-1]
+    through = " -> ".join(n for _, n in names[:-1])
+    return f"the {kind} {name}" + (f" (through {through})" if through else "")
+
+
+def _same_bits(a: Any, b: Any) -> bool:
+    """Whether two fingerprints are equal: ints, or ones left where their array lives (a
+    one-element CuPy array), compared on the host."""
+    if isinstance(a, int) or isinstance(b, int):
+        return a == b
+    kind = kind_of(a)
+    return bool(np.array_equal(kind.to_numpy(a), kind.to_numpy(b)))
 
 
 def _number(a: Any) -> bool:

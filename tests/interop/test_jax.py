@@ -152,7 +152,8 @@ def _weighted(x):
 
 def test_a_dropped_tape_recorded_again_with_different_results_is_refused():
     """The forward pass recorded again for a repeated backward must give the same results:
-    ``f`` read a global array that changed since, so its gradient would be another's."""
+    ``f`` read a global array that was rebound since, or a random number, so its gradient
+    would be another's."""
     global WEIGHTS
     x = jnp.linspace(0.5, 1.5, 5)
     _, vjp_fn = jax.vjp(tgj.function(_weighted), x)
@@ -164,9 +165,81 @@ def test_a_dropped_tape_recorded_again_with_different_results_is_refused():
     tgj._answered.clear()
     old, WEIGHTS = WEIGHTS, 3 * WEIGHTS
     try:
-        with pytest.raises(Exception, match="recording the forward pass again from the same "
-                           "arguments gave different results: the function depends on "
-                           "something besides its arguments"):
+        with pytest.raises(Exception, match="_weighted: its backward pass ran again after its "
+                           "tape was dropped, and what the function reads without taking it "
+                           r"as an argument \(the global WEIGHTS\) changed since the forward "
+                           "pass"):
             vjp_fn(w)
     finally:
         WEIGHTS = old
+    _, vjp_fn = jax.vjp(tgj.function(_randomly_scaled), x)
+    tgj._calls.clear()
+    with pytest.raises(Exception, match="recording the forward pass again from the same "
+                       "arguments gave different results: the function depends on "
+                       "something besides its arguments"):
+        vjp_fn(w)
+
+
+def _randomly_scaled(x):
+    y = np.empty_like(x)
+    weighted_k(tg.CPU())(y, x, np.random.default_rng().random(x.size), ndrange=x.size)
+    return y
+
+
+# -- arrays read from outside the arguments, changed in place --------------------------------
+
+def _weighted_sum(x):
+    y = np.empty_like(x)
+    weighted_k(tg.CPU())(y, x, WEIGHTS, ndrange=x.size)
+    return tg.sum(y)
+
+
+@pytest.mark.parametrize("dropped", [False, True], ids=["kept tape", "dropped tape"])
+def test_a_global_array_changed_in_place_before_the_backward_is_refused(dropped):
+    x = jnp.linspace(0.5, 1.5, 5)
+    f = tgj.function(_weighted_sum)
+    value, vjp_fn = jax.vjp(f, x)
+    np.testing.assert_allclose(value, np.sum(WEIGHTS * np.asarray(x) ** 2), rtol=1e-14)
+    if dropped:
+        tgj._calls.clear()
+        tgj._answered.clear()
+    WEIGHTS[1] = 7.0
+    expected = ("its backward pass ran again after its tape was dropped, and what the function "
+                r"reads without taking it as an argument \(the global WEIGHTS\) changed"
+                if dropped else
+                r"_weighted_sum: the global WEIGHTS \(an array of shape \(5,\) that the "
+                r"function reads without taking it as an argument\) was changed in place after "
+                "the forward pass.* Pass it to the function as an argument .*, or take the "
+                r"gradient \(each vector-Jacobian product\) before changing it")
+    try:
+        with pytest.raises(Exception, match=expected):
+            vjp_fn(1.0)
+    finally:
+        WEIGHTS[1] = 1.25
+    assert WEIGHTS.tolist() == np.linspace(1.0, 2.0, 5).tolist()
+    (grad,) = vjp_fn(1.0)                     # unchanged again: the closed form 2 W x
+    np.testing.assert_allclose(grad, 2 * WEIGHTS * x, rtol=1e-14)
+    np.testing.assert_allclose(grad, central_differences(
+        lambda v: np.sum(WEIGHTS * v * v), x)[0], rtol=1e-8)
+    if not dropped:                          # a tape answered before: asked again
+        WEIGHTS[0] = -1.0
+        try:
+            with pytest.raises(Exception, match="the global WEIGHTS .* was changed in place"):
+                vjp_fn(1.0)
+        finally:
+            WEIGHTS[0] = 1.0
+
+
+def test_under_jit_an_outside_array_gives_the_uncaptured_gradient():
+    x = jnp.linspace(0.5, 1.5, 5)
+    grad = jax.jit(jax.grad(tgj.function(_weighted_sum)))(x)
+    np.testing.assert_allclose(grad, 2 * WEIGHTS * x, rtol=1e-14)
+
+
+def test_a_function_reading_nothing_from_outside_fingerprints_nothing():
+    tgj._calls.clear()
+    jax.vjp(softplus, jnp.linspace(-2.0, 2.0, 7))
+    jax.vjp(simulate, jnp.linspace(0.0, 0.5, 12), jnp.asarray(0.15))
+    jax.vjp(tgj.function(_weighted_sum), jnp.linspace(0.5, 1.5, 5))
+    assert [[x is WEIGHTS for x, _ in call.outside] for call in tgj._calls.values()] == \
+        [[], [], [True]]

@@ -210,11 +210,13 @@ def test_an_input_changed_in_place_before_backward_is_refused_like_pytorchs_own_
     h = x * 1
     s = energy(h)
     h.mul_(3)
-    with pytest.raises(tg.InplaceModificationError, match=r"energy: its argument u \(a tensor of shape "
+    with pytest.raises(RuntimeError, match=r"energy: its argument u \(a tensor of shape "
                        r"\(5,\)\) was modified by an inplace operation after the forward pass: "
                        r"it is at version 1, the backward pass expected version 0 .* Call "
-                       r"backward\(\) before changing it, or change a copy .*clone\(\)"):
+                       r"backward\(\) before changing it, or change a copy .*clone\(\)") \
+            as refusal:
         s.backward()
+    assert isinstance(refusal.value, tg.InplaceModificationError)
     h_torch = x * 1                          # PyTorch's own ops on the same math refuse too
     s_torch = (h_torch * h_torch).sum()
     h_torch.mul_(3)
@@ -289,3 +291,123 @@ def test_where_an_input_cannot_be_read_only_its_write_is_refused_after_the_call(
                        "was written in place by tapegrad's kernels, which PyTorch's graph "
                        "cannot follow"):
         add_one(double(4))
+
+
+# -- what the backward depends on: arrays read from outside the arguments -------------------
+
+@tg.kernel
+def weighted_square_k(out, u, w):
+    i = tg.index()
+    out[i] = w[i] * u[i] * u[i]
+
+
+@tg.kernel
+def shift_k(out, u, w):
+    i = tg.index()
+    out[i] = u[i] + w[i]
+
+
+W = np.linspace(1.0, 2.0, 5)
+
+
+@tgt.function
+def weighted_energy(u):
+    """Reads the global W: its adjoint reads W's contents."""
+    y = np.empty_like(u)
+    weighted_square_k(tg.CPU())(y, u, W, ndrange=u.size)
+    return tg.sum(y)
+
+
+@tgt.function
+def shifted_sum(u):
+    """Reads the global W, which its adjoint does not read."""
+    y = np.empty_like(u)
+    shift_k(tg.CPU())(y, u, W, ndrange=u.size)
+    return tg.sum(y)
+
+
+def _closing_over(v):
+    @tgt.function
+    def closure_energy(u):
+        y = np.empty_like(u)
+        weighted_square_k(tg.CPU())(y, u, v, ndrange=u.size)
+        return tg.sum(y)
+    return closure_energy
+
+
+SCRATCH = np.empty(5)
+
+
+@tgt.function
+def through_a_global_buffer(u):
+    """Writes a global work array that its backward reads: each call overwrites it."""
+    square_k(tg.CPU())(SCRATCH, u, ndrange=u.size)
+    return tg.dot(SCRATCH, SCRATCH)
+
+
+def test_a_global_array_changed_in_place_before_backward_is_refused():
+    x = double(5)
+    s = weighted_energy(x)
+    W[:] *= 3
+    try:
+        with pytest.raises(RuntimeError, match=r"weighted_energy: the global W \(an array of "
+                           r"shape \(5,\) that the function reads without taking it as an "
+                           r"argument\) was changed in place after the forward pass.* Pass it "
+                           r"to the function as an argument .*, or call backward\(\) before "
+                           "changing it") as refusal:
+            s.backward()
+        assert isinstance(refusal.value, tg.InplaceModificationError)
+        assert x.grad is None
+    finally:
+        W[:] /= 3
+    weighted_energy(x).backward()            # unchanged: the closed form 2 W x
+    torch.testing.assert_close(x.grad, 2 * torch.from_numpy(W) * x.detach(), rtol=1e-14,
+                               atol=0)
+    reference = torch.autograd.grad((torch.from_numpy(W) * x * x).sum(), x)[0]
+    torch.testing.assert_close(x.grad, reference, rtol=1e-14, atol=0)
+
+
+def test_a_closure_array_changed_in_place_before_backward_is_refused():
+    v = np.linspace(0.5, 1.0, 4)
+    f = _closing_over(v)
+    x = double(4)
+    s = f(x)
+    v[2] = -1.0
+    with pytest.raises(tg.InplaceModificationError, match="closure_energy: the closure "
+                       "variable v .* was changed in place after the forward pass"):
+        s.backward()
+    f(x).backward()
+    torch.testing.assert_close(x.grad, 2 * torch.from_numpy(v) * x.detach(), rtol=1e-14,
+                               atol=0)
+    assert torch.autograd.gradcheck(f, (x,))
+
+
+def test_a_global_work_array_overwritten_by_a_second_call_is_refused():
+    """Two forward passes, then the first one's backward: it would read the second call's
+    contents of the global work array."""
+    a, b = double(5), double(5)
+    s_a = through_a_global_buffer(a)
+    s_b = through_a_global_buffer(b)
+    with pytest.raises(tg.InplaceModificationError, match="the global SCRATCH"):
+        s_a.backward()
+    s_b.backward()                           # its own contents: d sum(b^4) = 4 b^3
+    torch.testing.assert_close(b.grad, 4 * b.detach() ** 3, rtol=1e-14, atol=0)
+
+
+def test_an_outside_array_the_backward_does_not_read_may_change():
+    x = double(5)
+    s = shifted_sum(x)
+    W[:] *= 3
+    try:
+        s.backward()
+    finally:
+        W[:] /= 3
+    torch.testing.assert_close(x.grad, torch.ones(5, dtype=torch.float64))
+
+
+def test_a_function_reading_nothing_from_outside_fingerprints_nothing():
+    """Its temporaries only the tape holds: nothing to guard, nothing to pay."""
+    x = double(6)
+    for s in (energy(x), squares_and_fourth_powers(x)[1], simulate(x, 0.1)[0]):
+        assert s.grad_fn.call.outside == []
+    assert [a is W for a, _ in weighted_energy(x[:5]).grad_fn.call.outside] == [True]
