@@ -30,6 +30,10 @@ def as_cuda(opencl: str) -> str:
     text = text.replace("for opencl:", "for cuda:")
     text = re.sub(r"(?<!\w)__global ", "", text)
     text = text.replace("__kernel void", 'extern "C" __global__ void')
+    # (one work-item's body, c/items.py: CUDA inlines it always; restrict pointers)
+    text = text.replace("static inline void tg_item(",
+                        "static __device__ __forceinline__ void tg_item(")
+    text = text.replace(" *restrict ", " *__restrict__ ")
     text = text.replace("static inline", "static __device__ inline")
     text = re.sub(r"^static (\w+ \w+\()", r"static __device__ \1", text, flags=re.M)
     text = re.sub(r"(?<!\w)__local ", "__shared__ ", text)

@@ -27,6 +27,8 @@ class Dialect:
     local_memory: str        # the qualifier of workgroup-shared memory
     local_ptr: str           # ... of a pointer to it (CUDA's pointers are generic)
     barrier: str
+    restrict: str            # the qualifier of a pointer no other parameter's overlaps
+    item_function: str       # what starts the definition of one work-item's body (items.py)
 
     def ctype(self, dtype: str) -> str:
         return {"float64": "double", "float32": "float", "int64": self.int64,
@@ -44,7 +46,8 @@ OPENCL = Dialect(
     # (no contraction into fma: the results are the CPU's and Python's, rounded per operation)
     preamble="#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#pragma OPENCL FP_CONTRACT OFF",
     local_id="get_local_id({})", group_id="get_group_id({})", local_memory="__local ",
-    local_ptr="__local ", barrier="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);")
+    local_ptr="__local ", barrier="barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);",
+    restrict="restrict", item_function="static inline")
 
 CUDA = Dialect(
     name="cuda", kernel='extern "C" __global__ void', function="static __device__",
@@ -53,7 +56,8 @@ CUDA = Dialect(
     preamble="#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n"
              "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif",
     local_id="threadIdx.{}", group_id="blockIdx.{}", local_memory="__shared__ ",
-    local_ptr="", barrier="__syncthreads();")
+    local_ptr="", barrier="__syncthreads();", restrict="__restrict__",
+    item_function="static __device__ __forceinline__")
 
 CUDA_AXES = "xyz"
 
@@ -86,7 +90,7 @@ PRINTED_WORDS = frozenset("""
     auto break case char const continue default do double else enum extern float for goto if
     inline int long register restrict return short signed sizeof static struct switch typedef
     union unsigned void volatile while bool uchar threadIdx blockIdx blockDim gridDim
-    warpSize""".split())
+    warpSize tg_item""".split())
 
 
 def renamed(lines: list[str], names: set[str]) -> list[str]:

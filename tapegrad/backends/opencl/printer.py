@@ -35,24 +35,23 @@ def offset_arrays(tk: TypedKernel) -> list[str]:
 class OpenCLPrinter(CPrinter):
     """The C printer in the OpenCL dialect, with the kernel's arrays' offsets (see above)."""
 
-    def __init__(self, tk: TypedKernel):
-        super().__init__(tk, OPENCL)
+    def __init__(self, tk: TypedKernel, items: int | None = None, restrict: bool = False):
+        super().__init__(tk, OPENCL, items=items, restrict=restrict)
 
-    def _params(self, tk: TypedKernel) -> list[str]:
-        params = super()._params(tk)
-        if tk is not self.tk:              # (a device function takes moved pointers)
+    def _params(self, tk: TypedKernel, entry: bool = False, restrict: bool = False
+                ) -> list[str]:
+        params = super()._params(tk, entry, restrict)
+        if not entry:                      # (device functions take moved pointers)
             return params
         out, arrays = [], offset_arrays(tk)
         for text in params:
             out.append(text)
-            if arrays and text.endswith(f" *{arrays[0]}"):     # an array's pointer
+            if arrays and "*" in text and text.split()[-1].lstrip("*") == arrays[0]:
                 out.append(f"const {self.d.int64} {offset_name(arrays.pop(0))}")
         if arrays:
             raise KernelCompileError(f"{tk.name}: tapegrad's bug: the OpenCL printer found no "
                                      f"pointer for argument {arrays[0]} to give an offset")
         return out
 
-    def _kernel(self) -> list[str]:
-        lines = super()._kernel()
-        moves = [f"    {p} += {offset_name(p)};" for p in offset_arrays(self.tk)]
-        return lines[:1] + moves + lines[1:]
+    def _prologue(self) -> list[str]:
+        return [f"    {p} += {offset_name(p)};" for p in offset_arrays(self.tk)]
