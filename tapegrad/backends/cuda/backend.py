@@ -11,12 +11,18 @@ array from another library is ordered after the stream that made it (``streams.p
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from tapegrad.backends.base import Backend
 from tapegrad.backends.c.arguments import packer
+from tapegrad.backends.c.items import (
+    disjoint,
+    independent_items,
+    items_per_thread,
+    restrict_allowed,
+)
 from tapegrad.backends.c.printer import CUDA as CUDA_DIALECT
 from tapegrad.backends.c.printer import SCALAR_SUM_SIZE, CPrinter, kernel_symbol
 from tapegrad.backends.cuda.arrays import CUDA_ARRAYS
@@ -28,7 +34,7 @@ from tapegrad.backends.cuda.streams import follow
 from tapegrad.backends.registry import ArrayKind
 from tapegrad.backends.structure import device_functions
 from tapegrad.errors import LaunchError
-from tapegrad.frontend.types import TypedKernel
+from tapegrad.frontend.types import Array, TypedKernel
 
 _DEFAULT_GROUPSIZE = {1: (256,), 2: (16, 16), 3: (4, 8, 8)}
 # cuFuncGetAttribute / cuFuncSetAttribute's attribute numbers (CUfunction_attribute)
@@ -99,7 +105,13 @@ class CUDA(Backend):
         return _DEFAULT_GROUPSIZE[rank]
 
     def compile(self, tk: TypedKernel) -> _Launcher:
-        printer = CPrinter(tk, CUDA_DIALECT)
+        items = items_per_thread()
+        restricts = restrict_allowed() and independent_items(tk)
+        return _Launcher(tk, self, lambda restrict: self._build(tk, items, restrict), restricts)
+
+    def _build(self, tk: TypedKernel, items: int, restrict: bool) -> _Variant:
+        """One variant of ``tk``, compiled, loaded and checked against the GPU's limits."""
+        printer = CPrinter(tk, CUDA_DIALECT, items=items, restrict=restrict)
         source = printer.module(device_functions(tk))
         binary = compile_cuda(source, kernel_symbol(tk.name), self.limits.arch)
         driver = self.cupy.cuda.driver
@@ -111,29 +123,63 @@ class CUDA(Backend):
                            driver.funcGetAttribute(_NUM_REGS, function.ptr))
             if dynamic:
                 driver.funcSetAttribute(function.ptr, _MAX_DYNAMIC_SHARED, dynamic)
-        return _Launcher(function, source, tk, dynamic, self)
+        return _Variant(function, source, dynamic, printer.items)
+
+
+class _Variant(NamedTuple):
+    function: Any
+    source: str
+    shared: int          # bytes of dynamic shared memory
+    items: int           # work-items per thread
 
 
 class _Launcher:
-    """Launches a compiled kernel on CuPy's current stream of its GPU."""
+    """Launches a compiled kernel on CuPy's current stream of its GPU.
 
-    def __init__(self, function: Any, source: str, tk: TypedKernel, shared: int, backend: CUDA):
-        self.function, self.source, self.shared = function, source, shared
+    A kernel of independent work-items has two variants (``c/items.py``): with restrict
+    pointers, launched where the arrays' bytes are pairwise disjoint (the usual case, compiled
+    first), and plain, compiled on the first launch whose arrays overlap."""
+
+    def __init__(self, tk: TypedKernel, backend: CUDA, build: Any, restricts: bool):
+        self.build = build
         self.groupsize, self.limits = tk.groupsize, backend.limits
         self.block = tuple(reversed(tk.groupsize))     # the last dimension runs along x
         self.device, self.cupy = backend.device, backend.cupy
         self.pack = packer(tk.ir.params, tk.argtypes, self.buffer)
+        self.arrays = [k for k, t in enumerate(tk.argtypes) if isinstance(t, Array)]
+        self.restricts = restricts and bool(self.arrays)
+        self.variants: dict[bool, _Variant] = {}
+        self.last = self.variant(self.restricts)
+        self.items = self.last.items
+
+    def variant(self, restrict: bool) -> _Variant:
+        """The kernel with (or without) restrict pointers, compiled on first use."""
+        found = self.variants.get(restrict)
+        if found is None:
+            found = self.variants[restrict] = self.build(restrict)
+        return found
+
+    @property
+    def source(self) -> str:
+        """The source of the variant the last launch ran."""
+        return self.last.source
+
+    @property
+    def function(self) -> Any:
+        return self.last.function
 
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
         values = tuple(self.pack(args, ndrange))
-        grid = launch_shape(ndrange, self.groupsize, self.limits)
+        grid = launch_shape(ndrange, self.groupsize, self.limits, self.items)
         if not math.prod(grid):
             return
+        restrict = self.restricts and disjoint(_span(args[k]) for k in self.arrays)
+        run = self.last = self.variants.get(restrict) or self.variant(restrict)
         if self.cupy.cuda.runtime.getDevice() == self.device:
-            self.function(grid, self.block, values, shared_mem=self.shared)
+            run.function(grid, self.block, values, shared_mem=run.shared)
             return
         with self.cupy.cuda.Device(self.device):
-            self.function(grid, self.block, values, shared_mem=self.shared)
+            run.function(grid, self.block, values, shared_mem=run.shared)
 
     def buffer(self, name: str, a: Any) -> Any:
         """What CuPy's launcher takes for an array: a CuPy array itself, else its address
@@ -149,6 +195,18 @@ class _Launcher:
             raise _strided(name)
         follow(self.cupy, self.device, a, interface)
         return np.uint64(interface["data"][0])
+
+
+def _span(a: Any) -> tuple[int, int, int]:
+    """The bytes a (C-contiguous) CUDA array takes: one address space for every GPU's
+    memory (unified addressing), so the memory is 0 for all."""
+    if type(a).__module__.startswith("cupy"):
+        start = a.data.ptr
+        return 0, start, start + a.size * a.dtype.itemsize
+    interface = cuda_interface(a)
+    start = interface["data"][0]
+    return 0, start, start + math.prod(interface["shape"]) * np.dtype(
+        interface["typestr"]).itemsize
 
 
 def _c_strides(shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, ...]:

@@ -29,24 +29,28 @@ class DeviceLimits:
 
 
 def launch_shape(ndrange: tuple[int, ...], groupsize: tuple[int, ...],
-                 limits: DeviceLimits) -> tuple[int, int, int]:
-    """The grid (blocks along x, y, z) covering ``ndrange``; a LaunchError past the GPU's."""
+                 limits: DeviceLimits, items: int = 1) -> tuple[int, int, int]:
+    """The grid (blocks along x, y, z) covering ``ndrange``, a block taking ``items``
+    workgroups of dimension 0 (``c/items.py``); a LaunchError past the GPU's."""
     rank = len(ndrange)
     grid = [1, 1, 1]
     for k in range(rank):
         axis = rank - 1 - k
         blocks = -(-ndrange[k] // groupsize[k])
+        if k == 0:
+            blocks = -(-blocks // items)
         if blocks > limits.max_grid[axis]:
-            raise _too_many_blocks(ndrange, groupsize, k, blocks, limits)
+            raise _too_many_blocks(ndrange, groupsize, k, blocks, limits, items)
         grid[axis] = blocks
     return grid[0], grid[1], grid[2]
 
 
 def _too_many_blocks(ndrange: tuple[int, ...], groupsize: tuple[int, ...], k: int, blocks: int,
-                     limits: DeviceLimits) -> LaunchError:
+                     limits: DeviceLimits, items: int) -> LaunchError:
     axis = len(ndrange) - 1 - k
+    what = f"blocks of {items} workgroups" if items > 1 and k == 0 else "workgroups"
     return LaunchError(
-        f"ndrange {ndrange} with groupsize {groupsize} needs {blocks} workgroups along its "
+        f"ndrange {ndrange} with groupsize {groupsize} needs {blocks} {what} along its "
         f"dimension {k}, which runs along CUDA's grid {_AXES[axis]}: {limits.name} allows "
         f"{limits.max_grid[axis]} there. Put the longest dimension last (it runs along x, "
         f"which allows {limits.max_grid[0]}) or give dimension {k} a larger groupsize.")

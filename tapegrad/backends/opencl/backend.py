@@ -9,6 +9,12 @@ import numpy as np
 
 from tapegrad.backends.base import Backend
 from tapegrad.backends.c.arguments import packer
+from tapegrad.backends.c.items import (
+    disjoint,
+    independent_items,
+    items_per_thread,
+    restrict_allowed,
+)
 from tapegrad.backends.c.printer import SCALAR_SUM_SIZE, kernel_symbol
 from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
 from tapegrad.backends.opencl.device import arrays_on, devices, queue
@@ -16,7 +22,7 @@ from tapegrad.backends.opencl.printer import OpenCLPrinter
 from tapegrad.backends.registry import ArrayKind
 from tapegrad.backends.structure import device_functions
 from tapegrad.errors import KernelCompileError, LaunchError
-from tapegrad.frontend.types import TypedKernel
+from tapegrad.frontend.types import Array, TypedKernel
 
 _DEFAULT_GROUPSIZE = {1: (256,), 2: (16, 16), 3: (4, 8, 8)}
 
@@ -66,7 +72,15 @@ class OpenCL(Backend):
         return _DEFAULT_GROUPSIZE[rank]
 
     def compile(self, tk: TypedKernel) -> _Launcher:
-        source = OpenCLPrinter(tk).module(device_functions(tk))
+        items = items_per_thread()
+        restricts = restrict_allowed() and independent_items(tk)
+        return _Launcher(tk, self.queue, lambda restrict: self._build(tk, items, restrict),
+                         restricts)
+
+    def _build(self, tk: TypedKernel, items: int, restrict: bool) -> tuple[Any, str, int]:
+        """One variant of ``tk``: its kernel, source and work-items per thread."""
+        printer = OpenCLPrinter(tk, items=items, restrict=restrict)
+        source = printer.module(device_functions(tk))
         import pyopencl as cl
         try:
             program = cl.Program(self.queue.context, source).build()
@@ -74,7 +88,7 @@ class OpenCL(Backend):
             raise KernelCompileError(
                 f"{tk.name}: the OpenCL compiler refused the generated code ({e}); this is "
                 f"tapegrad's bug: please report it with kern.source(backend=...)") from None
-        return _Launcher(getattr(program, kernel_symbol(tk.name)), source, tk, self.queue)
+        return getattr(program, kernel_symbol(tk.name)), source, printer.items
 
 
 def opencl_devices() -> list[str]:
@@ -83,25 +97,72 @@ def opencl_devices() -> list[str]:
 
 
 class _Launcher:
-    """Sets a compiled kernel's arguments and enqueues it (no wait for it to finish)."""
+    """Sets a compiled kernel's arguments and enqueues it (no wait for it to finish).
 
-    def __init__(self, kernel: Any, source: str, tk: TypedKernel, q: Any):
-        self.kernel, self.source, self.queue = kernel, source, q
+    A kernel of independent work-items has two variants (``c/items.py``): with restrict
+    pointers, launched where the arrays' bytes are pairwise disjoint (the usual case, compiled
+    first), and plain, compiled on the first launch whose arrays overlap."""
+
+    def __init__(self, tk: TypedKernel, q: Any, build: Any, restricts: bool):
+        self.queue, self.build = q, build
         self.groupsize, self.params = tk.groupsize, tk.ir.params
         self.pack = packer(tk.ir.params, tk.argtypes, _buffer, element_offset)
+        self.arrays = [k for k, t in enumerate(tk.argtypes) if isinstance(t, Array)]
+        self.restricts = restricts and bool(self.arrays)
+        self.variants: dict[bool, tuple[Any, str]] = {}
+        self.last = self.restricts
+        self.variant(self.restricts)
+
+    def variant(self, restrict: bool) -> Any:
+        """The kernel with (or without) restrict pointers, compiled on first use."""
+        found = self.variants.get(restrict)
+        if found is None:
+            kernel, source, self.items = self.build(restrict)
+            found = self.variants[restrict] = (kernel, source)
+        return found[0]
+
+    @property
+    def source(self) -> str:
+        """The source of the variant the last launch ran."""
+        return self.variants[self.last][1]
+
+    def pick(self, arrays: list[Any]) -> Any:
+        """The variant a launch on ``arrays`` (its array arguments) may run."""
+        self.last = self.restricts and _disjoint(arrays)
+        return self.variant(self.last)
 
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
         global_, local = self.sizes(ndrange)
-        self.kernel(self.queue, global_, local, *self.pack(args, ndrange))
+        values = self.pack(args, ndrange)
+        kernel = self.pick([args[k] for k in self.arrays])
+        kernel(self.queue, global_, local, *values)
 
     def sizes(self, ndrange: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """The global and local sizes of a launch over ``ndrange``: the ndrange's last
         dimension is the device's first (consecutive work-items touch consecutive elements
-        of row-major arrays)."""
+        of row-major arrays); a thread of ``items`` work-items takes ``items`` workgroups
+        of dimension 0, the device's last (``c/items.py``)."""
         r, W = len(ndrange), self.groupsize
         local = tuple(W[r - 1 - k] for k in range(r))
-        global_ = tuple(-(-ndrange[r - 1 - k] // W[r - 1 - k]) * W[r - 1 - k] for k in range(r))
+        groups = [-(-ndrange[k] // W[k]) for k in range(r)]
+        groups[0] = -(-groups[0] // self.items)
+        global_ = tuple(groups[r - 1 - k] * W[r - 1 - k] for k in range(r))
         return global_, local
+
+
+def _disjoint(arrays: list[Any]) -> bool:
+    """Whether no two of ``arrays`` share a byte: each buffer is memory of its own (as the
+    tape takes it, ``OpenCLArrays.address``) unless it is a sub-buffer or wraps host memory,
+    which another buffer may share (then: not known to be disjoint)."""
+    import pyopencl as cl
+    spans = []
+    for a in arrays:
+        buffer = a.base_data
+        if a.nbytes and (buffer.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT) is not None
+                         or buffer.get_info(cl.mem_info.FLAGS) & cl.mem_flags.USE_HOST_PTR):
+            return False
+        spans.append((buffer.int_ptr, a.offset, a.offset + a.nbytes))
+    return disjoint(spans)
 
 
 def _buffer(name: str, a: Any) -> Any:

@@ -20,7 +20,7 @@ from tapegrad.backends.stretches import stretches
 
 class QueuedLaunches:
     """Ops ``[start, stop)`` of ``program`` (all OpenCL launches) packed for ``frame``'s
-    kind of arrays: per launch its kernel, queue, sizes, packed arguments, and where the
+    kind of arrays: per launch its launcher, queue, sizes, packed arguments, and where the
     call's buffers and offsets (slot, parameter name) and parameters (node, C type) go in
     them."""
 
@@ -42,12 +42,11 @@ class QueuedLaunches:
                         params.append((at, what, type(packed[at])))
                     at += 1
             global_, local = run.sizes(op.nd)
-            self.launches.append((run.kernel, run.queue, global_, local, packed, arrays,
-                                  params))
+            self.launches.append((run, run.queue, global_, local, packed, arrays, params))
 
     def __call__(self, frame: Any) -> None:
         arrays, scalars = frame.arrays, frame.scalars
-        for kernel, queue, global_, local, packed, at_arrays, at_params in self.launches:
+        for run, queue, global_, local, packed, at_arrays, at_params in self.launches:
             values = list(packed)
             for at, k, name in at_arrays:
                 a = arrays[k]
@@ -55,6 +54,8 @@ class QueuedLaunches:
                 values[at + 1] = np.int64(element_offset(name, a))
             for at, node, ctype in at_params:
                 values[at] = ctype(scalars[node])
+            # (restrict pointers where this call's arrays are disjoint: c/items.py)
+            kernel = run.pick([arrays[k] for _, k, _ in at_arrays])
             kernel(queue, global_, local, *values)
 
 
