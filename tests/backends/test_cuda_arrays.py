@@ -82,7 +82,7 @@ class FakeCuda:
             ptr = 7
 
             def __call__(self, grid, block, values, shared_mem=0):
-                fake.log.append(("launch", fake.current_device, values))
+                fake.log.append(("launch", fake.current_device, values, grid))
 
         class Module:
             def load(self, data):
@@ -198,6 +198,21 @@ def test_a_cupy_array_is_placed_by_its_device_id(cuda):
     double(tg.get_backend(A))(B, A, ndrange=8)
     (launch,) = cuda.launches()
     assert launch[1] == 1 and launch[2][:2] == (B, np.int64(8))
+
+
+def test_disjoint_arrays_run_the_restrict_variant_and_overlapping_ones_the_plain(cuda):
+    """(tapegrad/backends/c/items.py) four work-items per thread: 1000 work-items in 4
+    workgroups, one block; the plain variant compiled when a launch's arrays first overlap"""
+    A, B = DeviceArray(5000, on(0, 1)), DeviceArray(5000, on(0, 2))
+    gpu = tg.CUDA(0)
+    double(gpu)(B, A, ndrange=1000)
+    assert "double *__restrict__ B" in double.source(backend=gpu)
+    # B's last element is A's first: not disjoint
+    double(gpu)(DeviceArray(1000, on(0, 1) - 999 * 8), A, ndrange=1000)
+    assert "__restrict__" not in double.source(backend=gpu)
+    double(gpu)(B, A, ndrange=5000)
+    assert "__restrict__" in double.source(backend=gpu)
+    assert [launch[3] for launch in cuda.launches()] == [(1, 1, 1), (1, 1, 1), (5, 1, 1)]
 
 
 def test_a_launch_waits_for_the_stream_an_array_was_made_on(cuda):
