@@ -37,7 +37,7 @@ def main() -> None:
     cfg = saxpy_k(backend)
     cuda_launcher, nd, _ = prepare(cfg, (z, 0.5, x, y), n)
     values = tuple(cuda_launcher.pack((z, 0.5, x, y), nd))
-    grid = launch_shape(nd, cuda_launcher.groupsize, cuda_launcher.limits)
+    grid = launch_shape(nd, cuda_launcher.groupsize, cuda_launcher.limits, cuda_launcher.items)
     fn, block = cuda_launcher.function, cuda_launcher.block
     noop = cupy.RawKernel(r'extern "C" __global__ void noop(float *z) {}', "noop")
     rows = {
@@ -45,7 +45,7 @@ def main() -> None:
         "cupy Function, tapegrad's packed arguments": lambda: fn(grid, block, values),
         "tapegrad pack": lambda: cuda_launcher.pack((z, 0.5, x, y), nd),
         "tapegrad launch_shape": lambda: launch_shape(nd, cuda_launcher.groupsize,
-                                                      cuda_launcher.limits),
+                                                      cuda_launcher.limits, cuda_launcher.items),
         "cupy.cuda.runtime.getDevice": cupy.cuda.runtime.getDevice,
         "tapegrad compiled launcher": lambda: cuda_launcher((z, 0.5, x, y), nd),
         "tapegrad prepare": lambda: prepare(cfg, (z, 0.5, x, y), n),

@@ -69,6 +69,14 @@ else
     step bench_cuda 200 python -m tapegrad bench --backend cuda --json "$RESULTS/bench_cuda.json"
     # 4. where a launch's host time goes: CuPy's own launch against tapegrad's
     step host_cost 90 python tests/gpu/host_cost.py
+    # 5. sin and saxpy (2^26 float32) against the copy bandwidth: one work-item per thread
+    #    (the code before tapegrad/backends/c/items.py), 4 without and with restrict
+    #    pointers (the default), 8 per thread
+    step items_one 60 env TAPEGRAD_ITEMS_PER_THREAD=1 TAPEGRAD_RESTRICT=0 \
+        python tests/gpu/items_bandwidth.py
+    step items_four_plain 60 env TAPEGRAD_RESTRICT=0 python tests/gpu/items_bandwidth.py
+    step items_four 60 python tests/gpu/items_bandwidth.py
+    step items_eight 60 env TAPEGRAD_ITEMS_PER_THREAD=8 python tests/gpu/items_bandwidth.py
 fi
 echo "run_gpu_checks: status $status" | tee -a "$RESULTS/summary.txt"
 exit $status
