@@ -25,6 +25,7 @@ from tapegrad.tape.arrays import is_array, only_tape_holds
 from tapegrad.tape.fingerprint import fingerprint
 from tapegrad.tape.identity import extent
 from tapegrad.tape.memory import owner
+from tapegrad.tape.records import LaunchRecord
 from tapegrad.tape.scalars import TrackedScalar, plain
 from tapegrad.tape.tape import Tape
 
@@ -60,20 +61,19 @@ class RecordedCall:
         """(array, fingerprint) for each array the vector-Jacobian product reads as it is then
         that is neither an argument nor a result of ``f`` and that code besides the tape can
         still reach: a global, a closure's, one kept elsewhere.  Arrays ``f`` made that only
-        the tape holds now (its temporaries) cannot change and are not fingerprinted, so a
-        function that reads nothing from outside pays for one pass over its tape."""
-        own = [extent(a) for a in (*self.args, *self.outputs) if is_array(a)]
-        found = {ident: refs[-1][2] for ident, refs in self.tape.readers.items()
-                 if refs and not any(lo < ident.span[1] and ident.span[0] < hi
-                                     for lo, hi in own)}
-        if not found:
-            return []
-        held = self.tape.references_held({id(x) for x in found.values()})
+        the tape holds now (its temporaries) cannot change and are not fingerprinted: a
+        function that reads nothing from outside pays for a look at each array its tape
+        reads."""
+        mine = {id(a) for a in (*self.args, *self.outputs)}
+        own: list[tuple[int, int]] | None = None
         guards = []
-        for ident in list(found):
-            x = found.pop(ident)     # (popped: getrefcount sees the tape's references and x's)
-            if not only_tape_holds(x, held[id(x)]):
-                guards.append((x, fingerprint(x)))
+        for ident, refs in self.tape.readers.items():
+            if not refs or id(refs[-1][2]) in mine or _only_the_tape_holds(refs):
+                continue
+            if own is None:
+                own = [extent(a) for a in (*self.args, *self.outputs) if is_array(a)]
+            if not any(lo < ident.span[1] and ident.span[0] < hi for lo, hi in own):
+                guards.append((refs[-1][2], fingerprint(refs[-1][2])))
         return guards
 
     def outside_digest(self) -> int:
@@ -142,6 +142,23 @@ def overlaps(x: Any, spans: list[tuple[int, int]]) -> bool:
     """Whether array ``x`` shares memory with one of the byte ranges ``spans``."""
     lo, hi = extent(x)
     return any(a < hi and lo < b for a, b in spans)
+
+
+def _only_the_tape_holds(refs: list[tuple]) -> bool:
+    """Whether the array that ``refs`` (a tape's readers of one array) read is held by
+    nothing but the tape: counting the references of those readers and of their records
+    (``Tape.references_held``'s count, over these records only: a lower bound, which can
+    only make an array look reachable from outside and be fingerprinted)."""
+    x = refs[-1][2]                       # (the caller's variable that only_tape_holds allows)
+    records = {id(r): r for r, _, _ in refs}.values()
+    # (generators, which let go of x when done: a loop variable left on x would count)
+    held = len(refs) + sum(v is x for record in records for value in _fields(record)
+                           for v in (value if isinstance(value, (list, tuple)) else (value,)))
+    return only_tape_holds(x, held)
+
+
+def _fields(record: Any) -> Any:
+    return (record.values,) if isinstance(record, LaunchRecord) else vars(record).values()
 
 
 def outside_name(f: Any, args: Sequence[Any], x: Any) -> str:
