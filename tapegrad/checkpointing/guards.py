@@ -28,7 +28,7 @@ from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.identity import Ident, array_key
 from tapegrad.tape.records import LaunchRecord
-from tapegrad.tape.scalars import TrackedScalar
+from tapegrad.tape.scalars import TrackedScalar, _Rule
 
 
 def outside_arrays(inner: Any, given: Iterable[Any], who: str) -> list[Any]:
@@ -56,60 +56,97 @@ def outside_arrays(inner: Any, given: Iterable[Any], who: str) -> list[Any]:
     return found
 
 
-def signature(tape: Any, roles: dict[Any, tuple]) -> tuple | None:
+def signature(tape: Any, roles: dict[Any, tuple], records: list | None = None,
+              nodes: dict[int, tuple] | None = None) -> tuple | None:
     """What the adjoint of the step recorded on ``tape`` depends on, comparable between
-    steps; ``roles``: identity -> its part in the step (("state", k), ("param", k)...).
-    None where a record holds something this does not know how to compare (then no step
-    stands for another)."""
+    steps; ``roles``: identity -> its part in the step (("state", k), ("param", k)...),
+    ``nodes``: tape-scalar node -> its part (the parameters'), ``records``: the step's
+    (default: all of the tape's).  Arrays and tape scalars the step made are numbered in
+    the order they appear, so that steps recorded one after another on one tape compare as
+    if each had a tape of its own.  None where a record holds something this does not know
+    how to compare (then no step stands for another)."""
+    parts = _Parts(tape, roles, nodes or {})
     out = []
     try:
-        for r in tape.records:
+        for r in tape.records if records is None else records:
             if isinstance(r, LaunchRecord):
-                args = tuple(_role(i, roles) if i is not None else _value(v, tape, roles)
+                args = tuple(parts.role(i) if i is not None else parts.value(v)
                              for i, v in zip(r.ids, r.values))
-                out.append((r.cfg, r.nd, args, r.nodes))
+                out.append((r.cfg, r.nd, args, tuple(parts.node(n) for n in r.nodes),
+                            tuple(parts.node(n) for n in r.scalars_in)))
             else:
-                out.append((type(r), tuple((k, _value(v, tape, roles))
-                                           for k, v in vars(r).items())))
+                fields = tuple((k, parts.nodes_of(v) if k in _NODE_FIELDS else parts.value(v))
+                               for k, v in vars(r).items() if k != "scalar_out")
+                out.append((type(r), fields, parts.made(r.scalar_out)))
     except _Unknown:
         return None
     return tuple(out)
+
+
+_NODE_FIELDS = ("scalars_in", "inputs")     # (Record's and ScalarRecord's: tape-scalar nodes)
 
 
 class _Unknown(Exception):
     pass
 
 
-def _role(ident: Ident, roles: dict[Any, tuple]) -> tuple:
-    return roles.get(ident) or ("new", ident.serial)
+class _Parts:
+    """Each array's and tape scalar's part in one step: given (``roles``, ``nodes``), or
+    made in it, numbered in order (a node made elsewhere keeps its number, which equals
+    nothing another step made)."""
 
+    def __init__(self, tape: Any, roles: dict[Any, tuple], nodes: dict[int, tuple]):
+        self.tape, self.roles, self.nodes = tape, roles, dict(nodes)
+        self.new: dict[Any, tuple] = {}
+        self.made_here = 0
 
-def _value(v: Any, tape: Any, roles: dict[Any, tuple]) -> Any:
-    if v is None or isinstance(v, (bool, str, int)):
-        return v
-    if isinstance(v, TrackedScalar):
-        return ("scalar", _bits(float.__float__(v)))
-    if isinstance(v, (float, np.floating)):
-        return _bits(float(v))
-    if isinstance(v, np.integer):
-        return int(v)
-    if isinstance(v, Ident):
-        return _role(v, roles)
-    if isinstance(v, (list, tuple)):
-        return tuple(_value(x, tape, roles) for x in v)
-    if is_array(v):
-        # (kept contents: the linear shortcut takes only steps whose kept arrays are its
-        # parameters, so the array's part in the step says which contents)
-        ident = tape.ids.ident_of(v)
-        if ident is None:
-            raise _Unknown
-        return ("array", _role(ident, roles))
-    if isinstance(v, types.FunctionType):
-        cells = tuple(_value(c.cell_contents, tape, roles) for c in v.__closure__ or ())
-        return (v.__code__, cells)
-    if isinstance(v, (types.BuiltinFunctionType, type)):
-        return v
-    raise _Unknown
+    def role(self, ident: Ident) -> tuple:
+        part = self.roles.get(ident) or self.new.get(ident)
+        if part is None:
+            part = self.new[ident] = ("new", len(self.new))
+        return part
+
+    def node(self, n: int | None) -> Any:
+        return None if n is None else self.nodes.get(n, ("other", n))
+
+    def nodes_of(self, v: Any) -> Any:
+        return tuple(self.node(n) for n in v) if isinstance(v, (list, tuple)) else self.node(v)
+
+    def made(self, n: int | None) -> Any:
+        if n is None:
+            return None
+        self.nodes[n] = ("made", self.made_here)
+        self.made_here += 1
+        return self.nodes[n]
+
+    def value(self, v: Any) -> Any:
+        if v is None or isinstance(v, (bool, str, int)):
+            return v
+        if isinstance(v, TrackedScalar):
+            return ("scalar", _bits(float.__float__(v)))
+        if isinstance(v, (float, np.floating)):
+            return _bits(float(v))
+        if isinstance(v, np.integer):
+            return int(v)
+        if isinstance(v, Ident):
+            return self.role(v)
+        if isinstance(v, (list, tuple)):
+            return tuple(self.value(x) for x in v)
+        if is_array(v):
+            # (kept contents: the linear shortcut takes only steps whose kept arrays are its
+            # parameters, so the array's part in the step says which contents)
+            ident = self.tape.ids.ident_of(v)
+            if ident is None:
+                raise _Unknown
+            return ("array", self.role(ident))
+        if isinstance(v, types.FunctionType):
+            cells = tuple(self.value(c.cell_contents) for c in v.__closure__ or ())
+            return (v.__code__, cells)
+        if isinstance(v, (types.BuiltinFunctionType, type)):
+            return v
+        if isinstance(v, _Rule):        # (what a tape scalar's operation was: + or a math row)
+            return ("rule", v.kind, v.row, v.reflected)
+        raise _Unknown
 
 
 def _bits(f: float) -> Any:

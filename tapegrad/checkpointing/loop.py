@@ -30,6 +30,8 @@ from tapegrad.tape.records import Record
 from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain
 from tapegrad.tape.tape import Tape
 
+PROBE_STEPS = 64     # steps of a linear loop recorded on one tape to check the shortcut
+
 
 def checkpoint_loop(step: Callable[..., Any], state: Any, n_steps: int,
                     params: Sequence[Any] = (), snapshots: int | None = None,
@@ -199,19 +201,39 @@ class Loop:
         """The steps after the first, each recorded to compare what its adjoint depends on
         with the first's (``guards.signature``): the last state if all agree, and the first
         step's recording then stands for every step; else None (a factor the step chose on
-        the host from the state: the general path)."""
-        first = signature(tape, self.roles(tape, hand, out))
+        the host from the state: the general path).  (Host code may read the state in ways
+        no hook sees, at any step: only each step's recording shows what it did.  The steps
+        are recorded ``PROBE_STEPS`` at a time on one tape, which then knows the parameters
+        and each state from the step before: half the cost of a tape per step.)"""
+        first = signature(tape, self.roles(tape, hand, out), nodes=self.nodes(self.watched))
         if first is None:
             return None
         recorded, watched = (tape, hand, out), self.watched
+        probe = None
         for k in range(1, self.n):
-            step_tape, new = self.record(out, k, counted=False)
+            if probe is None or self.checked_steps % PROBE_STEPS == 0:
+                probe = Tape(watch_changes=False)
+                with paused(), probe:
+                    given = tuple(probe.watch(plain(p)) if isinstance(p, TrackedScalar)
+                                  else p for p in self.params)
+                nodes = self.nodes(given)
+            start = len(probe.records)
+            with paused(), probe:
+                new = _call(self.step, out, given, self.single, k if self.index else None)
+            self.samples.check(k + 1, new, "tg.checkpoint_loop's step")
             self.checked_steps += 1
-            if signature(step_tape, self.roles(step_tape, out, new)) != first:
+            if signature(probe, self.roles(probe, out, new), probe.records[start:],
+                         nodes) != first:
                 return None
             out = new
         self.linear, self.watched = recorded, watched   # (the first step's tape scalars)
         return out
+
+    @staticmethod
+    def nodes(watched: tuple) -> dict:
+        """The tape-scalar nodes of the parameters as one tape watches them, by position."""
+        return {p.node: ("param", k) for k, p in enumerate(watched)
+                if isinstance(p, TrackedScalar)}
 
     def roles(self, tape: Tape, hand: tuple, out: tuple) -> dict:
         """Each array's part in one recorded step, by its identity on ``tape``."""

@@ -114,6 +114,50 @@ def test_a_factor_chosen_on_the_host_from_the_state_is_no_linear_step(step):
     np.testing.assert_allclose(got, [8.0, 8.0])
 
 
+def late_factor(u):
+    """Linear, until the state passes 2 after about 70 steps: then another factor."""
+    return scaled(u, 1.01 if u[0] < 2 else 0.99)
+
+
+def test_a_factor_that_changes_late_is_found_where_it_changes():
+    """(the steps are checked in groups on one tape: a change in the middle of the second
+    group is found as at the first step)"""
+    u0 = np.array([1.0, 1.5])
+    (got,), tape = loop_gradient(late_factor, u0, 150, [u0], snapshots=4)
+    (want,), _ = loop_gradient(late_factor, u0, 150, [u0], snapshots=None)
+    np.testing.assert_allclose(got, want, rtol=1e-13)
+    (record,) = [r for r in tape.records if isinstance(r, LoopRecord)]
+    assert record.loop.linear is None and 64 < record.loop.checked_steps < 128
+
+
+def test_a_linear_step_with_scalar_arithmetic_and_a_temporary_over_many_steps():
+    """A tape scalar worked on in the step and an array made in it: each step recorded
+    one after another on one tape still reads as the first (the shortcut holds)."""
+    def step(u, k):
+        t = np.empty_like(u)
+        add_k(tg.CPU())(t, u, 0.5 * k + 0.1, ndrange=u.size)
+        return scaled(t, 1.9)
+
+    def run(checkpointed):
+        u0 = np.array([1.0, 0.5])
+        with tg.Tape() as tape:
+            k = tape.watch(0.3)
+            if checkpointed:
+                u = tg.checkpoint_loop(step, u0, 150, params=(k,), snapshots=3)
+            else:
+                u = u0
+                for _ in range(150):
+                    u = step(u, k)
+            loss = tg.dot(u, u)
+        records = [r for r in tape.records if isinstance(r, LoopRecord)]
+        return tape.gradient(loss, [u0, k]), records
+    (got_u, got_k), (record,) = run(True)
+    (want_u, want_k), _ = run(False)
+    assert record.loop.linear is not None and record.loop.checked_steps == 149
+    np.testing.assert_allclose(got_u, want_u, rtol=1e-12)
+    assert got_k == pytest.approx(want_k, rel=1e-12)
+
+
 # -- 9 and 13: float arrays read from outside are followed as hidden parameters -------------
 
 W = np.array([0.5, 0.7])
