@@ -204,28 +204,26 @@ class Loop:
         the host from the state: the general path).  (Host code may read the state in ways
         no hook sees, at any step: only each step's recording shows what it did.  The steps
         are recorded ``PROBE_STEPS`` at a time on one tape, which then knows the parameters
-        and each state from the step before: half the cost of a tape per step.)"""
+        and each state from the step before, rather than on a tape each.)"""
         first = signature(tape, self.roles(tape, hand, out), nodes=self.nodes(self.watched))
         if first is None:
             return None
         recorded, watched = (tape, hand, out), self.watched
-        probe = None
-        for k in range(1, self.n):
-            if probe is None or self.checked_steps % PROBE_STEPS == 0:
-                probe = Tape(watch_changes=False)
-                with paused(), probe:
-                    given = tuple(probe.watch(plain(p)) if isinstance(p, TrackedScalar)
-                                  else p for p in self.params)
-                nodes = self.nodes(given)
-            start = len(probe.records)
+        for begin in range(1, self.n, PROBE_STEPS):
+            probe = Tape(watch_changes=False)
             with paused(), probe:
-                new = _call(self.step, out, given, self.single, k if self.index else None)
-            self.samples.check(k + 1, new, "tg.checkpoint_loop's step")
-            self.checked_steps += 1
-            if signature(probe, self.roles(probe, out, new), probe.records[start:],
-                         nodes) != first:
-                return None
-            out = new
+                given = tuple(probe.watch(plain(p)) if isinstance(p, TrackedScalar) else p
+                              for p in self.params)
+                nodes = self.nodes(given)
+                for k in range(begin, min(begin + PROBE_STEPS, self.n)):
+                    start = len(probe.records)
+                    new = _call(self.step, out, given, self.single, k if self.index else None)
+                    self.samples.check(k + 1, new, "tg.checkpoint_loop's step")
+                    self.checked_steps += 1
+                    if signature(probe, self.roles(probe, out, new), probe.records[start:],
+                                 nodes) != first:
+                        return None
+                    out = new
         self.linear, self.watched = recorded, watched   # (the first step's tape scalars)
         return out
 
