@@ -145,20 +145,21 @@ def overlaps(x: Any, spans: list[tuple[int, int]]) -> bool:
 
 
 def _only_the_tape_holds(refs: list[tuple]) -> bool:
-    """Whether the array that ``refs`` (a tape's readers of one array) read is held by
-    nothing but the tape: counting the references of those readers and of their records
-    (``Tape.references_held``'s count, over these records only: a lower bound, which can
-    only make an array look reachable from outside and be fingerprinted)."""
+    """Whether the array that ``refs`` (a tape's readers of one array: record, position,
+    array) read is held by nothing but the tape.  Counted: each reader's entry, and the
+    record's own reference at that position (the one ``redirect`` replaces) where it is
+    found; a lower bound of the tape's references, which can only make an array look
+    reachable from outside and be fingerprinted."""
     x = refs[-1][2]                       # (the caller's variable that only_tape_holds allows)
-    records = {id(r): r for r, _, _ in refs}.values()
-    # (generators, which let go of x when done: a loop variable left on x would count)
-    held = len(refs) + sum(v is x for record in records for value in _fields(record)
-                           for v in (value if isinstance(value, (list, tuple)) else (value,)))
-    return only_tape_holds(x, held)
+    slots = {(id(record), pos) for record, pos, _ in refs if _slot(record, pos) is x}
+    return only_tape_holds(x, len(refs) + len(slots))
 
 
-def _fields(record: Any) -> Any:
-    return (record.values,) if isinstance(record, LaunchRecord) else vars(record).values()
+def _slot(record: Any, pos: int) -> Any:
+    """What ``record`` holds at reader position ``pos`` (a launch's argument, a host
+    reduction's operand), or None."""
+    held = record.values if isinstance(record, LaunchRecord) else getattr(record, "views", None)
+    return held[pos] if isinstance(held, list) and 0 <= pos < len(held) else None
 
 
 def outside_name(f: Any, args: Sequence[Any], x: Any) -> str:

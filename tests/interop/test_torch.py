@@ -394,6 +394,31 @@ def test_a_global_work_array_overwritten_by_a_second_call_is_refused():
     torch.testing.assert_close(b.grad, 4 * b.detach() ** 3, rtol=1e-14, atol=0)
 
 
+KEPT: list = []
+
+
+@tgt.function
+def keeping_its_temporary(u):
+    """A temporary that ``f`` also keeps where the caller can reach it."""
+    y = np.empty_like(u)
+    square_k(tg.CPU())(y, u, ndrange=u.size)
+    KEPT.append(y)
+    return tg.dot(y, y)
+
+
+def test_a_temporary_kept_where_the_caller_reaches_it_is_guarded_too():
+    x = double(4)
+    s = keeping_its_temporary(x)
+    KEPT[0][1] = 5.0
+    with pytest.raises(tg.InplaceModificationError, match=r"the global KEPT\[0\] \(an array "
+                       r"of shape \(4,\)"):
+        s.backward()
+    KEPT.clear()
+    keeping_its_temporary(x).backward()
+    torch.testing.assert_close(x.grad, 4 * x.detach() ** 3, rtol=1e-14, atol=0)
+    KEPT.clear()
+
+
 def test_an_outside_array_the_backward_does_not_read_may_change():
     x = double(5)
     s = shifted_sum(x)
