@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import cmath
 import functools
-import importlib
 import math
 import threading
 from types import BuiltinFunctionType, FunctionType, MethodType
@@ -75,6 +74,7 @@ def _wrapper(real: Any) -> Any:
         if kwargs or any(n is not None for n in layout):
             return concrete(_Packed(real, tuple(layout), kwargs), *flat)
         return concrete(real, *flat)
+    host_math.tapegrad_stands_for = real      # (a kernel naming it compiles the function)
     return host_math
 
 
@@ -88,17 +88,6 @@ _MODULES = [(vars(module), name) for module in (math, cmath)
             for name, fn in vars(module).items() if id(fn) in WRAPPERS]
 
 
-def _known_in_kernels() -> None:
-    """A kernel compiled during a recording finds a wrapper where it names ``math.sqrt``:
-    the frontend resolves it as the function it wraps."""
-    # (the module: tapegrad.frontend's attribute of that name is its function)
-    resolve = importlib.import_module("tapegrad.frontend.resolve")
-    for key, wrapper in WRAPPERS.items():
-        if key in resolve._INTRINSICS:
-            resolve._INTRINSICS[id(wrapper)] = resolve._INTRINSICS[key]
-
-
-_known_in_kernels()
 
 _LOCK = threading.Lock()
 # (id(namespace), name) -> [namespace, name, function, wrapper, installs]; a namespace is a

@@ -7,10 +7,10 @@ program."""
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from tapegrad.callers import user_line
 from tapegrad.capturing import hostmath
 from tapegrad.errors import CaptureError
 from tapegrad.runtime.launch import prepare
@@ -20,20 +20,6 @@ from tapegrad.tape.memory import owner
 from tapegrad.tape.records import LaunchRecord
 from tapegrad.tape.scalars import TrackedScalar, concretized, plain
 from tapegrad.tape.tape import Tape
-
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
-
-def user_line() -> str:
-    """``file:line`` of the innermost caller outside tapegrad (what a first call's error
-    names: the trace records it per step, once, on the first call)."""
-    frame = sys._getframe(1)
-    # (past tapegrad's frames and generated ones: a dataclass's __init__ is "<string>")
-    while frame is not None and frame.f_code.co_filename.startswith((_PACKAGE, "<")):
-        frame = frame.f_back
-    if frame is None:
-        return ""
-    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
 @dataclass

@@ -183,6 +183,8 @@ class _Resolver(ast.NodeTransformer):
                                   "math and tapegrad functions or @tg.func device functions")
         if isinstance(node.func, ast.Name) and node.func.id == "range":
             raise self.fail(node, "range(...) may only appear as the iterable of a for loop")
+        # (a stand-in tapegrad put in math's place while a capture records: its function)
+        obj = getattr(obj, "tapegrad_stands_for", obj)
         self.reject_host_api(node, obj)
         args = [self.visit(a) for a in node.args]
         name = _INTRINSICS.get(id(obj))

@@ -21,9 +21,9 @@ import tracemalloc
 from dataclasses import dataclass
 from typing import Any
 
+from tapegrad.callers import user_line
 from tapegrad.errors import TapegradError
 from tapegrad.tape.memory import owner
-from tapegrad.callers import user_line
 
 _lock = threading.Lock()
 _tracing = [0]          # recordings that asked for tracing (tracemalloc stops at the last)
