@@ -28,7 +28,7 @@ def outside(fn: Any, args: tuple) -> list[tuple]:
     seen: set[int] = set()
 
     def walk(v: Any, path: tuple, depth: int) -> None:
-        if is_array(v):
+        if is_array(v) and not isinstance(v, ModuleType):   # (numpy has shape and dtype)
             found.append((path, "array", (v, _alias(v, args))))
             return
         if isinstance(v, _VALUES) and type(v).__module__ == "builtins":
