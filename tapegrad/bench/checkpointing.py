@@ -80,30 +80,31 @@ def _gradient(n: int, steps: int, snapshots: int | str | None,
     return seconds, held, d_feed, chosen
 
 
-def _process_peak() -> int:
-    """This process's resident high-water mark in bytes: ``VmHWM`` (this process's own,
-    where ``ru_maxrss`` may count the parent it was spawned from), else ``ru_maxrss``."""
+def _status(field: str) -> int | None:
+    """A size from ``/proc/self/status`` in bytes (``VmHWM``, ``VmRSS``), None without it."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
+    return None
+
+
+def _process_peak() -> int:
+    """This process's resident high-water mark in bytes: ``VmHWM`` (this process's own,
+    where ``ru_maxrss`` may count the parent it was spawned from), else ``ru_maxrss``."""
+    peak = _status("VmHWM")
+    if peak is not None:
+        return peak
     import resource
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024     # (bytes there, KiB here)
 
 
 def _resident() -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return _status("VmRSS") or 0
 
 
 def measure(n: int, steps: int, snapshots: int | str | None) -> dict:
