@@ -22,8 +22,9 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     bench.add_argument("--checkpointing", action="store_true",
                        help="only the checkpointing table (tg.checkpoint_loop against the tape)")
-    bench.add_argument("--backend", choices=("cpu", "cuda", "opencl"), default="cpu",
-                       help="where to run (cuda needs a GPU)")
+    bench.add_argument("--backend", choices=("cpu", "cuda", "opencl", "cuda-standin"),
+                       default="cpu", help="where to run (cuda needs a GPU; cuda-standin: "
+                       "the CUDA host path's cost per launch, on a stand-in driver)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         from tapegrad.demo import main as demo
@@ -32,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
         from tapegrad.bench.checkpointing import main as checkpointing
         checkpointing(quick=args.quick)
         return 0
+    if args.backend == "cuda-standin":
+        from tapegrad.bench.host_cost import host_cost_main
+        return host_cost_main(quick=args.quick, json_path=args.json)
     from tapegrad.bench import main as run_bench  # noqa: I001
     return run_bench(quick=args.quick, json_path=args.json, backend=args.backend)
 

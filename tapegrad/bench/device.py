@@ -16,9 +16,11 @@ from tapegrad.bench.problems import sin_k as sin_kernel
 from tapegrad.bench.timing import _median_ms
 
 
-def _device_ms(backend: Any, fn: Callable[[], Any], repeats: int) -> float:
-    """Median milliseconds of ``fn`` on ``backend``: between CUDA events on CuPy's current
-    stream on a GPU, else wall time up to the device's finish."""
+def _device_ms(backend: Any, fn: Callable[[], Any], repeats: int, calls: int = 10) -> float:
+    """Median milliseconds of ``fn`` on ``backend``: on a GPU, ``calls`` calls between one
+    pair of CUDA events on CuPy's current stream (so the host's time between the events, some
+    20 us, is not counted as the kernel's), per call; else wall time up to the device's
+    finish."""
     if backend.name != "cuda":
         def finished() -> None:
             fn()
@@ -30,10 +32,11 @@ def _device_ms(backend: Any, fn: Callable[[], Any], repeats: int) -> float:
     for _ in range(repeats):
         start, stop = cupy.cuda.Event(), cupy.cuda.Event()
         start.record()
-        fn()
+        for _ in range(calls):
+            fn()
         stop.record()
         stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop))
+        times.append(cupy.cuda.get_elapsed_time(start, stop) / calls)
     return float(np.median(times))
 
 

@@ -23,6 +23,7 @@ from tapegrad.runtime.arguments import (
     ndrange_of,
 )
 from tapegrad.runtime.bounds import launch_check
+from tapegrad.runtime.plans import make_plan
 from tapegrad.runtime.show import show
 
 
@@ -46,6 +47,10 @@ _intercepting = interceptor.get
 def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
     """Run a configured kernel ``cfg`` on ``args`` over ``ndrange`` (recorded on a tape if one
     is recording)."""
+    if _intercepting() is None:
+        for plan in cfg.kernel.cache.get(("plans", cfg), ()):     # (plans.py)
+            if plan.fn(args, ndrange):
+                return
     if len({id(a) for a in args}) < len(args):      # one object passed twice (rare)
         cfg, args, _ = one_parameter_per_array(cfg, args, args)
     seen_by = _intercepting()
@@ -107,10 +112,12 @@ def _merged_kernel(kernel: Any, merged: dict[str, str]) -> Any:
 
 
 def launch_now(cfg: Any, args: tuple, ndrange: Any) -> None:
-    """Run a configured kernel now, unrecorded."""
-    launcher, nd, _ = prepare(cfg, args, ndrange)
+    """Run a configured kernel now, unrecorded; its next launches on arguments of the same
+    types run by a plan (``plans.py``)."""
+    launcher, nd, key = prepare(cfg, args, ndrange)
     if 0 not in nd:
         launcher(args, nd)
+        make_plan(cfg, args, nd, key, launcher, cfg.kernel.cache[key][1])
 
 
 def prepare(cfg: Any, args: tuple, ndrange: Any) -> tuple[Any, tuple[int, ...], tuple]:

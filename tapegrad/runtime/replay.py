@@ -77,12 +77,16 @@ def scalar_sums(backend: Any, n: int) -> list[Any]:
 
 
 def run_replay(cfg: Any, replay: Replay, values: list, shadows: dict[str, Any],
-               nd: tuple[int, ...]) -> Mapping[str, float]:
+               nd: tuple[int, ...], sums: list | None = None) -> Mapping[str, float]:
     """Launch a ``Replay`` on one record's arrays (no two shadows the same array); the
-    gradients of its Active scalars, by parameter name."""
+    gradients of its Active scalars, by parameter name.  ``sums``: arrays the launch adds
+    those gradients into instead (one per Active scalar, read by the caller when it needs
+    them: ``tape/bars.py``)."""
     for p in replay.zeroed:
         shadows[p][...] = 0
-    sums = scalar_sums(cfg.backend, len(replay.scalars)) if replay.scalars else []
+    given = sums is not None
+    if not given:
+        sums = scalar_sums(cfg.backend, len(replay.scalars)) if replay.scalars else []
     args = (*values, *[shadows[p] for p in replay.order], *sums)
     kernel = cfg.kernel
     if kernel.shown.get("reverse") is not replay.shown or kernel.merged_from is not None:
@@ -96,7 +100,7 @@ def run_replay(cfg: Any, replay: Replay, values: list, shadows: dict[str, Any],
                 run(args, nd)
             else:                 # a gather kernel: over its shadow, the ndrange appended
                 run(args + nd, args[shaped_by].shape)
-    if not sums:            # (the common case, once per replayed launch: no new dict)
+    if not sums or given:     # (the common case, once per replayed launch: no new dict)
         return _NO_SCALARS
     backend = cfg.backend
     return {p: float(backend.to_numpy(s).sum()) for p, s in zip(replay.scalars, sums)}

@@ -124,9 +124,13 @@ class LaunchRecord(Record):
             else:
                 sweep.trace.fail(f"the adjoint of {self.name} runs with shadows aliased")
         if distinct and not replay.general:
-            scalars = run_replay(self.cfg, replay, values, shadows, self.nd)
-            if scalars:
-                self.add_scalar_bars(sweep, scalars)
+            if replay.scalars:     # (added into on the device; read when needed: bars.py)
+                bars, backend = sweep.scalar_bar, self.cfg.backend
+                sums = [bars.accumulator(self.nodes[self.params.index(p)], backend, p)
+                        for p in replay.scalars]
+                run_replay(self.cfg, replay, values, shadows, self.nd, sums)
+            else:
+                run_replay(self.cfg, replay, values, shadows, self.nd)
             sweep.last_replay = (self, replay, values, shadows, pattern)
             return
         activity, nd, discard, fresh_set, _ = self.split(pattern)

@@ -14,6 +14,7 @@ from typing import Any
 from tapegrad.errors import TapegradError
 from tapegrad.tape import chains
 from tapegrad.tape.arrays import allocate, is_array, repeats, spares
+from tapegrad.tape.bars import ScalarBars
 from tapegrad.tape.identity import Ident
 from tapegrad.tape.scalars import TrackedScalar
 
@@ -90,7 +91,7 @@ class Sweep:
         self.fresh = set(unwritten)      # shadows holding no values yet (not even zeros)
         self.stand_ins: dict[tuple, Any] = {}   # for freed arrays whose contents nobody reads
         self.free: dict[tuple, list[Any]] = {}   # finished shadows, by type, shape and dtype
-        self.scalar_bar: dict[int, float] = {}
+        self.scalar_bar = ScalarBars()     # (some still summed on a device: bars.py)
         self.position: int | None = None        # the record whose adjoint runs
         self.last_replay: tuple | None = None   # the replay it ran (LaunchRecord.backward)
         self.runs: dict | None = None    # the frozen tape's chain runs for this sweep (run)

@@ -21,6 +21,7 @@ from tapegrad.frontend import kernel_ir
 from tapegrad.runtime.adjoint import values_read
 from tapegrad.runtime.arguments import access, groupsize_of
 from tapegrad.runtime.launch import interceptor, prepare
+from tapegrad.runtime.plans import make_plan
 from tapegrad.tape.arrays import empty_like, is_array, only_tape_holds
 from tapegrad.tape.fingerprint import fingerprint
 from tapegrad.tape.identity import Identities, array_key
@@ -224,7 +225,15 @@ class Tape:
                             and a.node_on(self) is not None)
             if len(tracked) < sum(type(a) is TrackedScalar for a in args):
                 self.foreign_scalars = True     # (another tape's: a constant here)
-        launcher, nd, key = prepare(cfg, plain, ndrange)   # bad launches fail before copies
+        for launch_plan in kernel.cache.get(("plans", cfg), ()):     # (runtime/plans.py)
+            found = launch_plan.prepared(plain, ndrange)
+            if found is not None:
+                launcher, nd, key = found
+                break
+        else:
+            launcher, nd, key = prepare(cfg, plain, ndrange)   # bad launches fail before copies
+            if 0 not in nd:
+                make_plan(cfg, plain, nd, key, launcher, kernel.cache[key][1])
         # (under the launcher, which is one per key and hashes by identity: the key is a
         # nested tuple that would be hashed a second time)
         plan = kernel.cache.get(("record plan", launcher, tracked))

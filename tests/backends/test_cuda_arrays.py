@@ -10,6 +10,7 @@ object by object."""
 
 from __future__ import annotations
 
+import ctypes
 import sys
 import types
 from contextlib import contextmanager
@@ -81,8 +82,11 @@ class FakeCuda:
         class Function:
             ptr = 7
 
-            def __call__(self, grid, block, values, shared_mem=0):
-                fake.log.append(("launch", fake.current_device, values, grid))
+        def launch_kernel(f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+            # (the first two arguments' 8-byte slots: an array's address and first extent)
+            slots = (ctypes.c_void_p * 2).from_address(params)
+            first = tuple(int.from_bytes(ctypes.string_at(p, 8), "little") for p in slots)
+            fake.log.append(("launch", fake.current_device, first, (gx, gy, gz), stream))
 
         class Module:
             def load(self, data):
@@ -105,7 +109,8 @@ class FakeCuda:
             function=SimpleNamespace(Module=Module),
             driver=SimpleNamespace(funcGetAttribute=lambda attribute, ptr: 1024 if
                                    attribute == 0 else 32,
-                                   funcSetAttribute=lambda *a: None),
+                                   funcSetAttribute=lambda *a: None,
+                                   launchKernel=launch_kernel),
             get_current_stream=lambda device_id=-1: SimpleNamespace(
                 ptr=fake.streams[fake.current_device if device_id < 0 else device_id]))
 
@@ -197,7 +202,7 @@ def test_a_cupy_array_is_placed_by_its_device_id(cuda):
         double(tg.CUDA(0))(B, A, ndrange=8)
     double(tg.get_backend(A))(B, A, ndrange=8)
     (launch,) = cuda.launches()
-    assert launch[1] == 1 and launch[2][:2] == (B, np.int64(8))
+    assert launch[1] == 1 and launch[2] == (B.data.ptr, 8)
 
 
 def test_disjoint_arrays_run_the_restrict_variant_and_overlapping_ones_the_plain(cuda):

@@ -88,3 +88,11 @@ def test_a_statement_without_a_type_is_a_tapegrad_error_not_a_key_error():
                          value=ast.Constant(1), lineno=tk.ir.lineno, col_offset=0)
     with pytest.raises(tg.KernelCompileError, match="an expression without a type"):
         body.statement(untyped, 1)
+
+
+def test_the_tapes_fingerprint_kernel_compiles_to_sm_90():
+    """(its block-wide sum: tapegrad/backends/cuda/fingerprint.py; its hash against the
+    host's is checked on a GPU, tests/gpu/test_gpu.py)"""
+    from tapegrad.backends.cuda.fingerprint import BLOCK, SOURCE
+    assert f"#define BLOCK {BLOCK}" in SOURCE and "__shfl_down_sync" in SOURCE
+    assert compile_cuda(SOURCE, "tg_fingerprint", 90).data

@@ -18,7 +18,6 @@ import numpy as np
 from tapegrad.backends.base import Backend
 from tapegrad.backends.c.arguments import packer
 from tapegrad.backends.c.items import (
-    disjoint,
     independent_items,
     items_per_thread,
     restrict_allowed,
@@ -30,6 +29,7 @@ from tapegrad.backends.cuda.arrays import interface as cuda_interface
 from tapegrad.backends.cuda.device import cupy_module, limits_of, load_function
 from tapegrad.backends.cuda.limits import check_function, launch_shape
 from tapegrad.backends.cuda.nvrtc import compile_cuda
+from tapegrad.backends.cuda.plan import LaunchCode
 from tapegrad.backends.cuda.streams import follow
 from tapegrad.backends.registry import ArrayKind
 from tapegrad.backends.structure import device_functions
@@ -141,7 +141,7 @@ class _Launcher:
     first), and plain, compiled on the first launch whose arrays overlap."""
 
     def __init__(self, tk: TypedKernel, backend: CUDA, build: Any, restricts: bool):
-        self.build = build
+        self.build, self.name = build, tk.name
         self.groupsize, self.limits = tk.groupsize, backend.limits
         self.block = tuple(reversed(tk.groupsize))     # the last dimension runs along x
         self.device, self.cupy = backend.device, backend.cupy
@@ -151,6 +151,8 @@ class _Launcher:
         self.variants: dict[bool, _Variant] = {}
         self.last = self.variant(self.restricts)
         self.items = self.last.items
+        self.code = LaunchCode(self, tk.ir.params, tk.argtypes, len(tk.groupsize))
+        self.launch = self.code.launch       # launch(args, ndrange): what a launch runs
 
     def variant(self, restrict: bool) -> _Variant:
         """The kernel with (or without) restrict pointers, compiled on first use."""
@@ -169,17 +171,26 @@ class _Launcher:
         return self.last.function
 
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
-        values = tuple(self.pack(args, ndrange))
-        grid = launch_shape(ndrange, self.groupsize, self.limits, self.items)
-        if not math.prod(grid):
-            return
-        restrict = self.restricts and disjoint(_span(args[k]) for k in self.arrays)
-        run = self.last = self.variants.get(restrict) or self.variant(restrict)
-        if self.cupy.cuda.runtime.getDevice() == self.device:
-            run.function(grid, self.block, values, shared_mem=run.shared)
-            return
-        with self.cupy.cuda.Device(self.device):
-            run.function(grid, self.block, values, shared_mem=run.shared)
+        self.launch(args, ndrange)
+
+    def shape(self, ndrange: tuple[int, ...]) -> tuple[int, int, int]:
+        """The launch's grid; a LaunchError past the GPU's limits."""
+        return launch_shape(ndrange, self.groupsize, self.limits, self.items)
+
+    def address(self, name: str, a: Any) -> int:
+        """The address of an array that is not a C-contiguous CuPy array (a LaunchError where
+        the kernel cannot read it)."""
+        return int(self.buffer(name, a).data.ptr if type(a).__module__.startswith("cupy")
+                   else self.buffer(name, a))
+
+    @staticmethod
+    def nbytes(a: Any) -> int:
+        """The bytes of a C-contiguous CUDA array (of another library: by its CUDA Array
+        Interface)."""
+        if type(a).__module__.startswith("cupy"):
+            return a.size * a.dtype.itemsize
+        interface = cuda_interface(a)
+        return math.prod(interface["shape"]) * np.dtype(interface["typestr"]).itemsize
 
     def buffer(self, name: str, a: Any) -> Any:
         """What CuPy's launcher takes for an array: a CuPy array itself, else its address
@@ -195,18 +206,6 @@ class _Launcher:
             raise _strided(name)
         follow(self.cupy, self.device, a, interface)
         return np.uint64(interface["data"][0])
-
-
-def _span(a: Any) -> tuple[int, int, int]:
-    """The bytes a (C-contiguous) CUDA array takes: one address space for every GPU's
-    memory (unified addressing), so the memory is 0 for all."""
-    if type(a).__module__.startswith("cupy"):
-        start = a.data.ptr
-        return 0, start, start + a.size * a.dtype.itemsize
-    interface = cuda_interface(a)
-    start = interface["data"][0]
-    return 0, start, start + math.prod(interface["shape"]) * np.dtype(
-        interface["typestr"]).itemsize
 
 
 def _c_strides(shape: tuple[int, ...], dtype: np.dtype) -> tuple[int, ...]:

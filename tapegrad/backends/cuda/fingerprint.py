@@ -5,7 +5,7 @@ The result stays on the GPU (a one-element CuPy array) until the tape compares t
 
 An array whose size is not a multiple of 8 bytes mixes its last bytes in as a last word padded
 with zeros (the host uses CRC-32 for them), so such fingerprints equal each other on the GPU
-but not the host's.
+but not the host's.  The sum is modulo 2^64, so the order the blocks add in does not change it.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from tapegrad.backends.cuda.device import limits_of, load_function
 from tapegrad.backends.cuda.nvrtc import compile_cuda
 
 SOURCE = r"""
+#define BLOCK 256
 extern "C" __global__ void tg_fingerprint(const unsigned char *bytes, const long long n,
                                           unsigned long long *out) {
     const unsigned long long *words = (const unsigned long long *)bytes;
@@ -39,10 +40,23 @@ extern "C" __global__ void tg_fingerprint(const unsigned char *bytes, const long
         z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
         total += z ^ (z >> 31);
     }
-    atomicAdd(out, total);
+    // the block's sum first (the warp's by shuffles, then the warps' in shared memory):
+    // one atomic per block instead of one per thread, all on one address
+    for (int offset = 16; offset > 0; offset /= 2)
+        total += __shfl_down_sync(0xffffffffu, total, offset);
+    __shared__ unsigned long long warps[BLOCK / 32];
+    if (threadIdx.x % 32 == 0)
+        warps[threadIdx.x / 32] = total;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned long long block = 0;
+        for (int w = 0; w < BLOCK / 32; w++)
+            block += warps[w];
+        atomicAdd(out, block);
+    }
 }
 """
-BLOCK = 256
+BLOCK = 256            # (SOURCE's too)
 MAX_BLOCKS = 4096       # a grid-stride loop: enough blocks to fill any GPU
 
 

@@ -1,0 +1,160 @@
+"""A compiled CUDA kernel's launch, written out once for its argument types: the arguments
+packed by one ``struct.pack_into`` into a buffer made once, whose slots' addresses are the
+``kernelParams`` of one ``cuLaunchKernel`` (CuPy's ``cupy.cuda.driver.launchKernel``).
+
+A launch costs tapegrad only what its kernel needs: no per-argument dispatch, no objects made
+per argument (CuPy's ``Function.__call__`` makes one per argument), the grid computed inline.
+``source`` shows what runs, e.g. for ``saxpy(Z, a, X, Y)`` on float32 arrays::
+
+    def launch(args, nd):
+        a0, a1, a2, a3 = args
+        p0 = a0.data.ptr if type(a0) is CUPY and a0._c_contiguous else ADDRESS('Z', a0)
+        ...
+
+Each argument has an 8-byte slot (a float32 or int32 in its first 4 bytes): the driver reads
+as many bytes from each slot as the kernel's parameter has.  One lock per kernel keeps two
+threads from packing into one buffer at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import linecache
+import struct
+import threading
+from typing import Any
+
+from tapegrad.backends.c.items import disjoint
+from tapegrad.frontend.types import Array
+
+# a scalar parameter's struct code, padded to its 8-byte slot
+_SCALAR_CODES = {"float64": "d", "float32": "f4x", "int64": "q", "int32": "i4x", "bool": "i4x"}
+_PAIRWISE = 6        # up to this many arrays, the overlap test is written out pair by pair
+
+
+class LaunchCode:
+    """The launch function of one compiled kernel (``launch(args, nd)``), its source, and
+    the buffer its arguments are packed into."""
+
+    def __init__(self, launcher: Any, params: list[str], argtypes: tuple, rank: int):
+        slots, self.fmt = [], "<"
+        lines = ["def launch(args, nd):",
+                 f"    {', '.join(f'a{k}' for k in range(len(params)))}, = args"]
+        emit = lines.append
+        arrays = []
+        for k, (name, t) in enumerate(zip(params, argtypes)):
+            if isinstance(t, Array):
+                arrays.append(k)
+                emit(f"    p{k} = a{k}.data.ptr if type(a{k}) is CUPY and a{k}._c_contiguous "
+                     f"else ADDRESS({name!r}, a{k})")
+                emit(f"    s{k} = a{k}.shape")
+                if launcher.restricts:
+                    emit(f"    b{k} = a{k}.nbytes if type(a{k}) is CUPY else NBYTES(a{k})")
+                slots.append(f"p{k}")
+                slots += [f"s{k}[{d}]" for d in range(t.ndim)]
+                self.fmt += "Q" + "q" * t.ndim
+            else:       # (NumPy's bool is no int to struct: a C int 0 or 1)
+                slots.append(f"(1 if a{k} else 0)" if t.dtype == "bool" else f"a{k}")
+                self.fmt += _SCALAR_CODES[t.dtype]
+        extents = [f"n{d}" for d in range(rank)]
+        emit(f"    {', '.join(extents)}, = nd")
+        slots += extents
+        self.fmt += "q" * rank
+        self.size = struct.calcsize(self.fmt)
+        grid = _grid_lines(rank, launcher)
+        lines += grid
+        if launcher.restricts:
+            emit(f"    if {_disjoint_test(arrays)}:")
+            emit("        variant = RESTRICT")
+            emit("    else:")
+            emit("        variant = L.variants.get(False) or L.variant(False)")
+        else:
+            emit("    variant = PLAIN")
+        emit("    L.last = variant")
+        emit("    with LOCK:")
+        emit("        try:")
+        emit(f"            PACK(FMT, BUFFER, 0, {', '.join(slots)})")
+        emit("        except (struct.error, OverflowError):   # (a float32 past its range: inf)")
+        emit("            PACK_EXACT(args, nd)")
+        emit("        if GET_DEVICE() == DEVICE:")
+        emit("            LAUNCH(variant.function.ptr, gx, gy, gz, BX, BY, BZ, variant.shared, "
+             "STREAM().ptr, PARAMS, 0)")
+        emit("        else:")
+        emit("            with ON_DEVICE(DEVICE):")
+        emit("                LAUNCH(variant.function.ptr, gx, gy, gz, BX, BY, BZ, "
+             "variant.shared, STREAM().ptr, PARAMS, 0)")
+        self.source = "\n".join(lines) + "\n"
+        self.buffer = ctypes.create_string_buffer(max(self.size, 8))
+        base = ctypes.addressof(self.buffer)
+        offsets, at = [], 0
+        for code in _slot_codes(self.fmt[1:]):
+            offsets.append(base + at)
+            at += struct.calcsize("<" + code)
+        self.params = (ctypes.c_void_p * max(len(offsets), 1))(*offsets)
+        self.launch = self._compile(launcher, arrays)
+
+    def _compile(self, launcher: Any, arrays: list[int]) -> Any:
+        cupy, device = launcher.cupy, launcher.device
+        block = (tuple(launcher.block) + (1, 1))[:3]
+        pack = struct.pack_into
+
+        def pack_exact(args: tuple, nd: tuple) -> None:
+            """The arguments as NumPy converts them (a float32 out of range is inf)."""
+            values = launcher.pack(args, nd)
+            data = b"".join(v.tobytes() if hasattr(v, "tobytes") else
+                            struct.pack("<Q", int(v)) for v in values)
+            ctypes.memmove(self.buffer, data, len(data))
+
+        scope = dict(
+            CUPY=getattr(cupy, "ndarray", None), ADDRESS=launcher.address,
+            L=launcher, LOCK=threading.Lock(), PACK=pack, PACK_EXACT=pack_exact, FMT=self.fmt,
+            BUFFER=self.buffer, PARAMS=ctypes.addressof(self.params), struct=struct,
+            GET_DEVICE=cupy.cuda.runtime.getDevice, DEVICE=device,
+            ON_DEVICE=cupy.cuda.Device, LAUNCH=cupy.cuda.driver.launchKernel,
+            STREAM=cupy.cuda.get_current_stream, BX=block[0], BY=block[1], BZ=block[2],
+            SHAPE=launcher.shape, DISJOINT=disjoint, NBYTES=launcher.nbytes,
+            RESTRICT=launcher.variants.get(True), PLAIN=launcher.variants.get(False))
+        filename = f"<tapegrad CUDA launch of {launcher.name}>"
+        linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True),
+                                     filename)
+        exec(compile(self.source, filename, "exec"), scope)
+        return scope["launch"]
+
+
+def _grid_lines(rank: int, launcher: Any) -> list[str]:
+    """Blocks along x, y, z (the ndrange's last dimension along x; a block takes ``items``
+    workgroups of dimension 0); past the GPU's limits, ``launch_shape``'s error."""
+    g, items, most = launcher.groupsize, launcher.items, launcher.limits.max_grid
+    per_block = [g[0] * items] + list(g[1:])
+    blocks = [f"-(-n{d} // {per_block[d]})" for d in range(rank)]
+    axes = list(reversed(blocks)) + ["1"] * (3 - rank)
+    lines = [f"    gx, gy, gz = {axes[0]}, {axes[1]}, {axes[2]}",
+             f"    if gx > {most[0]} or gy > {most[1]} or gz > {most[2]}:",
+             "        SHAPE(nd)",
+             "    if not (gx and gy and gz):",
+             "        return"]
+    return lines
+
+
+def _disjoint_test(arrays: list[int]) -> str:
+    """An expression true where no two of the arrays share a byte."""
+    if len(arrays) > _PAIRWISE:
+        spans = ", ".join(f"(0, p{k}, p{k} + b{k})" for k in arrays)
+        return f"DISJOINT(({spans},))"
+    pairs = [f"(p{j} + b{j} <= p{k} or p{k} + b{k} <= p{j})"
+             for n, j in enumerate(arrays) for k in arrays[n + 1:]]
+    return " and ".join(pairs) or "True"
+
+
+def _slot_codes(fmt: str) -> list[str]:
+    """The struct codes of each slot of ``fmt`` (a pad ``4x`` belongs to the slot before)."""
+    codes: list[str] = []
+    k = 0
+    while k < len(fmt):
+        if fmt[k] in "fi":
+            codes.append(fmt[k:k + 3])
+            k += 3
+        else:
+            codes.append(fmt[k])
+            k += 1
+    return codes

@@ -1,0 +1,211 @@
+"""Launch plans (tapegrad/runtime/plans.py) and the CUDA launch written out per kernel
+(tapegrad/backends/cuda/plan.py).
+
+The CUDA side runs on the stand-in CuPy (tapegrad/bench/standin_cupy.py): kernels are compiled
+by the real NVRTC, and the driver keeps the bytes each launch hands it, which must be what
+CuPy's own launcher would have passed for the same arguments (the packer of
+tapegrad/backends/c/arguments.py) and the grid ``launch_shape`` computes.  The plans' guards
+are checked where they matter: whatever a plan does not cover takes the general path, which
+compiles, refuses or merges exactly as before."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad.backends.cuda.limits import launch_shape
+from tapegrad.bench.standin_cupy import _cupy_bytes, installed
+from tapegrad.runtime.launch import prepare
+from tapegrad.runtime.plans import MAX_PLANS, plans_of
+
+
+@tg.kernel
+def scaled(B, A, a):
+    i = tg.index()
+    B[i] = a * A[i]
+
+
+@tg.kernel
+def mixed(Out, X, n, k, flag, c):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    v = X[i, j] * c + n
+    if flag:
+        v = v + k
+    Out[i, j] = v
+
+
+@tg.kernel
+def cube(Out, X):
+    i, j, k = tg.index(tg.Global, tg.NTuple)
+    Out[i, j, k] = X[i, j, k] + 1.0
+
+
+@tg.kernel
+def add_into(Z, X):
+    i = tg.index()
+    Z[i] += X[i]
+
+
+@pytest.fixture
+def cupy(monkeypatch, tmp_path):
+    monkeypatch.setenv("TAPEGRAD_CACHE_DIR", str(tmp_path))
+    for k in (scaled, mixed, cube, add_into):
+        monkeypatch.setattr(k, "cache", {})
+        monkeypatch.setattr(k, "_configured", {})
+    with installed() as module:
+        module.cuda.driver.keep = True
+        yield module
+
+
+def _sizes(cupy, cfg, args, nd):
+    """Compile ``cfg`` for ``args`` (both variants) and tell the stand-in driver how many
+    bytes each argument has, from what CuPy's launcher would pass; returns those bytes."""
+    launcher, nd, _ = prepare(cfg, args, nd)
+    expected = [_cupy_bytes(v) if not isinstance(v, np.uint64) else v.tobytes()
+                for v in launcher.pack(args, nd)]
+    for restrict in {False, launcher.restricts}:
+        cupy.cuda.driver.sizes[launcher.variant(restrict).function.ptr] = tuple(
+            len(e) for e in expected)
+    return launcher, nd, expected
+
+
+def _launch_and_compare(cupy, cfg, args, nd):
+    """Launch, and compare what the driver was handed with what CuPy's launcher would have
+    passed (each argument's bytes) and the grid ``launch_shape`` computes."""
+    launcher, nd, expected = _sizes(cupy, cfg, args, nd)
+    cfg(*args, ndrange=nd)
+    f, grid, block, shared, stream, got = cupy.cuda.driver.kept[-1]
+    assert got == expected
+    assert grid == launch_shape(nd, launcher.groupsize, launcher.limits, launcher.items)
+    assert block == (tuple(reversed(launcher.groupsize)) + (1, 1))[:3]
+    assert f == launcher.last.function.ptr
+    return f
+
+
+def test_the_driver_gets_what_cupys_launcher_would_pass(cupy):
+    gpu = tg.CUDA()
+    A = cupy.asarray(np.arange(1000.0, dtype=np.float32))
+    B = cupy.zeros(1000, np.float32)
+    for n, a in ((1000, 0.5), (999, 2.0), (1, -3.0), (257, np.float32(0.25))):
+        _launch_and_compare(cupy, scaled(gpu), (B, A, a), n)
+    X = cupy.asarray(np.ones((33, 17)))
+    Out = cupy.zeros((33, 17), np.float64)
+    for flag in (True, False):
+        _launch_and_compare(cupy, mixed(gpu), (Out, X, np.int32(7), 123456789012, flag, 1.5),
+                            (33, 17))
+    Y = cupy.asarray(np.ones((3, 5, 70), np.float32))
+    _launch_and_compare(cupy, cube(gpu), (cupy.zeros((3, 5, 70), np.float32), Y), (3, 5, 70))
+    assert cupy.cuda.driver.launches == 7
+
+
+@pytest.mark.parametrize("flag", [True, np.True_, np.False_, False])
+def test_scalars_as_numpy_makes_them_bools_infinities_and_int32s(cupy, flag):
+    X, Out = cupy.asarray(np.ones((4, 4), np.float32)), cupy.zeros((4, 4), np.float32)
+    args = (Out, X, np.int32(-7), -(2**40), flag, np.float32(np.inf))
+    _launch_and_compare(cupy, mixed(tg.CUDA()), args, (4, 4))
+    slots = cupy.cuda.driver.kept[-1][-1]
+    assert np.frombuffer(slots[-4], np.int32)[0] == bool(flag)     # (then c, then the ndrange)
+    assert np.frombuffer(slots[-3], np.float32)[0] == np.inf
+
+
+def test_an_int_past_int64_is_refused_as_before(cupy):
+    A, B = cupy.zeros(8, np.float32), cupy.zeros(8, np.float32)
+    _launch_and_compare(cupy, mixed(tg.CUDA()), (B.reshape(2, 4), A.reshape(2, 4), np.int32(1),
+                                                 5, True, np.float32(1)), (2, 4))
+    with pytest.raises(OverflowError):
+        mixed(tg.CUDA())(B.reshape(2, 4), A.reshape(2, 4), np.int32(1), 2**64, True,
+                         np.float32(1), ndrange=(2, 4))
+
+
+def test_overlapping_arrays_launch_the_plain_variant(cupy):
+    gpu = tg.CUDA()
+    X = cupy.zeros(64, np.float64)
+    restrict = _launch_and_compare(cupy, add_into(gpu), (cupy.zeros(64, np.float64), X), 64)
+    assert "__restrict__" in add_into.source(backend=gpu)
+    plain = _launch_and_compare(cupy, add_into(gpu), (X[8:40], X[0:32]), 32)   # overlapping
+    assert plain != restrict and "__restrict__" not in add_into.source(backend=gpu)
+    adjacent = _launch_and_compare(cupy, add_into(gpu), (X[32:64], X[0:32]), 32)
+    assert adjacent == restrict
+
+
+def test_threads_launching_one_kernel_each_hand_the_driver_their_own_arguments(cupy):
+    cfg = scaled(tg.CUDA())
+    arrays = [(cupy.zeros(100 + t, np.float64), cupy.zeros(100 + t, np.float64))
+              for t in range(4)]
+    _sizes(cupy, cfg, (*arrays[0], 1.0), 100)
+
+    def run(t: int) -> None:
+        B, A = arrays[t]
+        for _ in range(300):
+            cfg(B, A, float(t), ndrange=100 + t)
+
+    threads = [threading.Thread(target=run, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    kept = cupy.cuda.driver.kept
+    assert len(kept) == 4 * 300
+    for *_, slots in kept:
+        B_ptr, n_B, A_ptr, n_A, a, n = (np.frombuffer(b, np.float64 if k == 4 else np.int64)[0]
+                                        for k, b in enumerate(slots))
+        t = int(a)
+        B, A = arrays[t]
+        assert (B_ptr, A_ptr, n_B, n_A, n) == (B.data.ptr, A.data.ptr, 100 + t, 100 + t,
+                                                100 + t)
+
+
+# -- the plans' guards, on the CPU: whatever a plan does not cover takes the general path ----
+
+@pytest.fixture
+def cpu_scaled(monkeypatch):
+    monkeypatch.setattr(scaled, "cache", {})
+    monkeypatch.setattr(scaled, "_configured", {})
+    cfg = scaled(tg.CPU())
+    A, B = np.arange(8.0), np.zeros(8)
+    cfg(B, A, 2.0, ndrange=8)
+    assert len(plans_of(cfg)) == 1 and "def plan(args, ndrange):" in plans_of(cfg)[0].source
+    return cfg
+
+
+def test_a_planned_launch_computes_what_the_general_path_does(cpu_scaled):
+    A, B = np.arange(8.0), np.zeros(8)
+    cpu_scaled(B, A, 3.0, ndrange=8)
+    np.testing.assert_array_equal(B, 3.0 * A)
+    cpu_scaled(B, A, 0.5, ndrange=np.int64(5))          # (a NumPy int: the general path)
+    np.testing.assert_array_equal(B, np.r_[0.5 * A[:5], 3.0 * A[5:]])
+    cpu_scaled(B, A, 2, ndrange=(8,))                   # an int scalar: a signature of its own
+    np.testing.assert_array_equal(B, 2 * A)
+    assert len(plans_of(cpu_scaled)) == 2
+
+
+def test_a_plans_guards_leave_refusals_to_the_general_path(cpu_scaled):
+    A, B = np.arange(8.0), np.zeros(8)
+    readonly = np.zeros(8)
+    readonly.flags.writeable = False
+    with pytest.raises(tg.LaunchError, match="read-only"):
+        cpu_scaled(readonly, A, 2.0, ndrange=8)
+    with pytest.raises(tg.KernelIndexError):
+        cpu_scaled(B, A, 2.0, ndrange=9)
+    with pytest.raises(tg.LaunchError, match="takes 3 argument"):
+        cpu_scaled(B, A, ndrange=8)
+    cpu_scaled(A, A, 2.0, ndrange=8)                    # one array twice: merged, in place
+    np.testing.assert_array_equal(A, 2.0 * np.arange(8.0))
+    F = np.zeros(8, np.float32)
+    cpu_scaled(F, np.ones(8, np.float32), 2.0, ndrange=8)     # another dtype: compiled
+    np.testing.assert_array_equal(F, 2.0)
+
+
+def test_a_kernel_keeps_at_most_max_plans(monkeypatch):
+    monkeypatch.setattr(scaled, "cache", {})
+    monkeypatch.setattr(scaled, "_configured", {})
+    cfg = scaled(tg.CPU())
+    for dtype in (np.float64, np.float32):
+        for a in (2.0, 3, np.float32(2.0), np.float64(2.5), np.int32(3)):
+            B = np.zeros(4, dtype)
+            cfg(B, np.ones(4, dtype), a, ndrange=4)
+            assert B[0] == a
+    assert len(plans_of(cfg)) == MAX_PLANS
