@@ -23,6 +23,7 @@ import numpy as np
 
 from tapegrad.backends.cpu.driver import plan as cpu_plan
 from tapegrad.backends.cuda.graphs import plan as cuda_plan
+from tapegrad.backends.cuda.launches import plan as cuda_launches
 from tapegrad.backends.notice import compiling
 from tapegrad.backends.opencl.queue import plan as opencl_plan
 from tapegrad.capturing.outside import code_names
@@ -133,13 +134,13 @@ class Program:
     def run(self, frame: Frame) -> None:
         """The forward operations on ``frame`` (GuardFailed where a branch differs): the
         stretches of CPU launches compiled into one function each, of CUDA launches recorded
-        as one CUDA graph each, of OpenCL launches packed once (the first replay prepares
+        as one CUDA graph each (else called from one list), of OpenCL launches packed once (the first replay prepares
         them), the rest one by one."""
         if self.compiled is None:
             # (its first run compiles its stretches: seconds, said as other compiles say it)
             with compiling(self.name):
                 self.compiled = cpu_plan(self, frame) or cuda_plan(self, frame) \
-                    or opencl_plan(self, frame) or False
+                    or cuda_launches(self) or opencl_plan(self, frame) or False
                 self.run_plan(frame)
             return
         self.run_plan(frame)

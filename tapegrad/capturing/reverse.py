@@ -22,8 +22,9 @@ call's partials, ``tg.scale``'s factor's, and the sums into which adjoint launch
 Active scalar's gradient.  An adjoint that recomputes in place gets copies of the arrays
 it writes (copy operations) and reports its stack's overflow in one status array, checked
 after the reverse (``Reverse.__call__``).  A sweep that needs anything else (another host
-operation, shadows given twice, arrays other than NumPy's or OpenCL's) stays a Python
-sweep, as before.
+operation, shadows given twice, arrays other than NumPy's, CuPy's or OpenCL's) stays a
+Python sweep, as before; on CUDA the reverse's launches are called from one list made in
+advance (``backends/cuda/launches.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import numpy as np
 from tapegrad.backends import to_numpy
 from tapegrad.backends.cpu.driver import plan as cpu_plan
 from tapegrad.backends.cpu.driver import storage_of
+from tapegrad.backends.cuda.launches import plan as cuda_launches
 from tapegrad.backends.notice import compiling
 from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
 from tapegrad.backends.opencl.queue import plan as opencl_plan
@@ -192,7 +194,7 @@ class Reverse:
             # (its first run compiles its stretches: seconds, said as other compiles say it)
             with compiling(self.name):
                 self.compiled = cpu_plan(self, rframe, self.storage) \
-                    or opencl_plan(self, rframe) or False
+                    or cuda_launches(self) or opencl_plan(self, rframe) or False
                 return self.run_plan(rframe, seed)
         return self.run_plan(rframe, seed)
 
@@ -269,14 +271,15 @@ def _reads_forward(program: Any, ops: list[Op]) -> bool:
 
 
 def usable(given: list[Any]) -> bool:
-    """Whether a call's given shadows can go to a ``Reverse``: NumPy or OpenCL arrays (one
-    kind), none twice.  (CuPy's would replay op by op too, but have not run on a GPU yet.)"""
+    """Whether a call's given shadows can go to a ``Reverse``: NumPy, CuPy or OpenCL arrays
+    (one kind), none twice."""
     return len({type(g) for g in given}) <= 1 and all(map(_replayable, given)) \
         and not repeats(given)
 
 
 def _replayable(x: Any) -> bool:
-    return type(x) is np.ndarray or OPENCL_ARRAYS.owns(x)
+    return type(x) is np.ndarray or type(x).__module__.startswith("cupy") \
+        or OPENCL_ARRAYS.owns(x)
 
 
 def reverse_of(program: Any, frame: Frame, given: list[Any], trace: ReverseTrace) -> Any:

@@ -178,6 +178,29 @@ def test_a_captured_simulation_replays_as_cuda_graphs(cp, monkeypatch):
         assert g[1] == pytest.approx(g_plain[1], rel=1e-12)
 
 
+def test_a_captured_gradient_runs_its_written_down_reverse_on_the_gpu(cp):
+    """Without graphs: the forward and the reverse called from lists of launches
+    (backends/cuda/launches.py); gradients equal the uncaptured ones, call after call."""
+    from tapegrad.capturing.reverse import Reverse
+
+    def sim(u, kappa):
+        for _ in range(20):
+            u_new = cp.empty_like(u)
+            diffuse(tg.CUDA())(u_new, u, kappa, ndrange=u.size)
+            u = u_new
+        return tg.dot(u, u)
+
+    captured = tg.capture(sim)
+    u0 = cp.random.rand(1000)
+    for kappa in (0.2, 0.1, 0.2, 0.3):
+        g = tg.gradient(captured, u0, kappa)
+        g_plain = tg.gradient(sim, u0, kappa)
+        cp.testing.assert_allclose(g[0], g_plain[0], rtol=1e-12)
+        assert g[1] == pytest.approx(g_plain[1], rel=1e-12)
+    (program,) = next(iter(captured.programs.values()))
+    assert any(isinstance(r, Reverse) for r in program.reverses.values())
+
+
 def test_launches_go_on_cupys_current_stream_without_waiting(cp):
     B = cp.zeros(1 << 16)
     gpu = tg.CUDA()

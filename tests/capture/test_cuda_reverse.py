@@ -1,0 +1,75 @@
+"""A captured program on CUDA (without a GPU: the stand-in CuPy of
+tapegrad/bench/standin_cupy.py, kernels compiled by the real NVRTC, nothing computed): its
+forward replay and its written-down reverse call the same kernels, on the same grids, with
+the same arrays and scalars where the call's arrays are read, as the plain tape's launches
+and sweep.  (On a GPU, tests/gpu/test_gpu.py compares the gradients themselves.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad.backends.cuda.launches import LaunchList
+from tapegrad.bench.standin_cupy import installed
+from tapegrad.capturing.reverse import Reverse
+
+N, STEPS = 64, 6
+
+
+@tg.kernel
+def stencil(u_new, u, kappa):
+    i = tg.index()
+    n = u.shape[0]
+    u_new[i] = u[i] + kappa * (u[(i + 1) % n] - 2.0 * u[i] + u[(i - 1) % n])
+
+
+@tg.kernel
+def squash(y, x):
+    i = tg.index()
+    y[i] = x[i] * x[i]
+
+
+@pytest.fixture
+def cupy(monkeypatch, tmp_path):
+    monkeypatch.setenv("TAPEGRAD_CACHE_DIR", str(tmp_path))
+    for k in (stencil, squash):
+        monkeypatch.setattr(k, "cache", {})
+        monkeypatch.setattr(k, "_configured", {})
+    with installed() as module:
+        yield module
+
+
+def _launches(cupy, fn):
+    """The (kernel, grid) of each launch ``fn`` hands the driver."""
+    driver = cupy.cuda.driver
+    driver.keep, driver.kept = True, []
+    fn()
+    driver.keep = False
+    return [(f, grid) for f, grid, *_ in driver.kept]
+
+
+def test_the_captured_forward_and_reverse_run_the_tapes_launches(cupy):
+    gpu = tg.CUDA()
+    w = cupy.ones(N, np.float64)
+
+    def simulate(u, kappa):
+        for _ in range(STEPS):
+            u_new = gpu.allocate(np.float64, (N,))
+            stencil(gpu)(u_new, u, kappa, ndrange=N)
+            u = u_new
+        y = gpu.allocate(np.float64, (N,))
+        squash(gpu)(y, u, ndrange=N)
+        return tg.dot(y, w)
+
+    captured = tg.capture(simulate)
+    u = cupy.asarray(np.linspace(0.0, 1.0, N))
+    plain = _launches(cupy, lambda: tg.gradient(simulate, u, 0.1))
+    for _ in range(3):          # records, writes the reverse down, runs it
+        via_capture = _launches(cupy, lambda: tg.gradient(captured, u, 0.1))
+    assert via_capture == plain and len(plain) == 2 * (STEPS + 1)
+    (program,) = next(iter(captured.programs.values()))
+    assert any(isinstance(what, LaunchList) for listed, what in program.compiled if listed)
+    (reverse,) = program.reverses.values()
+    assert isinstance(reverse, Reverse)
+    assert any(isinstance(what, LaunchList) for listed, what in reverse.compiled if listed)
