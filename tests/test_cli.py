@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -107,3 +108,18 @@ def test_peer_table_times_primal_and_gradient_in_turn_and_survives_a_failing_pee
     impls = [r["implementation"] for r in rows if "implementation" in r]
     assert impls == ["tapegrad", "tg Enzyme", "good"]
     assert [r["best_peer"] for r in rows if "best_peer" in r] == ["good"]
+
+
+def test_bench_of_the_cuda_host_path_on_a_stand_in_driver(tmp_path):
+    """(no GPU: tapegrad/bench/host_cost.py) every row measured, every launch handed to the
+    stand-in driver, the issue's targets printed beside them"""
+    out = tmp_path / "host.json"
+    proc = run("bench", "--backend", "cuda-standin", "--quick", "--json", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "stand-in driver (no GPU)" in proc.stdout and "target <= 3 us" in proc.stdout
+    data = json.loads(out.read_text())
+    us = data["launch_overhead_us"]
+    for row in ("launch", "recorded_launch", "replayed_adjoint", "captured_gradient"):
+        assert 0 < us[row] < 1000, (row, us[row])
+    launches = re.search(r"\((\d+) launches handed to the stand-in driver\)", proc.stdout)
+    assert launches and int(launches.group(1)) > 1000

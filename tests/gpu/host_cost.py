@@ -48,6 +48,8 @@ def main() -> None:
                                                       cuda_launcher.limits, cuda_launcher.items),
         "cupy.cuda.runtime.getDevice": cupy.cuda.runtime.getDevice,
         "tapegrad compiled launcher": lambda: cuda_launcher((z, 0.5, x, y), nd),
+        "tapegrad written-out launch (cuda/plan.py)": lambda: cuda_launcher.launch(
+            (z, 0.5, x, y), nd),
         "tapegrad prepare": lambda: prepare(cfg, (z, 0.5, x, y), n),
         "tapegrad launch cfg(...)": lambda: cfg(z, 0.5, x, y, ndrange=n),
     }
