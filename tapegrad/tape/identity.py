@@ -29,6 +29,21 @@ def array_key(x: Any) -> tuple:
     return (_address(x), tuple(x.shape), byte_strides(x), x.dtype)
 
 
+class _CupyTypes(dict):
+    """The array types that are CuPy's (their address ``x.data.ptr``, shape and strides
+    tuples, as ``array_key`` takes them), asked once per type."""
+
+    def __missing__(self, t: type) -> bool:
+        self[t] = found = t.__module__.startswith("cupy")
+        return found
+
+    def __contains__(self, t: object) -> bool:
+        return self[t]
+
+
+_CUPY_TYPES = _CupyTypes()
+
+
 def byte_strides(x: Any) -> tuple[int, ...]:
     """``x.strides`` in bytes; a torch tensor has none but ``stride()``, in elements."""
     strides = getattr(x, "strides", None)
@@ -123,7 +138,9 @@ class Identities:
                 and known[2] == strides:
             return known[3]
         # (a new state of a simulation each step: the plain NumPy case without the helpers)
-        key = (_numpy_address(x), shape, strides, x.dtype) if type(x) is np.ndarray else \
+        t = type(x)
+        key = (_numpy_address(x), shape, strides, x.dtype) if t is np.ndarray else \
+            (x.data.ptr, shape, strides, x.dtype) if t in _CUPY_TYPES else \
             (_address(x), shape, strides, x.dtype) if isinstance(x, np.ndarray) else \
             array_key(x)        # other array types may give shape and strides as lists
         ident = self.by_memory.get(key)

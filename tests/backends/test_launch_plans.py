@@ -209,3 +209,37 @@ def test_a_kernel_keeps_at_most_max_plans(monkeypatch):
             cfg(B, np.ones(4, dtype), a, ndrange=4)
             assert B[0] == a
     assert len(plans_of(cfg)) == MAX_PLANS
+
+
+def test_a_tapes_chain_on_cuda_runs_the_launches_record_by_record_would(cupy, monkeypatch):
+    """(tapegrad/backends/launch_chain.py) the same adjoint on the same grids, the two
+    shadow buffers swapped launch by launch.  (Record by record, the freed states' stand-ins,
+    one array for both, pick the adjoint's plain variant; the chain passes the last step's
+    arrays, which pick its restrict variant: the adjoint reads neither.)"""
+    from tapegrad.tape import chains
+    gpu = tg.CUDA()
+    driver = cupy.cuda.driver
+    u0 = cupy.asarray(np.linspace(0.0, 1.0, 64))
+
+    def loss(u):
+        u = tg.copy(u)
+        for _ in range(6):
+            out = gpu.allocate(np.float64, (64,))
+            scaled(gpu)(out, u, 0.5, ndrange=64)
+            u = out
+        return tg.sum(u)
+
+    seen, runs = {}, []
+    extend = chains.extend
+    monkeypatch.setattr(chains, "extend", lambda *a: runs.append(extend(*a)) or runs[-1])
+    for enabled in (False, True):
+        monkeypatch.setattr(chains, "enabled", enabled)
+        with tg.Tape() as tape:
+            s = loss(u0)
+        driver.keep, driver.kept = True, []
+        tape.gradient(s, [u0])
+        driver.keep = False
+        seen[enabled] = [(f, grid) for f, grid, *_ in driver.kept]
+    assert [g for _, g in seen[True]] == [g for _, g in seen[False]] and len(seen[True]) >= 6
+    assert {f for f, _ in seen[True]} <= {f for f, _ in seen[False]}
+    assert 5 in runs        # (the chain ran: the last step's record heads the other five)

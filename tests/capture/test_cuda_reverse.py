@@ -13,27 +13,16 @@ import tapegrad as tg
 from tapegrad.backends.cuda.launches import LaunchList
 from tapegrad.bench.standin_cupy import installed
 from tapegrad.capturing.reverse import Reverse
+from tests.capture.test_capture import diffuse
+from tests.tape.test_host_code import sq
 
 N, STEPS = 64, 6
-
-
-@tg.kernel
-def stencil(u_new, u, kappa):
-    i = tg.index()
-    n = u.shape[0]
-    u_new[i] = u[i] + kappa * (u[(i + 1) % n] - 2.0 * u[i] + u[(i - 1) % n])
-
-
-@tg.kernel
-def squash(y, x):
-    i = tg.index()
-    y[i] = x[i] * x[i]
 
 
 @pytest.fixture
 def cupy(monkeypatch, tmp_path):
     monkeypatch.setenv("TAPEGRAD_CACHE_DIR", str(tmp_path))
-    for k in (stencil, squash):
+    for k in (diffuse, sq):
         monkeypatch.setattr(k, "cache", {})
         monkeypatch.setattr(k, "_configured", {})
     with installed() as module:
@@ -56,10 +45,10 @@ def test_the_captured_forward_and_reverse_run_the_tapes_launches(cupy):
     def simulate(u, kappa):
         for _ in range(STEPS):
             u_new = gpu.allocate(np.float64, (N,))
-            stencil(gpu)(u_new, u, kappa, ndrange=N)
+            diffuse(gpu)(u_new, u, kappa, ndrange=N)
             u = u_new
         y = gpu.allocate(np.float64, (N,))
-        squash(gpu)(y, u, ndrange=N)
+        sq(gpu)(y, u, ndrange=N)
         return tg.dot(y, w)
 
     captured = tg.capture(simulate)

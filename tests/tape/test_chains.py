@@ -336,3 +336,25 @@ def test_a_scalar_zero_of_the_other_sign_breaks_the_chain(runs):
     (g,) = tg.gradient(loss, x)
     np.testing.assert_array_equal(g, np.full(8, 0.5 ** 3 * (-0.5) ** 3))
     assert runs == [2, 2]
+
+
+@pytest.mark.parametrize("steps", [2, 7])
+def test_a_chain_on_opencl_runs_from_one_loop_of_launches(runs, steps):
+    """(tapegrad/backends/launch_chain.py: GPUs' chains, a Python loop of written-out
+    launches; on PoCL here)"""
+    gpu = tg.OpenCL()
+    rng = np.random.default_rng(10 + steps)
+    x, w = rng.random((6, 9)), rng.random((6, 9))
+
+    def loss(t):
+        t = tg.copy(t)
+        for _ in range(steps):
+            t_new = gpu.allocate(np.float64, t.shape)
+            diffuse(gpu, (4, 8))(t_new, t, 0.2, ndrange=t.shape)
+            t = t_new
+        return tg.dot(t, gpu.asarray(w))
+
+    (g,) = tg.gradient(loss, gpu.asarray(x))
+    expected = np.linalg.matrix_power(step_matrix(x.shape, 0.2).T, steps) @ w.ravel()
+    np.testing.assert_allclose(gpu.to_numpy(g).ravel(), expected, rtol=1e-12)
+    assert runs == ([steps - 1] if steps - 1 >= chains.MIN_RUN else [])

@@ -31,6 +31,7 @@ from tapegrad.backends.cuda.limits import check_function, launch_shape
 from tapegrad.backends.cuda.nvrtc import compile_cuda
 from tapegrad.backends.cuda.plan import LaunchCode
 from tapegrad.backends.cuda.streams import follow
+from tapegrad.backends.launch_chain import LaunchChain
 from tapegrad.backends.registry import ArrayKind
 from tapegrad.backends.structure import device_functions
 from tapegrad.errors import LaunchError
@@ -82,6 +83,8 @@ class CUDA(Backend):
             f"tensor, x.to('cuda:{self.device}'))")
 
     def allocate(self, dtype: Any, shape: Any) -> Any:
+        if self.cupy.cuda.runtime.getDevice() == self.device:     # (the common case)
+            return self.cupy.empty(shape, dtype)
         with self.cupy.cuda.Device(self.device):
             return self.cupy.empty(shape, dtype)
 
@@ -172,6 +175,11 @@ class _Launcher:
 
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
         self.launch(args, ndrange)
+
+    def chain_runner(self, n_args: int, x_slot: int, y_slot: int) -> LaunchChain:
+        """This kernel launched along a chain of states, two arguments swapped each step (a
+        tape's sweep: ``tapegrad/tape/chains.py``)."""
+        return LaunchChain(self.launch, n_args, x_slot, y_slot)
 
     def shape(self, ndrange: tuple[int, ...]) -> tuple[int, int, int]:
         """The launch's grid; a LaunchError past the GPU's limits."""

@@ -16,6 +16,7 @@ from tapegrad.backends.c.items import (
     restrict_allowed,
 )
 from tapegrad.backends.c.printer import SCALAR_SUM_SIZE, kernel_symbol
+from tapegrad.backends.launch_chain import LaunchChain
 from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
 from tapegrad.backends.opencl.device import arrays_on, devices, queue
 from tapegrad.backends.opencl.printer import OpenCLPrinter
@@ -136,6 +137,11 @@ class _Launcher:
         values = self.pack(args, ndrange)
         kernel = self.pick([args[k] for k in self.arrays])
         kernel(self.queue, global_, local, *values)
+
+    def chain_runner(self, n_args: int, x_slot: int, y_slot: int) -> LaunchChain:
+        """This kernel launched along a chain of states, two arguments swapped each step (a
+        tape's sweep: ``tapegrad/tape/chains.py``)."""
+        return LaunchChain(self, n_args, x_slot, y_slot)
 
     def sizes(self, ndrange: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """The global and local sizes of a launch over ``ndrange``: the ndrange's last
