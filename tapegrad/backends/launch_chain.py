@@ -21,11 +21,13 @@ from typing import Any
 class LaunchChain:
     """``runner(steps, x, y, rest, nd)``: ``launch`` called ``steps`` times over ``nd``, first
     with ``x`` and ``y`` in argument slots ``x_slot`` and ``y_slot``, then swapped, and so on
-    (``rest``: the other arguments, in order)."""
+    (``rest``: the other arguments, in order).  A backend whose launch can do the whole run
+    itself gives ``chain(steps, args, nd, x_slot, y_slot)`` (CUDA: packed once, two
+    addresses rewritten per launch, ``cuda/plan.py``)."""
 
     def __init__(self, launch: Callable[[tuple, tuple], None], n_args: int, x_slot: int,
-                 y_slot: int):
-        self.launch, self.n_args = launch, n_args
+                 y_slot: int, chain: Callable[..., None] | None = None):
+        self.launch, self.n_args, self.chain = launch, n_args, chain
         self.x_slot, self.y_slot = x_slot, y_slot
 
     def __call__(self, steps: int, x: Any, y: Any, rest: list, nd: tuple[int, ...]) -> bool:
@@ -34,6 +36,9 @@ class LaunchChain:
                 for s in range(self.n_args)]
         args[self.x_slot], args[self.y_slot] = x, y
         forward = tuple(args)
+        if self.chain is not None:
+            self.chain(steps, forward, nd, self.x_slot, self.y_slot)
+            return True
         args[self.x_slot], args[self.y_slot] = y, x
         swapped = tuple(args)
         launch = self.launch

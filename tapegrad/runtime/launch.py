@@ -47,13 +47,13 @@ _intercepting = interceptor.get
 def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
     """Run a configured kernel ``cfg`` on ``args`` over ``ndrange`` (recorded on a tape if one
     is recording)."""
-    if _intercepting() is None:
+    seen_by = _intercepting()
+    if seen_by is None:
         for plan in cfg.kernel.cache.get(("plans", cfg), ()):     # (plans.py)
             if plan.fn(args, ndrange):
                 return
     if len({id(a) for a in args}) < len(args):      # one object passed twice (rare)
         cfg, args, _ = one_parameter_per_array(cfg, args, args)
-    seen_by = _intercepting()
     if seen_by is not None:
         seen_by(cfg, args, ndrange)
         return

@@ -10,7 +10,9 @@ compiles, refuses or merges exactly as before."""
 
 from __future__ import annotations
 
+import gc
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -243,3 +245,20 @@ def test_a_tapes_chain_on_cuda_runs_the_launches_record_by_record_would(cupy, mo
     assert [g for _, g in seen[True]] == [g for _, g in seen[False]] and len(seen[True]) >= 6
     assert {f for f, _ in seen[True]} <= {f for f, _ in seen[False]}
     assert 5 in runs        # (the chain ran: the last step's record heads the other five)
+    # packed once: from one launch of the chain to the next, two addresses swap places and
+    # nothing else changes (every slot of a written-out launch is 8 bytes)
+    from tapegrad.backends.cuda.backend import _Launcher
+    with warnings.catch_warnings():     # (isinstance on every object: some libraries warn)
+        warnings.simplefilter("ignore")
+        launchers = [o for o in gc.get_objects() if isinstance(o, _Launcher)]
+    for launcher in (o for o in launchers if o.cupy is cupy):    # (this test's)
+        for variant in launcher.variants.values():
+            driver.sizes[variant.function.ptr] = (8,) * len(launcher.code.params)
+    driver.keep, driver.kept = True, []
+    tape.gradient(s, [u0])
+    slots = [kept[-1] for kept in driver.kept]
+    chain = [p for p in slots if len(p) == len(slots[1])][-5:]
+    for a, b in zip(chain, chain[1:]):
+        changed = [k for k in range(len(a)) if a[k] != b[k]]
+        assert len(changed) == 2 and (a[changed[0]], a[changed[1]]) == (b[changed[1]],
+                                                                          b[changed[0]])

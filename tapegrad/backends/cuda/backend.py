@@ -179,7 +179,7 @@ class _Launcher:
     def chain_runner(self, n_args: int, x_slot: int, y_slot: int) -> LaunchChain:
         """This kernel launched along a chain of states, two arguments swapped each step (a
         tape's sweep: ``tapegrad/tape/chains.py``)."""
-        return LaunchChain(self.launch, n_args, x_slot, y_slot)
+        return LaunchChain(self.launch, n_args, x_slot, y_slot, self.code.chain)
 
     def shape(self, ndrange: tuple[int, ...]) -> tuple[int, int, int]:
         """The launch's grid; a LaunchError past the GPU's limits."""

@@ -71,6 +71,7 @@ class LaunchCode:
         else:
             emit("    variant = PLAIN")
         emit("    L.last = variant")
+        head = list(lines)
         emit("    with LOCK:")
         emit("        try:")
         emit(f"            PACK(FMT, BUFFER, 0, {', '.join(slots)})")
@@ -83,6 +84,34 @@ class LaunchCode:
         emit("            with ON_DEVICE(DEVICE):")
         emit("                LAUNCH(variant.function.ptr, gx, gy, gz, BX, BY, BZ, "
              "variant.shared, STREAM().ptr, PARAMS, 0)")
+        # a chain (backends/launch_chain.py): packed once, then only the two swapped arrays'
+        # addresses rewritten between launches (the same arrays: the same variant and grid)
+        pointers = ", ".join(f"p{k}" if k in arrays else "None" for k in range(len(params)))
+        lines += ["", "", "def chain(steps, args, nd, xs, ys):"] + head[1:] + [
+            f"    pointers = ({pointers},)",
+            "    px, py, ox, oy = pointers[xs], pointers[ys], OFFSET[xs], OFFSET[ys]",
+            "    with LOCK, ON_DEVICE(DEVICE):",
+            "        try:",
+            f"            PACK(FMT, BUFFER, 0, {', '.join(slots)})",
+            "        except (struct.error, OverflowError):",
+            "            PACK_EXACT(args, nd)",
+            "        f, shared, stream = variant.function.ptr, variant.shared, STREAM().ptr",
+            "        for s in range(steps):",
+            "            if s % 2:",
+            "                PACK('<Q', BUFFER, ox, py)",
+            "                PACK('<Q', BUFFER, oy, px)",
+            "            elif s:",
+            "                PACK('<Q', BUFFER, ox, px)",
+            "                PACK('<Q', BUFFER, oy, py)",
+            "            LAUNCH(f, gx, gy, gz, BX, BY, BZ, shared, stream, PARAMS, 0)"]
+        self.offsets = [None] * len(params)
+        at = 0
+        for k, t in enumerate(argtypes):
+            if isinstance(t, Array):
+                self.offsets[k] = at
+                at += 8 * (1 + t.ndim)
+            else:
+                at += 8
         self.source = "\n".join(lines) + "\n"
         self.buffer = ctypes.create_string_buffer(max(self.size, 8))
         base = ctypes.addressof(self.buffer)
@@ -91,7 +120,7 @@ class LaunchCode:
             offsets.append(base + at)
             at += struct.calcsize("<" + code)
         self.params = (ctypes.c_void_p * max(len(offsets), 1))(*offsets)
-        self.launch = self._compile(launcher, arrays)
+        self.launch, self.chain = self._compile(launcher, arrays)
 
     def _compile(self, launcher: Any, arrays: list[int]) -> Any:
         cupy, device = launcher.cupy, launcher.device
@@ -113,12 +142,13 @@ class LaunchCode:
             ON_DEVICE=cupy.cuda.Device, LAUNCH=cupy.cuda.driver.launchKernel,
             STREAM=cupy.cuda.get_current_stream, BX=block[0], BY=block[1], BZ=block[2],
             SHAPE=launcher.shape, DISJOINT=disjoint, NBYTES=launcher.nbytes,
+            OFFSET=self.offsets,
             RESTRICT=launcher.variants.get(True), PLAIN=launcher.variants.get(False))
         filename = f"<tapegrad CUDA launch of {launcher.name}>"
         linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True),
                                      filename)
         exec(compile(self.source, filename, "exec"), scope)
-        return scope["launch"]
+        return scope["launch"], scope["chain"]
 
 
 def _grid_lines(rank: int, launcher: Any) -> list[str]:
