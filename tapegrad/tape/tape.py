@@ -240,10 +240,12 @@ class Tape:
         if plan is None:
             plan = kernel.cache[("record plan", launcher, tracked)] = self.plan_record(
                 cfg, args, plain, nd, key, tracked)
+        # (a written-out launch where the backend has one: cuda/plan.py)
+        run_it = getattr(launcher, "launch", launcher) if run else None
         if self.provenance is None:
-            plan.record(self, cfg, args, plain, launcher if run else None, nd, ndrange)
+            plan.record(self, cfg, args, plain, run_it, nd, ndrange)
         else:
-            self.verified_record(plan, cfg, args, plain, launcher if run else None, nd, ndrange)
+            self.verified_record(plan, cfg, args, plain, run_it, nd, ndrange)
         if self.limit is not None:
             self.limit.check(self.records)
 
