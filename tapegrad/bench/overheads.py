@@ -81,6 +81,8 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
         "launch_check": _median_ms(lambda: [bounds.failing((z, 0.5, x, y), nd)
                                             for _ in range(steps)], repeats) * 1e3 / steps,
         "recorded_launch": _median_ms(record, repeats) * 1e3 / steps,
+        "allocation": _median_ms(lambda: [backend.allocate(np.float32, (n,))
+                                          for _ in range(steps)], repeats) * 1e3 / steps,
         "replayed_adjoint": _median_ms(lambda: tape.gradient(loss, x), repeats) * 1e3 / steps,
         "replayed_one_by_one": _median_ms(replay_one_by_one, repeats) * 1e3 / steps,
         "autodiff": _median_ms(lambda: [autodiff() for _ in range(steps)], repeats) * 1e3 / steps,
@@ -94,7 +96,8 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
     print(f"\nper launch of a {n}-element kernel (all overhead): compiled kernel called "
           f"{us['kernel_call']:.1f} us, launch {us['launch']:.1f} us (of which its index "
           f"range check {us['launch_check']:.2f} us), recorded on a tape "
-          f"{us['recorded_launch']:.1f} us, adjoint replayed {us['replayed_adjoint']:.1f} us "
+          f"{us['recorded_launch']:.1f} us (with the step's new array, whose allocation alone "
+          f"takes {us['allocation']:.1f} us), adjoint replayed {us['replayed_adjoint']:.1f} us "
           f"({us['replayed_one_by_one']:.1f} us record by record, where the launches are not "
           "one chain: tapegrad/tape/chains.py), "
           f"tg.autodiff {us['autodiff']:.1f} us")

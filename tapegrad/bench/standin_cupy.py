@@ -233,10 +233,12 @@ def module() -> types.ModuleType:
         runtime=runtime, driver=driver, Device=_Device, function=SimpleNamespace(Module=Module),
         get_current_stream=lambda device_id=-1: stream)
     driver.CUDADriverError = Driver.CUDADriverError
-    cupy.empty = lambda shape, dtype=np.float64: ndarray(np.empty(shape, dtype))
+    # (new arrays hold zeros, not whatever memory held: nothing computes them, and host
+    # reductions of garbage would warn of overflows)
+    cupy.empty = lambda shape, dtype=np.float64: ndarray(np.zeros(shape, dtype))
     cupy.zeros = lambda shape, dtype=np.float64: ndarray(np.zeros(shape, dtype))
     cupy.ones = lambda shape, dtype=np.float64: ndarray(np.ones(shape, dtype))
-    cupy.empty_like = lambda x, dtype=None: ndarray(np.empty_like(_host(x), dtype))
+    cupy.empty_like = lambda x, dtype=None: ndarray(np.zeros_like(_host(x), dtype))
     cupy.zeros_like = lambda x, dtype=None: ndarray(np.zeros_like(_host(x), dtype))
     cupy.array = lambda x, dtype=None, copy=True: ndarray(np.array(_host(x), dtype))
     cupy.asarray = lambda x, dtype=None: x if isinstance(x, ndarray) and dtype is None \
