@@ -40,12 +40,13 @@ def test_bench_quick_prints_the_table_and_writes_json(tmp_path):
     # (the replay's overhead is a difference of two timings: near 0, either sign when noisy)
     assert isinstance(overhead.pop("captured_overhead"), float)
     assert set(overhead) == {"kernel_call", "launch", "launch_check", "recorded_launch",
-                             "replayed_adjoint",
+                             "allocation", "replayed_adjoint",
                              "replayed_one_by_one", "autodiff", "captured_replay",
                              "captured_gradient", "nonlinear_gradient",
                              "captured_nonlinear_gradient", "compiled_kernels"}
     assert all(v > 0 for v in overhead.values())
     assert overhead["launch_check"] < overhead["launch"]
+    assert overhead["allocation"] < overhead["recorded_launch"]
     assert "of replay overhead per launch" in proc.stdout
     for impl in ("tg capture", "capt. loss"):
         captured = [r for r in data["peers"] if r.get("implementation") == impl]
