@@ -5,10 +5,25 @@ from __future__ import annotations
 import argparse
 import sys
 
+_EPILOG = """examples:
+  tapegrad demo                              the main job: a gradient through a simulation
+  tapegrad bench --quick                     kernels and gradients against Numba, NumPy, peers
+  tapegrad bench --checkpointing             tg.checkpoint_loop against the plain tape
+  tapegrad bench --backend opencl            a GPU through OpenCL (or the CPU through PoCL)
+  tapegrad bench --backend cuda              an NVIDIA GPU (CuPy)
+  tapegrad bench --backend cuda-standin      CUDA's host cost per launch, without a GPU
+
+docs: docs/ in the source tree (README.md lists them)"""
+
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tapegrad", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    from tapegrad._version import __version__
+    parser = argparse.ArgumentParser(
+        prog="tapegrad", description="tapegrad: GPU-side automatic differentiation of compute "
+        "kernels written in Python.", epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"tapegrad {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{demo,bench}")
     sub.add_parser(
         "demo", help="recover a plate's initial temperature by gradients through a simulation",
         description="Recover the initial temperature of a 2-D plate from its temperature 100 "

@@ -59,10 +59,19 @@ def test_bench_quick_prints_the_table_and_writes_json(tmp_path):
     assert busy["idle_ms"] > 0 and busy["busy_ms"] > 0 and busy["busy_processes"] >= 1
 
 
-def test_help_lists_the_commands():
+def test_help_lists_the_commands_and_what_bench_can_run():
     proc = run("--help")
     assert proc.returncode == 0
     assert "demo" in proc.stdout and "bench" in proc.stdout
+    for example in ("--checkpointing", "--backend opencl", "--backend cuda ",
+                    "--backend cuda-standin", "--version"):
+        assert example in proc.stdout, example
+
+
+def test_version():
+    import tapegrad as tg
+    proc = run("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"tapegrad {tg.__version__}"
 
 
 def test_peer_table_times_primal_and_gradient_in_turn_and_survives_a_failing_peer(
