@@ -218,9 +218,7 @@ class _Resolver(ast.NodeTransformer):
         if isinstance(obj, KernelFunction):
             raise self.fail(node, f"{obj.name} is a @tg.kernel; kernels cannot launch kernels. "
                                   "To call it per work-item, make it a @tg.func device function")
-        raise self.fail(node, f"{ast.unparse(node.func)} cannot be called in a kernel: it is "
-                              f"a {type(obj).__name__}, not a math function, a tapegrad "
-                              "intrinsic or a @tg.func device function")
+        raise self.fail(node, _not_callable(ast.unparse(node.func), obj))
 
     def reject_host_api(self, node: ast.Call, obj: Any) -> None:
         """The seed's first mistake: differentiating from inside a kernel."""
@@ -269,3 +267,17 @@ class _Resolver(ast.NodeTransformer):
         self.statement_call = node.value   # where a barrier may stand (see visit_Call)
         node.value = self.visit(node.value)
         return node
+
+
+def _not_callable(text: str, obj: Any) -> str:
+    """Why ``obj`` (written ``text``) cannot be called in a kernel, in the user's terms."""
+    what = "not a math function, a tapegrad intrinsic or a @tg.func device function"
+    module = getattr(obj, "__module__", None) or ""
+    if module == "numpy" or module.startswith("numpy."):
+        return (f"{text} cannot be called in a kernel: it is a NumPy function on whole arrays, "
+                f"and a kernel computes elements, one work-item each. Index the arrays "
+                f"yourself (np.roll(A, 1)[i] is A[(i - 1) % n]; np.sum needs a loop or "
+                f"tg.atomic_add), or call it on the host between launches ({what})")
+    kind = f"a function of {module}" if callable(obj) and module else \
+        f"a {type(obj).__name__}"
+    return f"{text} cannot be called in a kernel: it is {kind}, {what}"

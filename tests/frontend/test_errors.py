@@ -311,6 +311,12 @@ def calls_print(B):
     B[i] = 1.0
 
 
+@tg.kernel
+def calls_np_roll(B, A):
+    i = tg.index()
+    B[i] = np.roll(A, 1)[i]  # ERR:np-roll
+
+
 @tg.func
 def recursive(x):
     if x <= 0:
@@ -504,6 +510,8 @@ TYPE_CASES = [
     (localmem_declared_twice, (F64, np.zeros(4)), "declared-twice", "its own name"),
     (undefined_name, (F64,), "undefined", "not_defined_anywhere"),
     (calls_print, (F64,), "print", "print"),
+    (calls_np_roll, (F64, np.zeros(4)), "np-roll",
+     "np.roll cannot be called in a kernel: it is a NumPy function on whole arrays"),
     (uses_recursion, (I64,), "recursion", "recursion"),
     (uses_mutual_recursion, (I64,), "mutual", "recursion"),
     (uses_global_array, (F64,), "global-array", "pass it as a kernel argument"),
@@ -549,7 +557,7 @@ def test_errors_at_first_launch(kern, args, tag, fragment):
 
 # what the code is (names, calls, where barriers and returns stand): KernelSyntaxError, even
 # when it can only be judged at the first launch, once names are resolved
-STRUCTURE_TAGS = {"undefined", "print", "item-bound", "item-if", "return-before-barrier",
+STRUCTURE_TAGS = {"undefined", "print", "np-roll", "item-bound", "item-if", "return-before-barrier",
                   "kernel-call", "host-api", "global-array", "mixed-tuple-bound",
                   "item-tuple-element", "localmem-element-bound", "assign-barrier",
                   "barrier-in-expression", "half-reused-unpack"}
