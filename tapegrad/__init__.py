@@ -29,6 +29,7 @@ from tapegrad.errors import (
                                BackendError,
                                CaptureError,
                                InplaceModificationError,
+                               KernelActivityError,
                                KernelCompileError,
                                KernelError,
                                KernelIndexError,
@@ -68,7 +69,7 @@ __all__ = [
     "Global", "Local", "Group", "Linear", "NTuple",
     "Backend", "CPU", "CUDA", "OpenCL", "get_backend", "allocate", "zeros", "ones", "asarray", "to_numpy",
     "TapegradError", "KernelError", "KernelSyntaxError", "KernelTypeError", "KernelCompileError",
-    "KernelIndexError", "LaunchError", "BackendError", "OutsideKernelError", "CaptureError",
+    "KernelActivityError", "KernelIndexError", "LaunchError", "BackendError", "OutsideKernelError", "CaptureError",
     "InplaceModificationError",
 ] + sorted(MATH_FUNCTIONS)
 

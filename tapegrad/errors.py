@@ -44,6 +44,12 @@ class KernelTypeError(KernelError):
     """Values in a kernel have types that do not fit (e.g. a float used as an index)."""
 
 
+class KernelActivityError(KernelError):
+    """The activity annotations of a differentiated launch do not fit what the kernel does at
+    this line (a value that depends on differentiated inputs stored into a ``Const`` array,
+    an integer passed as ``Active``)."""
+
+
 class KernelCompileError(KernelError):
     """The backend compiler rejected a generated kernel; reported at the user's line."""
 

@@ -225,7 +225,8 @@ def test_error_hierarchy():
     for cls in (tg.KernelError, tg.KernelSyntaxError, tg.KernelTypeError, tg.KernelCompileError,
                 tg.KernelIndexError, tg.LaunchError, tg.BackendError, tg.OutsideKernelError):
         assert issubclass(cls, tg.TapegradError)
-    for cls in (tg.KernelSyntaxError, tg.KernelTypeError, tg.KernelCompileError):
+    for cls in (tg.KernelSyntaxError, tg.KernelTypeError, tg.KernelCompileError,
+                tg.KernelActivityError):
         assert issubclass(cls, tg.KernelError) and issubclass(cls, SyntaxError)
     assert issubclass(tg.LaunchError, ValueError)
     assert issubclass(tg.KernelIndexError, IndexError)

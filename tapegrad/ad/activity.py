@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import copy
 
-from tapegrad.errors import KernelSyntaxError, located
+from tapegrad.errors import KernelActivityError, KernelError, located
 from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import Array, Scalar, TupleT, TypedKernel
 
@@ -28,8 +28,12 @@ class Transform:
                       ("localmem", "private")]
         self.memory_kind = {s.targets[0].id: tg_name(s.value) for s in self.decls}
 
-    def fail(self, node: ast.AST, message: str) -> KernelSyntaxError:
+    def fail(self, node: ast.AST, message: str) -> KernelError:
         return located(node, self.ir.filename, message)
+
+    def activity_error(self, node: ast.AST, message: str) -> KernelError:
+        """An annotation that does not fit the kernel (not unsupported code)."""
+        return located(node, self.ir.filename, message, KernelActivityError)
 
     def T(self, node: ast.AST):
         return self.tk.types.get(id(node))
@@ -60,9 +64,9 @@ class Transform:
         for p in self.active_names:
             t = self.tk.argtypes[ir.params.index(p)]
             if not (isinstance(t, Scalar) and t.is_float):
-                raise self.fail(ir.body[0] if ir.body else None,
-                                f"argument {p} is Active but has type {t}; only float scalars "
-                                "can be Active (pass integers as Const)")
+                raise self.activity_error(
+                    ir.body[0] if ir.body else None, f"argument {p} is Active but has type "
+                    f"{t}; only float scalars can be Active (pass integers as Const)")
         changed = True
         while changed:
             changed = False
@@ -95,9 +99,10 @@ class Transform:
         if array in self.memory_kind:
             self.active_arrays.add(array)
             return True
-        raise self.fail(at, f"this stores a value that depends on the differentiated inputs into "
-                            f"{array}, which is Const, so its derivative would be lost; pass "
-                            f"Duplicated({array}, d{array}) (or DuplicatedNoNeed)")
+        raise self.activity_error(
+            at, f"this stores a value that depends on the differentiated inputs into {array}, "
+            f"which is Const, so its derivative would be lost; pass Duplicated({array}, "
+            f"d{array}) (or DuplicatedNoNeed)")
 
     def check_rule_arrays(self, call: ast.Call) -> None:
         """A hand-written rule differentiates its scalar arguments only: an array argument

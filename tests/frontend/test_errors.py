@@ -878,3 +878,23 @@ def test_math_module_is_not_mistaken_for_a_value():
     with pytest.raises(tg.KernelError) as info:
         uses_module(CPU, 4)(np.zeros(4), ndrange=4)
     assert_located(info.value, "module-value")
+
+
+@tg.kernel
+def stores_into_its_output(B, A):
+    i = tg.index()
+    B[i] = 2.0 * A[i]  # ERR:const-output
+
+
+def test_an_active_value_stored_into_a_const_array_is_an_activity_error():
+    """(an annotation that does not fit the kernel: not unsupported code, so not a
+    KernelSyntaxError)"""
+    A, B, dA = np.ones(4), np.zeros(4), np.zeros(4)
+    with pytest.raises(tg.KernelActivityError, match=r"into B, which is Const.*"
+                       r"Duplicated\(B, dB\)") as info:
+        tg.autodiff(tg.Reverse, stores_into_its_output(CPU), tg.Const, tg.Const(B),
+                    tg.Duplicated(A, dA), ndrange=4)
+    assert not isinstance(info.value, tg.KernelSyntaxError)
+    assert isinstance(info.value, tg.KernelError)
+    assert_located(info.value, "const-output")
+    np.testing.assert_array_equal(B, 0.0)
