@@ -1,5 +1,6 @@
 """One line on stderr for a compile that takes long: a first gradient that compiles its
-adjoint kernels for half a minute in silence looks hung.
+adjoint kernels for half a minute in silence looks hung.  Under an MPI launcher (``mpiexec``,
+``srun``), only rank 0 says it: every rank compiles the same kernels at the same time.
 
 >>> import time
 >>> with compiling("demo_kernel", after_s=10.0):   # quick: says nothing
@@ -8,11 +9,24 @@ adjoint kernels for half a minute in silence looks hung.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from typing import Any
 
 DELAY_S = 1.0
+# what MPI launchers tell each process of its rank: MPICH/Hydra, Open MPI, MVAPICH, PMIx, Slurm
+_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "PMIX_RANK",
+                   "SLURM_PROCID")
+
+
+def launched_rank() -> int:
+    """This process's rank as its MPI launcher set it (0 without one)."""
+    for name in _RANK_VARIABLES:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 0
 
 
 class compiling:
@@ -26,8 +40,9 @@ class compiling:
         self.timer.daemon = True
 
     def say(self) -> None:
-        print(f"tapegrad: compiling {self.name} (first use; cached afterwards)",
-              file=sys.stderr, flush=True)
+        if launched_rank() == 0:
+            print(f"tapegrad: compiling {self.name} (first use; cached afterwards)",
+                  file=sys.stderr, flush=True)
 
     def __enter__(self) -> compiling:
         self.timer.start()

@@ -81,6 +81,16 @@ def test_a_long_compile_says_so_and_a_short_one_does_not(capsys):
     assert "quick_kernel" not in err
 
 
+@pytest.mark.parametrize("variable", ["PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"])
+def test_under_an_mpi_launcher_only_rank_0_says_it_compiles(capsys, monkeypatch, variable):
+    import time
+    for rank, says in ((1, False), (0, True), (3, False)):
+        monkeypatch.setenv(variable, str(rank))
+        with compiling("ranked_kernel", after_s=0.01):
+            time.sleep(0.1)
+        assert ("compiling ranked_kernel" in capsys.readouterr().err) == says, rank
+
+
 def test_a_cgroup_quota_caps_the_cores(tmp_path, monkeypatch):
     monkeypatch.setattr(threads, "_own_cgroup", lambda: "")
     (tmp_path / "cpu.max").write_text("150000 100000\n")        # cgroup v2: 1.5 cores
