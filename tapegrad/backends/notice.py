@@ -20,6 +20,9 @@ _RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK", "P
                    "SLURM_PROCID")
 
 
+_SAID: set = set()       # what this process announced a compile of (``compiling``'s keys)
+
+
 def launched_rank() -> int:
     """This process's rank as its MPI launcher set it (0 without one)."""
     for name in _RANK_VARIABLES:
@@ -32,17 +35,24 @@ def launched_rank() -> int:
 class compiling:
     """``with compiling(name):`` prints ``tapegrad: compiling NAME (first use; cached
     afterwards)`` to stderr once the body has run ``after_s`` seconds (a timer thread: Numba's
-    compiler lets other threads run), and nothing for a quicker body."""
+    compiler lets other threads run), and nothing for a quicker body; ``key`` (default: the
+    name) says which compiles are variants of one thing, announced as such the second time."""
 
-    def __init__(self, name: str, after_s: float = DELAY_S):
-        self.name = name
+    def __init__(self, name: str, after_s: float = DELAY_S, key: Any = None):
+        self.name, self.key = name, (name if key is None else key)
         self.timer = threading.Timer(after_s, self.say)
         self.timer.daemon = True
 
     def say(self) -> None:
-        if launched_rank() == 0:
-            print(f"tapegrad: compiling {self.name} (first use; cached afterwards)",
-                  file=sys.stderr, flush=True)
+        if launched_rank() != 0:
+            return
+        if self.key in _SAID:     # (one kernel, compiled again for other types or activities)
+            text = (f"tapegrad: compiling another variant of {self.name} (other argument "
+                    "types, activities or launch shapes; cached afterwards)")
+        else:
+            text = f"tapegrad: compiling {self.name} (first use; cached afterwards)"
+        _SAID.add(self.key)
+        print(text, file=sys.stderr, flush=True)
 
     def __enter__(self) -> compiling:
         self.timer.start()

@@ -192,7 +192,7 @@ class Reverse:
     def run(self, rframe: Frame, seed: float) -> dict[int, float]:
         if self.compiled is None:
             # (its first run compiles its stretches: seconds, said as other compiles say it)
-            with compiling(self.name):
+            with compiling(self.name, key=(self.name, id(self.program))):
                 self.compiled = cpu_plan(self, rframe, self.storage) \
                     or cuda_launches(self) or opencl_plan(self, rframe) or False
                 return self.run_plan(rframe, seed)

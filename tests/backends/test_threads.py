@@ -81,6 +81,16 @@ def test_a_long_compile_says_so_and_a_short_one_does_not(capsys):
     assert "quick_kernel" not in err
 
 
+def test_a_second_compile_under_one_name_says_it_is_another_variant(capsys):
+    import time
+    for _ in range(2):
+        with compiling("twice_compiled_adjoint", after_s=0.01):
+            time.sleep(0.1)
+    first, second = capsys.readouterr().err.strip().splitlines()
+    assert first.endswith("compiling twice_compiled_adjoint (first use; cached afterwards)")
+    assert "compiling another variant of twice_compiled_adjoint (other argument types" in second
+
+
 @pytest.mark.parametrize("variable", ["PMI_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"])
 def test_under_an_mpi_launcher_only_rank_0_says_it_compiles(capsys, monkeypatch, variable):
     import time
@@ -88,7 +98,7 @@ def test_under_an_mpi_launcher_only_rank_0_says_it_compiles(capsys, monkeypatch,
         monkeypatch.setenv(variable, str(rank))
         with compiling("ranked_kernel", after_s=0.01):
             time.sleep(0.1)
-        assert ("compiling ranked_kernel" in capsys.readouterr().err) == says, rank
+        assert ("ranked_kernel" in capsys.readouterr().err) == says, rank
 
 
 def test_a_cgroup_quota_caps_the_cores(tmp_path, monkeypatch):

@@ -148,7 +148,7 @@ def test_a_read_only_argument_written_by_a_replay_is_a_launch_error():
 
 def test_the_written_down_reverse_says_it_compiles(monkeypatch, capfd):
     from tapegrad.backends import notice
-    monkeypatch.setattr(notice.compiling.__init__, "__defaults__", (0.0,))
+    monkeypatch.setattr(notice.compiling.__init__, "__defaults__", (0.0, None))
 
     @tg.capture
     def loss(u):

@@ -237,7 +237,8 @@ class _Launcher:
                 self.dispatcher(*args, *ndrange, *groups, chunks, *pools)
             else:
                 full = (*args, *ndrange, *groups, chunks, *pools)
-                with compiling(self.lowered.symbol):
+                with compiling(self.lowered.symbol,
+                               key=(self.lowered.symbol, self.lowered.filename)):
                     compile_elsewhere(self.dispatcher, full)   # or here, by the call
                     self.dispatcher(*full)
         except IndexError:
