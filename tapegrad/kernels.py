@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tapegrad.errors import LaunchError
+from tapegrad.errors import LaunchError, TapegradError
 from tapegrad.frontend.checks import check_syntax
 from tapegrad.lang.kernel import DeviceFunction, KernelFunction
 from tapegrad.runtime.launch import launch
 from tapegrad.runtime.show import passes_of, source_of
+from tapegrad.tracebacks import filter_error
 
 
 class Func(DeviceFunction):
@@ -132,7 +133,11 @@ class ConfiguredKernel:
         self.workgroupsize = workgroupsize
 
     def __call__(self, *args: Any, ndrange: int | tuple[int, ...] | None = None) -> None:
-        launch(self, args, ndrange)
+        try:
+            launch(self, args, ndrange)
+        except TapegradError as e:     # (the user's frames only: tracebacks.py)
+            filter_error(e)
+            raise
 
     def __repr__(self) -> str:
         return f"<tg.kernel {self.kernel.name} on {self.backend!r}, workgroupsize={self.workgroupsize}>"

@@ -14,7 +14,7 @@ import tapegrad
 PACKAGE = Path(tapegrad.__file__).resolve().parent
 
 LAYERS = [                       # lowest first; a module belongs to the longest prefix listed
-    ["tapegrad.errors", "tapegrad._version", "tapegrad.callers"],
+    ["tapegrad.errors", "tapegrad._version", "tapegrad.callers", "tapegrad.tracebacks"],
     ["tapegrad.lang"],
     ["tapegrad.frontend"],
     ["tapegrad.ad"],

@@ -36,8 +36,10 @@ from tapegrad.tape.modes import refuse_nested
 from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain, plain_value
 from tapegrad.tape.sweep import not_a_scalar
 from tapegrad.tape.tape import Tape
+from tapegrad.tracebacks import api_boundary
 
 
+@api_boundary
 def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = None,
              accumulate: bool = True) -> tuple:
     """Differentiate ``f`` with Enzyme's conventions.
@@ -185,6 +187,7 @@ def _autodiff_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> 
     return (tuple(derivs),)
 
 
+@api_boundary
 def jvp(f: Callable[..., Any], x: Any, v: Any) -> tuple[Any, Any]:
     """``(y, y_dot)`` with ``y = f(x)`` and ``y_dot = J(x) v``, in one forward-mode run.
 
@@ -200,6 +203,7 @@ def jvp(f: Callable[..., Any], x: Any, v: Any) -> tuple[Any, Any]:
     return primal, tangent
 
 
+@api_boundary
 def hvp(f: Callable[..., Any], x: Any, v: Any) -> Any:
     """Hessian-vector products (forward over reverse) are not available yet."""
     raise TapegradError("tg.hvp is not available in this version: it needs forward mode through "
@@ -251,6 +255,7 @@ def _check_host_annotation(f: Any, k: int, a: Annotation) -> None:
                             f"{type(a.val).__name__}; arrays are tg.Duplicated(x, dx)")
 
 
+@api_boundary
 def gradient(f: Callable[..., Any], *args: Any) -> tuple:
     """The gradient of the scalar ``f(*args)`` with respect to each argument: a new array for
     an array, a float for a float (``f`` gets a tape scalar in its place: pass it to kernels,
@@ -281,6 +286,7 @@ def gradient(f: Callable[..., Any], *args: Any) -> tuple:
     return tuple(tape.gradient(result, sources))
 
 
+@api_boundary
 def vjp(f: Callable[..., Any], x: Any, w: Any) -> tuple[Any, Any]:
     """``(y, x_bar)`` with ``y = f(x)`` and ``x_bar = J(x)^T w`` (a vector-Jacobian product;
     ``x`` an array or a number).
@@ -321,6 +327,7 @@ def _vjp_output(tape: Tape, y: Any) -> Any:
                         "wrote, or a scalar from tg.sum/tg.dot/...")
 
 
+@api_boundary
 def jacobian(f: Callable[..., Any], x: Any, mode: Mode = Reverse) -> Any:
     """The Jacobian of ``f`` at ``x``, an array of shape ``(y.size, x.size)``: one reverse
     sweep per output element over a single recording.

@@ -32,6 +32,7 @@ from tapegrad.tape.recorder import RecordPlan, recorder
 from tapegrad.tape.records import LaunchRecord, Record
 from tapegrad.tape.scalars import TrackedScalar, plain
 from tapegrad.tape.sweep import Sweep
+from tapegrad.tracebacks import api_boundary
 
 
 def _record_on_each(tapes: tuple[Tape, ...]) -> Any:
@@ -350,6 +351,7 @@ class Tape:
 
     # -- the reverse sweep ----------------------------------------------------------------
 
+    @api_boundary
     def gradient(self, target: Any, sources: Any) -> Any:
         """The gradient of the scalar ``target`` with respect to each of ``sources`` (a list of
         arrays or tracked scalars), as new arrays / floats; for a single source given without
@@ -362,6 +364,7 @@ class Tape:
         sweep = self.backward(target, grads, sources, unwritten=set(grads))
         return self.gradients_of(sources, grads, sweep)
 
+    @api_boundary
     def vjp(self, outputs: list[Any], cotangents: list[Any], sources: list[Any]) -> list[Any]:
         """The vector-Jacobian product of the recorded code: for each of ``sources`` (arrays
         or tracked scalars), ``sum_k cotangents[k] . d outputs[k] / d source``, as a new array

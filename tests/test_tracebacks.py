@@ -1,0 +1,79 @@
+"""Tracebacks of tapegrad's errors show the user's frames and at most two of tapegrad's
+(tapegrad/tracebacks.py); TAPEGRAD_TRACEBACK_FILTERING=off shows them all; other exceptions
+keep every frame."""
+
+from __future__ import annotations
+
+import traceback
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+
+CPU = tg.CPU()
+
+
+@tg.kernel
+def doubled(B, A):
+    i = tg.index()
+    B[i] = 2.0 * A[i]
+
+
+@tg.kernel
+def uses_print(B):
+    i = tg.index()
+    print(i)
+    B[i] = 1.0
+
+
+def simulate(A, n):
+    B = np.zeros(4)
+    doubled(CPU)(B, A, ndrange=n)            # the user's launch
+    return tg.sum(B)
+
+
+def user_raises(A):
+    return simulate(A, 4) / 0
+
+
+def _frames(call):
+    with pytest.raises(Exception) as info:
+        call()
+    frames = traceback.extract_tb(info.value.__traceback__)
+    ours = [f for f in frames if "/tapegrad/" in f.filename or f.filename.startswith("<tapegrad")]
+    return info.value, frames, ours
+
+
+@pytest.mark.parametrize("call", [
+    lambda: simulate(np.ones(4), 8),                                  # a launch out of range
+    lambda: tg.gradient(lambda A: simulate(A, 8), np.ones(4)),
+    lambda: tg.autodiff(tg.Reverse, doubled(CPU), tg.Const, tg.Duplicated(np.zeros(4), 1.0),
+                        np.ones(4), ndrange=4),                        # a shadow that is no array
+    lambda: uses_print(CPU)(np.zeros(4), ndrange=4),                  # a kernel error
+], ids=["launch", "gradient", "autodiff", "kernel-error"])
+def test_a_tapegrad_error_shows_the_users_frames(call):
+    error, frames, ours = _frames(call)
+    assert isinstance(error, tg.TapegradError) and len(ours) <= 2, ours
+    assert any(f.filename == __file__ for f in frames)
+    if isinstance(error, tg.KernelError):    # (Python shows the kernel's line itself)
+        shown = "".join(traceback.format_exception(error))
+        assert "print(i)" in shown and "uses_print" not in str(ours)
+
+
+def test_the_launch_line_is_the_last_frame_of_a_launch_error():
+    error, frames, _ = _frames(lambda: tg.gradient(lambda A: simulate(A, 8), np.ones(4)))
+    assert isinstance(error, tg.KernelIndexError)
+    assert frames[-1].name == "simulate"
+    assert frames[-1].line.startswith("doubled(CPU)(B, A, ndrange=n)")
+
+
+def test_filtering_off_keeps_every_frame(monkeypatch):
+    monkeypatch.setenv("TAPEGRAD_TRACEBACK_FILTERING", "off")
+    _, _, ours = _frames(lambda: tg.gradient(lambda A: simulate(A, 8), np.ones(4)))
+    assert len(ours) > 2
+
+
+def test_other_exceptions_keep_every_frame():
+    error, _, ours = _frames(lambda: tg.gradient(user_raises, np.ones(4)))
+    assert isinstance(error, ZeroDivisionError) and len(ours) >= 1
