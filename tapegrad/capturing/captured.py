@@ -22,6 +22,7 @@ from tapegrad.tape.identity import array_key
 from tapegrad.tape.memory import owner
 from tapegrad.tape.modes import current_forward, recording_tapes
 from tapegrad.tape.scalars import DualScalar, TrackedScalar
+from tapegrad.tracebacks import api_boundary
 
 MOST_VARIANTS = 8      # programs kept per kind of arguments (branches taken), newest first
 
@@ -46,6 +47,7 @@ class Captured:
     def __repr__(self) -> str:
         return f"tg.capture({self.name}, strict={self.strict})"
 
+    @api_boundary
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.call(args, kwargs)
 

@@ -29,10 +29,12 @@ from tapegrad.tape.modes import current_forward, paused, recording_tapes
 from tapegrad.tape.records import Record
 from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain
 from tapegrad.tape.tape import Tape
+from tapegrad.tracebacks import api_boundary
 
 PROBE_STEPS = 64     # steps of a linear loop recorded on one tape to check the shortcut
 
 
+@api_boundary
 def checkpoint_loop(step: Callable[..., Any], state: Any, n_steps: int,
                     params: Sequence[Any] = (), snapshots: int | None = None,
                     memory: int | None = None, storage: str = "memory",
