@@ -10,14 +10,9 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
+from tests.runtime.test_launch_ranges import double
 
 CPU = tg.CPU()
-
-
-@tg.kernel
-def doubled(B, A):
-    i = tg.index()
-    B[i] = 2.0 * A[i]
 
 
 @tg.kernel
@@ -29,7 +24,7 @@ def uses_print(B):
 
 def simulate(A, n):
     B = np.zeros(4)
-    doubled(CPU)(B, A, ndrange=n)            # the user's launch
+    double(CPU)(B, A, ndrange=n)            # the user's launch
     return tg.sum(B)
 
 
@@ -48,7 +43,7 @@ def _frames(call):
 @pytest.mark.parametrize("call", [
     lambda: simulate(np.ones(4), 8),                                  # a launch out of range
     lambda: tg.gradient(lambda A: simulate(A, 8), np.ones(4)),
-    lambda: tg.autodiff(tg.Reverse, doubled(CPU), tg.Const, tg.Duplicated(np.zeros(4), 1.0),
+    lambda: tg.autodiff(tg.Reverse, double(CPU), tg.Const, tg.Duplicated(np.zeros(4), 1.0),
                         np.ones(4), ndrange=4),                        # a shadow that is no array
     lambda: uses_print(CPU)(np.zeros(4), ndrange=4),                  # a kernel error
     lambda: tg.capture(lambda A: simulate(A, 8))(np.ones(4)),
@@ -67,7 +62,7 @@ def test_the_launch_line_is_the_last_frame_of_a_launch_error():
     error, frames, _ = _frames(lambda: tg.gradient(lambda A: simulate(A, 8), np.ones(4)))
     assert isinstance(error, tg.KernelIndexError)
     assert frames[-1].name == "simulate"
-    assert frames[-1].line.startswith("doubled(CPU)(B, A, ndrange=n)")
+    assert frames[-1].line.startswith("double(CPU)(B, A, ndrange=n)")
 
 
 def test_filtering_off_keeps_every_frame(monkeypatch):
