@@ -48,7 +48,10 @@ def _frames(call):
     lambda: uses_print(CPU)(np.zeros(4), ndrange=4),                  # a kernel error
     lambda: tg.capture(lambda A: simulate(A, 8))(np.ones(4)),
     lambda: tg.checkpoint_loop(lambda u: simulate(u, 8), np.ones(4), 3),
-], ids=["launch", "gradient", "autodiff", "kernel-error", "capture", "checkpoint-loop"])
+    lambda: tg.gradient(tg.checkpoint(lambda A: simulate(A, 8)), np.ones(4)),
+    lambda: tg.sum(3),
+], ids=["launch", "gradient", "autodiff", "kernel-error", "capture", "checkpoint-loop",
+        "checkpoint", "host-reduction"])
 def test_a_tapegrad_error_shows_the_users_frames(call):
     error, frames, ours = _frames(call)
     assert isinstance(error, tg.TapegradError) and len(ours) <= 2, ours

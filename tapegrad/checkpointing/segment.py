@@ -22,6 +22,7 @@ from tapegrad.tape.modes import current_forward, paused, recording_tapes
 from tapegrad.tape.registry import register_adjoint
 from tapegrad.tape.scalars import TrackedScalar
 from tapegrad.tape.tape import Tape
+from tapegrad.tracebacks import api_boundary
 
 
 def checkpoint(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -76,6 +77,7 @@ def checkpoint(fn: Callable[..., Any]) -> Callable[..., Any]:
     op = register_adjoint(lambda *_: ran[0], reverse)
 
     @functools.wraps(fn)
+    @api_boundary
     def wrapped(*args: Any) -> Any:
         if current_forward() is not None or not recording_tapes():
             return fn(*args)                 # (forward mode: tangents flow through fn itself)

@@ -17,6 +17,7 @@ from tapegrad.tape.arrays import is_array
 from tapegrad.tape.modes import current_forward, new_scalar, recording_tapes
 from tapegrad.tape.records import Record
 from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain
+from tapegrad.tracebacks import api_boundary
 
 
 def _xp(x: Any) -> Any:
@@ -119,6 +120,7 @@ def _check_array(fn: str, x: Any) -> None:
         raise TapegradError(f"tg.{fn} expects arrays (NumPy or CuPy), got {type(x).__name__}")
 
 
+@api_boundary
 def sum(x: Any) -> Any:  # noqa: A001 - the public name is tg.sum
     """The sum of all elements, differentiable: ``loss = tg.sum(B)``.
 
@@ -135,6 +137,7 @@ def _sum(a: Any) -> float:
     return float(_xp(a).sum(a))
 
 
+@api_boundary
 def mean(x: Any) -> Any:
     """The mean of all elements, differentiable."""
     _check_array("mean", x)
@@ -147,6 +150,7 @@ def _mean(a: Any) -> float:
     return float(_xp(a).mean(a))
 
 
+@api_boundary
 def dot(x: Any, y: Any) -> Any:
     """The inner product over all elements (like ``numpy.vdot``), for any shapes of equal size.
 
@@ -169,6 +173,7 @@ def _vdot(a: Any, b: Any) -> float:
     return float(_xp(a).vdot(a.ravel(), b.ravel()))
 
 
+@api_boundary
 def norm(x: Any) -> Any:
     """The Euclidean norm of all elements, differentiable (its gradient at 0 is 0)."""
     _check_array("norm", x)
@@ -260,6 +265,7 @@ def factor_gradient(src: Any, bar: Any) -> float:
     return float(_xp(bar).vdot(src.ravel(), bar.ravel()))
 
 
+@api_boundary
 def copy(x: Any) -> Any:
     """A copy of ``x`` that tapes record (``x.copy()`` is invisible to them).
 
@@ -278,6 +284,7 @@ def copy(x: Any) -> Any:
     return y
 
 
+@api_boundary
 def reshape(x: Any, shape: Any) -> Any:
     """A copy of ``x`` in another shape, that tapes record (``x.reshape(...)`` and
     ``x.ravel()`` are views, and tapes follow whole arrays: a view of a recorded array would be
@@ -298,6 +305,7 @@ def reshape(x: Any, shape: Any) -> Any:
     return y
 
 
+@api_boundary
 def scale(x: Any, a: Any) -> Any:
     """``a * x`` as a new array that tapes record (``x * a`` with NumPy is invisible to
     them); ``a`` is a number or a scalar from ``tg.sum``/``tg.dot``/... (differentiated too).

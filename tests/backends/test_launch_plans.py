@@ -10,9 +10,7 @@ compiles, refuses or merges exactly as before."""
 
 from __future__ import annotations
 
-import gc
 import threading
-import warnings
 
 import numpy as np
 import pytest
@@ -247,11 +245,12 @@ def test_a_tapes_chain_on_cuda_runs_the_launches_record_by_record_would(cupy, mo
     assert 5 in runs        # (the chain ran: the last step's record heads the other five)
     # packed once: from one launch of the chain to the next, two addresses swap places and
     # nothing else changes (every slot of a written-out launch is 8 bytes)
-    from tapegrad.backends.cuda.backend import _Launcher
-    with warnings.catch_warnings():     # (isinstance on every object: some libraries warn)
-        warnings.simplefilter("ignore")
-        launchers = [o for o in gc.get_objects() if isinstance(o, _Launcher)]
-    for launcher in (o for o in launchers if o.cupy is cupy):    # (this test's)
+    from tapegrad.runtime.adjoint import CompiledAdjoint
+    compiled = [v for v in scaled.cache.values() if isinstance(v, CompiledAdjoint)]
+    launchers = [c.launcher for c in compiled] + [
+        variant for c in compiled if c.storing is not None
+        for variant in c.storing.compiled.values()]
+    for launcher in (o for o in launchers if hasattr(o, "code")):   # (CUDA's)
         for variant in launcher.variants.values():
             driver.sizes[variant.function.ptr] = (8,) * len(launcher.code.params)
     driver.keep, driver.kept = True, []
