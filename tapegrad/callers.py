@@ -13,10 +13,18 @@ import sys
 _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+def tapegrads(filename: str) -> bool:
+    """Whether code in ``filename`` is tapegrad's: its package, or code it generated
+    (``<tapegrad recorder of ...>``, ``<tapegrad launch plan ...>``)."""
+    return filename.startswith(_PACKAGE) or filename.startswith("<tapegrad")
+
+
 def user_line() -> str:
     """``file:line`` of the innermost caller outside tapegrad ('' if there is none)."""
     frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith((_PACKAGE, "<")):
+    # (any generated code counts as tapegrad's here: a dataclass's ``__init__`` is <string>)
+    while frame is not None and (tapegrads(frame.f_code.co_filename)
+                                 or frame.f_code.co_filename.startswith("<")):
         frame = frame.f_back
     if frame is None:
         return ""

@@ -20,9 +20,9 @@ import types
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from tapegrad.callers import tapegrads
 from tapegrad.errors import TapegradError
 
-_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -32,15 +32,11 @@ def filtering() -> bool:
         "off", "0", "false", "no")
 
 
-def _tapegrads(filename: str) -> bool:
-    return filename.startswith(_PACKAGE) or filename.startswith("<tapegrad")
-
-
 def users_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
     """``tb`` without tapegrad's frames."""
     kept = []
     while tb is not None:
-        if not _tapegrads(tb.tb_frame.f_code.co_filename):
+        if not tapegrads(tb.tb_frame.f_code.co_filename):
             kept.append(tb)
         tb = tb.tb_next
     out = None

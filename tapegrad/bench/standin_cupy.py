@@ -232,7 +232,6 @@ def module() -> types.ModuleType:
     cupy.cuda = SimpleNamespace(
         runtime=runtime, driver=driver, Device=_Device, function=SimpleNamespace(Module=Module),
         get_current_stream=lambda device_id=-1: stream)
-    driver.CUDADriverError = Driver.CUDADriverError
     # (new arrays hold zeros, not whatever memory held: nothing computes them, and host
     # reductions of garbage would warn of overflows)
     cupy.empty = lambda shape, dtype=np.float64: ndarray(np.zeros(shape, dtype))

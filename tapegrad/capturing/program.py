@@ -134,8 +134,8 @@ class Program:
     def run(self, frame: Frame) -> None:
         """The forward operations on ``frame`` (GuardFailed where a branch differs): the
         stretches of CPU launches compiled into one function each, of CUDA launches recorded
-        as one CUDA graph each (else called from one list), of OpenCL launches packed once (the first replay prepares
-        them), the rest one by one."""
+        as one CUDA graph each (else called from one list), of OpenCL launches packed once
+        (the first replay prepares them), the rest one by one."""
         if self.compiled is None:
             # (its first run compiles its stretches: seconds, said as other compiles say it)
             with compiling(self.name, key=(self.name, id(self))):

@@ -42,9 +42,11 @@ class LaunchCode:
                  f"    {', '.join(f'a{k}' for k in range(len(params)))}, = args"]
         emit = lines.append
         arrays = []
+        self.offsets: list[int | None] = [None] * len(params)   # (an array address slot)
         for k, (name, t) in enumerate(zip(params, argtypes)):
             if isinstance(t, Array):
                 arrays.append(k)
+                self.offsets[k] = 8 * len(slots)
                 emit(f"    p{k} = a{k}.data.ptr if type(a{k}) is CUPY and a{k}._c_contiguous "
                      f"else ADDRESS({name!r}, a{k})")
                 emit(f"    s{k} = a{k}.shape")
@@ -104,22 +106,11 @@ class LaunchCode:
             "                PACK('<Q', BUFFER, ox, px)",
             "                PACK('<Q', BUFFER, oy, py)",
             "            LAUNCH(f, gx, gy, gz, BX, BY, BZ, shared, stream, PARAMS, 0)"]
-        self.offsets = [None] * len(params)
-        at = 0
-        for k, t in enumerate(argtypes):
-            if isinstance(t, Array):
-                self.offsets[k] = at
-                at += 8 * (1 + t.ndim)
-            else:
-                at += 8
         self.source = "\n".join(lines) + "\n"
         self.buffer = ctypes.create_string_buffer(max(self.size, 8))
-        base = ctypes.addressof(self.buffer)
-        offsets, at = [], 0
-        for code in _slot_codes(self.fmt[1:]):
-            offsets.append(base + at)
-            at += struct.calcsize("<" + code)
-        self.params = (ctypes.c_void_p * max(len(offsets), 1))(*offsets)
+        base = ctypes.addressof(self.buffer)           # (every slot 8 bytes: FMT pads)
+        self.params = (ctypes.c_void_p * max(len(slots), 1))(
+            *(base + 8 * n for n in range(len(slots))))
         self.launch, self.chain = self._compile(launcher, arrays)
 
     def _compile(self, launcher: Any, arrays: list[int]) -> Any:
@@ -175,16 +166,3 @@ def _disjoint_test(arrays: list[int]) -> str:
              for n, j in enumerate(arrays) for k in arrays[n + 1:]]
     return " and ".join(pairs) or "True"
 
-
-def _slot_codes(fmt: str) -> list[str]:
-    """The struct codes of each slot of ``fmt`` (a pad ``4x`` belongs to the slot before)."""
-    codes: list[str] = []
-    k = 0
-    while k < len(fmt):
-        if fmt[k] in "fi":
-            codes.append(fmt[k:k + 3])
-            k += 3
-        else:
-            codes.append(fmt[k])
-            k += 1
-    return codes
