@@ -29,6 +29,8 @@ from tapegrad.errors import InplaceModificationError, TapegradError, optional_mo
 from tapegrad.interop.call import RecordedCall
 from tapegrad.tape.fingerprint import fingerprint
 
+__all__ = ["function"]
+
 _calls: dict[int, RecordedCall] = {}          # forward passes waiting for their backward
 _answered: dict[int, RecordedCall] = {}       # forward passes whose backward ran, newest last
 _numbers = itertools.count(1)

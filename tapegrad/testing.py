@@ -13,6 +13,7 @@ import numpy as np
 from tapegrad.api import gradient
 from tapegrad.tape.activity import Duplicated, make_zero
 
+__all__ = ["check_grad", "arrays", "duplicated", "shadow_of"]
 
 def check_grad(f: Callable[..., Any], *arrays: Any, eps: float = 1e-6, rtol: float = 1e-5,
                atol: float = 1e-7, max_elements: int = 64, seed: int = 0) -> bool:

@@ -25,6 +25,8 @@ from tapegrad.backends.registry import offers_cuda_interface
 from tapegrad.errors import InplaceModificationError, TapegradError, optional_module
 from tapegrad.interop.call import RecordedCall, overlaps
 
+__all__ = ["function"]
+
 _handover = threading.local()      # forward -> setup_context: the call just recorded (weakly)
 
 

@@ -64,6 +64,8 @@ else
     step suite_on_cuda 200 "${PYTEST[@]}" -n 8 --dist loadfile -k "cuda" \
         --ignore tests/backends/test_opencl.py --ignore tests/backends/test_cuda_c.py \
         tests/backends tests/ad tests/tape tests/frontend
+    # 2b. the GPU guide's CUDA example, as written (tests/docs/guides.py)
+    step guide_gpu 120 "${PYTEST[@]}" -n 0 "tests/docs/test_guides.py::test_guide_examples_run[gpu.md]"
     # 3. host cost per launch, primal bandwidth, adjoint/tangent over primal, results vs CPU,
     #    PyTorch CUDA on the same kernels (the full sizes: 2^26 elements)
     step bench_cuda 200 python -m tapegrad bench --backend cuda --json "$RESULTS/bench_cuda.json"
