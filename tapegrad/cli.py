@@ -46,7 +46,15 @@ def main(argv: list[str] | None = None) -> int:
         return demo()
     if args.checkpointing:
         from tapegrad.bench.checkpointing import main as checkpointing
-        checkpointing(quick=args.quick)
+        rows = checkpointing(quick=args.quick)
+        if args.json:
+            import json
+
+            from tapegrad.bench.machine import describe
+            with open(args.json, "w") as f:
+                json.dump({"machine": describe(), "quick": args.quick, "checkpointing": rows},
+                          f, indent=2)
+            print(f"wrote {args.json}")
         return 0
     if args.backend == "cuda-standin":
         from tapegrad.bench.host_cost import host_cost_main

@@ -7,6 +7,8 @@ import re
 import subprocess
 import sys
 
+import tapegrad as tg
+
 
 def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tapegrad", *args], capture_output=True,
@@ -128,6 +130,8 @@ def test_bench_of_the_cuda_host_path_on_a_stand_in_driver(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "stand-in driver (no GPU)" in proc.stdout and "target <= 3 us" in proc.stdout
     data = json.loads(out.read_text())
+    assert data["machine"]["versions"]["tapegrad"] == tg.__version__   # where and when
+    assert data["machine"]["cores"] >= 1 and data["machine"]["date"].startswith("20")
     us = data["launch_overhead_us"]
     for row in ("launch", "recorded_launch", "replayed_adjoint", "captured_gradient"):
         assert 0 < us[row] < 1000, (row, us[row])

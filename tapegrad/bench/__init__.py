@@ -30,7 +30,7 @@ import numpy as np
 import tapegrad as tg
 from tapegrad.bench.device import device_main
 from tapegrad.bench.kernel_times import _bandwidth_gbs, _cases, _gradient_cases, saxpy
-from tapegrad.bench.machine import _busy_machine, _compile_times
+from tapegrad.bench.machine import _busy_machine, _compile_times, describe
 from tapegrad.bench.overheads import _launch_overheads
 from tapegrad.bench.peer_table import WARMUP, _alternating_medians, _peer_table
 from tapegrad.bench.timing import _median_ms
@@ -102,7 +102,8 @@ def main(quick: bool = False, json_path: str | None = None, backend: str = "cpu"
     busy = _busy_machine(quick)
     if json_path:
         with open(json_path, "w") as f:
-            json.dump({"bandwidth_gbs": gbs, "quick": quick, "results": results,
+            json.dump({"machine": describe(), "bandwidth_gbs": gbs, "quick": quick,
+                       "results": results,
                        "gradients": gradients, "peers": peers, "overhead_us": overheads,
                        "compile": compile_times, "busy_machine": busy,
                        "interop": wrapped}, f, indent=2)

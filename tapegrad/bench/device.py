@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 import tapegrad as tg
+from tapegrad.bench.machine import describe
 from tapegrad.bench.overheads import _launch_overheads
 from tapegrad.bench.problems import saxpy_k as axpy
 from tapegrad.bench.problems import sin_k as sin_kernel
@@ -97,7 +98,7 @@ def device_main(name: str, quick: bool = False, json_path: str | None = None) ->
     overheads = _launch_overheads(quick, backend)
     if json_path:
         with open(json_path, "w") as f:
-            json.dump({"device": repr(backend), "n": n, "copy_gbs": copy_gbs,
+            json.dump({"machine": describe(), "device": repr(backend), "n": n, "copy_gbs": copy_gbs,
                        "max_relative_error_vs_cpu": errors, "results": rows,
                        "torch_cuda": torch_rows, "launch_overhead_us": overheads}, f,
                       indent=2)

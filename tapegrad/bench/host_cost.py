@@ -12,6 +12,7 @@ import os
 import platform
 
 import tapegrad as tg
+from tapegrad.bench.machine import describe
 from tapegrad.bench.overheads import _launch_overheads
 from tapegrad.bench.standin_cupy import installed
 
@@ -32,7 +33,8 @@ def host_cost_main(quick: bool = False, json_path: str | None = None) -> int:
               f"{'ok' if us[row] <= target else 'over'})")
     if json_path:
         with open(json_path, "w") as f:
-            json.dump({"device": "stand-in CUDA driver", "launch_overhead_us": us,
+            json.dump({"machine": describe(), "device": "stand-in CUDA driver",
+                       "launch_overhead_us": us,
                        "targets_us": TARGETS_US}, f, indent=2)
         print(f"wrote {json_path}")
     return 0

@@ -9,6 +9,32 @@ import time
 from tapegrad.bench.timing import _median_ms
 
 
+def describe() -> dict:
+    """The machine and software a bench's JSON results were measured with, and when."""
+    import datetime
+    import platform
+    from importlib import metadata
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    versions = {}          # installed distributions, read without importing them
+    for name in ("tapegrad", "numpy", "numba", "cupy-cuda13x", "cupy-cuda12x", "pyopencl",
+                 "jax", "torch", "warp-lang", "taichi"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "cpu": model, "cores": cores, "python": platform.python_version(),
+            "versions": versions}
+
+
 def _compile_times() -> dict:
     """First launch with an empty kernel cache, then again in a new process (cache hit)."""
     import subprocess
