@@ -28,6 +28,7 @@ import numpy as np
 from tapegrad.errors import InplaceModificationError, TapegradError, optional_module
 from tapegrad.interop.call import RecordedCall
 from tapegrad.tape.fingerprint import fingerprint
+from tapegrad.tracebacks import api_boundary
 
 __all__ = ["function"]
 
@@ -159,6 +160,7 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
     wrapped.defvjp(fwd, bwd)
 
     @functools.wraps(f)
+    @api_boundary
     def apply(*args: Any) -> Any:
         return wrapped(*[jnp.asarray(a) for a in args])
     return apply

@@ -24,6 +24,7 @@ import numpy as np
 from tapegrad.backends.registry import offers_cuda_interface
 from tapegrad.errors import InplaceModificationError, TapegradError, optional_module
 from tapegrad.interop.call import RecordedCall, overlaps
+from tapegrad.tracebacks import api_boundary
 
 __all__ = ["function"]
 
@@ -61,6 +62,7 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
     transforms_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
 
     @functools.wraps(f)
+    @api_boundary
     def apply(*inputs: Any) -> Any:
         # (the setup_context style that torch.func needs costs more per call in torch
         # itself, a signature bound on every apply: plain autograd takes the classic
@@ -234,6 +236,7 @@ def _plain_function(torch: Any, f: Callable[..., Any]) -> Any:
             return outputs[0] if ctx.call.single else outputs
 
         @staticmethod
+        @api_boundary
         def backward(ctx: Any, *grads: Any) -> tuple:
             if torch.is_grad_enabled():     # (create_graph=True: refuse a second derivative)
                 return refusing_second_derivatives(ctx, *grads)
@@ -274,6 +277,7 @@ def _transformable_function(torch: Any, f: Callable[..., Any]) -> Any:
             _non_differentiable(ctx, output if isinstance(output, tuple) else (output,))
 
         @staticmethod
+        @api_boundary
         def backward(ctx: Any, *grads: Any) -> tuple:
             # (through a Function of its own: torch.func.grad hands backward wrapped tensors,
             # which a Function's forward sees unwrapped)

@@ -77,3 +77,47 @@ def test_filtering_off_keeps_every_frame(monkeypatch):
 def test_other_exceptions_keep_every_frame():
     error, _, ours = _frames(lambda: tg.gradient(user_raises, np.ones(4)))
     assert isinstance(error, ZeroDivisionError) and len(ours) >= 1
+
+
+@tg.kernel
+def square(out, x):
+    i = tg.index()
+    out[i] = x[i] * x[i]
+
+
+def energy(x):
+    y = np.empty_like(x)
+    square(CPU)(y, x, ndrange=x.size)
+    return tg.sum(y)
+
+
+def _torch_changed_in_place():
+    import tapegrad.torch
+    torch = pytest.importorskip("torch")
+    x = torch.ones(4, dtype=torch.float64, requires_grad=True)
+    loss = tapegrad.torch.function(energy)(x)
+    with torch.no_grad():
+        x.mul_(2.0)                          # the backward reads x: refused there
+    loss.backward()
+
+
+def _torch_launch():
+    import tapegrad.torch
+    torch = pytest.importorskip("torch")
+    tapegrad.torch.function(lambda A: simulate(A, 8))(torch.ones(4, dtype=torch.float64))
+
+
+def _jax_launch(grad):
+    import tapegrad.jax
+    jax = pytest.importorskip("jax")
+    f = tapegrad.jax.function(lambda A: simulate(A, 8))
+    (jax.grad(f) if grad else f)(jax.numpy.ones(4, dtype=jax.numpy.float32))
+
+
+@pytest.mark.parametrize("call", [_torch_launch, _torch_changed_in_place,
+                                  lambda: _jax_launch(False), lambda: _jax_launch(True)],
+                         ids=["torch-forward", "torch-backward", "jax", "jax-grad"])
+def test_wrapped_for_torch_and_jax_the_users_frames_too(call):
+    error, frames, ours = _frames(call)
+    assert isinstance(error, tg.TapegradError) and len(ours) <= 2, ours
+    assert any(f.filename == __file__ for f in frames)
