@@ -36,6 +36,7 @@ from tapegrad.errors import (
                                KernelSyntaxError,
                                KernelTypeError,
                                LaunchError,
+                               NonFiniteError,
                                OutsideKernelError,
                                TapegradError,
 )
@@ -69,7 +70,7 @@ __all__ = [
     "Global", "Local", "Group", "Linear", "NTuple",
     "Backend", "CPU", "CUDA", "OpenCL", "get_backend", "allocate", "zeros", "ones", "asarray", "to_numpy",
     "TapegradError", "KernelError", "KernelSyntaxError", "KernelTypeError", "KernelCompileError",
-    "KernelActivityError", "KernelIndexError", "LaunchError", "BackendError", "OutsideKernelError", "CaptureError",
+    "KernelActivityError", "KernelIndexError", "NonFiniteError", "LaunchError", "BackendError", "OutsideKernelError", "CaptureError",
     "InplaceModificationError",
 ] + sorted(MATH_FUNCTIONS)
 
@@ -77,6 +78,7 @@ from tapegrad.api import AdjointStackOverflow, autodiff, gradient, hvp, jacobian
 from tapegrad.capturing import capture  # noqa: E402
 from tapegrad.checkpointing.loop import checkpoint_loop  # noqa: E402
 from tapegrad.checkpointing.segment import checkpoint  # noqa: E402
+from tapegrad.runtime.nans import debug_nans  # noqa: E402
 from tapegrad.tape.activity import (  # noqa: E402
                                Active,
                                BatchDuplicated,
@@ -99,6 +101,6 @@ __all__ += ["autodiff", "gradient", "jacobian", "vjp", "jvp", "hvp", "Tape", "su
             "register_adjoint", "AdjointStackOverflow", "Const", "Active", "Duplicated",
             "DuplicatedNoNeed", "BatchDuplicated", "Forward", "ForwardWithPrimal", "Reverse",
             "ReverseWithPrimal", "make_zero", "make_zero_", "checkpoint_loop", "checkpoint",
-            "capture"]
+            "capture", "debug_nans"]
 
 from tapegrad import testing  # noqa: E402, F401  (tg.testing.check_grad)

@@ -58,6 +58,11 @@ class KernelIndexError(TapegradError, IndexError):
     """A kernel indexed outside an array (found with ``TAPEGRAD_BOUNDSCHECK=1``)."""
 
 
+class NonFiniteError(TapegradError, FloatingPointError):
+    """Under ``tg.debug_nans()``: a launch wrote a NaN or an infinity where its array held
+    another value (the kernel, the mode, the user's line, the element and the inputs there)."""
+
+
 class AdjointStackOverflow(TapegradError):
     """A differentiated kernel needed more per-work-item stack than tapegrad could give it."""
 

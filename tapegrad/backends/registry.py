@@ -83,6 +83,57 @@ class ArrayKind:
         fingerprints of the same array compare equal by), or None to hash a host copy."""
         return None
 
+    # tg.debug_nans (runtime/nans.py): a copy taken where the array lives, the first element
+    # that became a NaN or an infinity, computed there (one number comes back), and the copy
+    # put back.  These defaults take the NumPy API of ``module()``, which CuPy shares.
+    def snapshot(self, x: Any) -> Any:
+        """A copy of ``x``'s contents, where ``x`` lives."""
+        xp = self.module()
+        return xp.array(xp.asarray(x), copy=True)
+
+    def mark_nonfinite(self, x: Any) -> None:
+        """Give the NaNs and infinities of ``x``, an array a launch only writes, tapegrad's
+        own NaN (``MARK``): old non-finite contents (memory from ``np.empty``) then hide no
+        new NaN, and no arithmetic makes that NaN from the launch's inputs."""
+        xp = self.module()
+        a = xp.asarray(x)
+        a.view(_BITS[a.dtype.itemsize])[~xp.isfinite(a)] = MARK[a.dtype.itemsize]
+
+    def first_new_nonfinite(self, before: Any, after: Any, marked: bool = False) -> int | None:
+        """The flat (row-major) index of the first element ``after`` holds as a NaN or an
+        infinity where ``before`` (its snapshot) held another value (``marked``: that is not
+        ``MARK``); None if none did."""
+        xp = self.module()
+        a = xp.asarray(after).reshape(-1)
+        if marked:
+            new = ~xp.isfinite(a) & (a.view(_BITS[a.dtype.itemsize]) != MARK[a.dtype.itemsize])
+        else:
+            b = before.reshape(-1)
+            new = ~xp.isfinite(a) & ~((a == b) | (xp.isnan(a) & xp.isnan(b)))
+        return int(xp.argmax(new)) if bool(new.any()) else None
+
+    def unmark(self, x: Any, before: Any) -> None:
+        """The elements of ``x`` still holding ``MARK`` (not written) get ``before``'s back."""
+        xp = self.module()
+        a = xp.asarray(x)
+        kept = a.view(_BITS[a.dtype.itemsize]) == MARK[a.dtype.itemsize]
+        a[kept] = before[kept]
+
+    def element(self, x: Any, flat: int) -> float:
+        """The element at flat index ``flat`` of ``x`` (row-major), as a Python number."""
+        return self.module().asarray(x).reshape(-1)[flat].item()
+
+    def restore(self, x: Any, before: Any) -> None:
+        """Put ``before`` (a snapshot of ``x``) back into ``x`` (a read-only array was not
+        written)."""
+        if getattr(getattr(x, "flags", None), "writeable", True):
+            self.module().asarray(x)[...] = before
+
+
+# tapegrad's NaN (a quiet NaN with a payload of its own), by item size: see mark_nonfinite
+MARK = {8: 0x7FF8_7A6E_616E_7321, 4: 0x7FC7_A6E1, 2: 0x7E3D}
+_BITS = {8: np.uint64, 4: np.uint32, 2: np.uint16}
+
 
 _KINDS: list[ArrayKind] = []
 _PER_OBJECT: Any = object()   # in _BY_TYPE: a type whose objects are asked one by one

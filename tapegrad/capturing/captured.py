@@ -17,6 +17,7 @@ from tapegrad.capturing.program import INPUT, GuardFailed, Program, build
 from tapegrad.capturing.record import before_writes, record_call
 from tapegrad.capturing.trace import TraceTape
 from tapegrad.errors import CaptureError, LaunchError
+from tapegrad.runtime.nans import NANS
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.identity import array_key
 from tapegrad.tape.memory import owner
@@ -59,6 +60,8 @@ class Captured:
             args = self.positional(args, kwargs)
         if current_forward() is not None or any(type(a) is DualScalar for a in args):
             return self.fn(*args)       # forward mode: its tangents go through fn's Python
+        if NANS.on:
+            return self.fn(*args)       # tg.debug_nans: each launch checked as it runs
         if any(isinstance(t, TraceTape) for t in recording_tapes()):
             return self.fn(*args, **kwargs)   # inside another capture's first call: its ops
         key = signature(args, self.name)

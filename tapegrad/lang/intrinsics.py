@@ -9,6 +9,7 @@ the math aliases (``tg.sin``...), which also work on host scalars and arrays, an
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -37,8 +38,16 @@ SPACES = {"Global": Global, "Local": Local, "Group": Group}
 KINDS = {"Linear": Linear, "NTuple": NTuple}
 
 
+# One work-item run in Python on the host (runtime/workitem.py: tg.debug_nans finding the
+# statement that made a NaN): the kernel-language functions ask it instead of refusing.
+emulated: ContextVar[Any] = ContextVar("tapegrad_emulated_work_item", default=None)
+
+
 def _kernel_only(name: str, hint: str = ""):
     def fn(*args: Any, **kwargs: Any):
+        item = emulated.get()
+        if item is not None:
+            return getattr(item, name)(*args, **kwargs)
         raise OutsideKernelError(
             f"tg.{name}() only has a meaning inside a @tg.kernel or @tg.func body, "
             f"where tapegrad compiles it for the device; it was called from host code.{hint}")
@@ -86,6 +95,9 @@ def synchronize(backend: Any = None) -> None:
     >>> tg.synchronize(tg.CPU())
     """
     if backend is None:
+        item = emulated.get()
+        if item is not None:
+            return item.synchronize()
         raise OutsideKernelError(
             "tg.synchronize() without arguments is the workgroup barrier of the kernel language; "
             "it was called from host code. To wait for a device on the host, write "

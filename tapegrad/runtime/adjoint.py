@@ -19,12 +19,14 @@ from tapegrad.runtime.adjoint_parts import (
     Gather,
     GathersThenRest,
     StoringVariants,
+    adjoint_names,
     check_kept,
     fresh_plan,
     launch_adjoint,
     storing_into,
 )
 from tapegrad.runtime.arguments import access, arg_key, check_args, groupsize_of
+from tapegrad.runtime.nans import NANS, adjoint_what, checked
 from tapegrad.runtime.show import show
 
 
@@ -198,7 +200,7 @@ def _run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tup
     if not (adjoint.uses_status or adjoint.scratch or adjoint.active_scalars):
         # the common case (no stack, no copies, no scalar outputs): one launch
         args = tuple(values) + tuple(shadows[p] for p in adjoint.shadow_of.values())
-        launch_adjoint(launcher, args, nd, fresh_at)
+        _launch(kernel, adjoint, launcher, args, nd, fresh_at)
         return {}
     backup: dict[str, Any] = {}
     if adjoint.uses_status:   # to undo a launch whose stack overflowed: what it changes
@@ -213,7 +215,7 @@ def _run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tup
         status = backend.zeros(np.int64, 1) if adjoint.uses_status else None
         if status is not None:
             args.append(status)
-        launch_adjoint(launcher, tuple(args), nd, fresh_at)
+        _launch(kernel, adjoint, launcher, tuple(args), nd, fresh_at)
         needed = int(backend.to_numpy(status)[0]) if status is not None else 0
         if needed == 0:
             return {p: float(backend.to_numpy(o).sum())
@@ -236,6 +238,18 @@ def _run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tup
         if stored:
             launcher = storing_into(compiled, stored)
     raise AssertionError("unreachable")
+
+
+def _launch(kernel: Any, adjoint: Any, launcher: Any, args: tuple, nd: tuple[int, ...],
+            fresh_at: frozenset[int]) -> None:
+    """``launch_adjoint``, checked under ``tg.debug_nans`` (runtime/nans.py)."""
+    if NANS.on and 0 not in nd:
+        names = adjoint_names(kernel, tuple(adjoint.shadow_of.values()),
+                              tuple(adjoint.active_scalars))
+        checked(lambda: launch_adjoint(launcher, args, nd, fresh_at), args, names,
+                adjoint_what(kernel.name))
+    else:
+        launch_adjoint(launcher, args, nd, fresh_at)
 
 
 def overwritten_inputs(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int, ...]

@@ -119,6 +119,15 @@ def storing_into(compiled: Any, stored: frozenset[str]) -> Any:
         else rest
 
 
+def adjoint_names(kernel: Any, shadowed: tuple[str, ...], scalars: tuple[str, ...]
+                  ) -> list[str]:
+    """What an adjoint launch's arguments are, by position, for ``tg.debug_nans``'s report:
+    the primal's parameters, the gradients of the ``shadowed`` ones and of the Active
+    ``scalars`` (their sums)."""
+    return [*kernel_ir(kernel).params, *(f"the gradient of {p}" for p in shadowed),
+            *(f"the gradient of {p} (its partial sums)" for p in scalars)]
+
+
 def launch_adjoint(launcher: Any, args: tuple, nd: tuple[int, ...], fresh_at: frozenset[int]
                     ) -> None:
     """One adjoint launch; ``fresh_at``: the argument positions of gather kernels that store

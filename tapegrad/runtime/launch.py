@@ -16,6 +16,7 @@ from tapegrad.backends.registry import kind_of
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import Type, specialize
 from tapegrad.runtime.arguments import (
+    access,
     arg_key,
     check_args,
     check_writable,
@@ -23,8 +24,10 @@ from tapegrad.runtime.arguments import (
     ndrange_of,
 )
 from tapegrad.runtime.bounds import launch_check
+from tapegrad.runtime.nans import NANS, checked
 from tapegrad.runtime.plans import make_plan
 from tapegrad.runtime.show import show
+from tapegrad.runtime.workitem import statement
 
 
 def compile_kernel(kernel: Any, mode: str, backend: Any, argtypes: tuple[Type, ...],
@@ -48,7 +51,7 @@ def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
     """Run a configured kernel ``cfg`` on ``args`` over ``ndrange`` (recorded on a tape if one
     is recording)."""
     seen_by = _intercepting()
-    if seen_by is None:
+    if seen_by is None and not NANS.on:      # (tg.debug_nans: the general path, checked)
         for plan in cfg.kernel.cache.get(("plans", cfg), ()):     # (plans.py)
             if plan.fn(args, ndrange):
                 return
@@ -116,8 +119,28 @@ def launch_now(cfg: Any, args: tuple, ndrange: Any) -> None:
     types run by a plan (``plans.py``)."""
     launcher, nd, key = prepare(cfg, args, ndrange)
     if 0 not in nd:
+        if NANS.on:
+            checking_primal(cfg, launcher)(args, nd)
+            return
         launcher(args, nd)
         make_plan(cfg, args, nd, key, launcher, cfg.kernel.cache[key][1])
+
+
+def checking_primal(cfg: Any, launcher: Any) -> Any:
+    """``launcher`` checked for new NaNs and infinities (tg.debug_nans, nans.py)."""
+    kernel = cfg.kernel
+    params = kernel_ir(kernel).params
+    reads, writes = access(kernel)
+    write_only = frozenset(k for k, p in enumerate(params) if p in writes and p not in reads)
+
+    def run(args: tuple, nd: tuple[int, ...]) -> None:
+        def find(k: int, flat: int) -> str | None:
+            if getattr(kernel, "merged_from", None) is not None:
+                return None
+            return statement(kernel.pyfunc, args, nd, groupsize_of(cfg, len(nd)), k, flat)
+        checked(lambda: launcher(args, nd), args, params, f"the launch of kernel {kernel.name}",
+                find, write_only)
+    return run
 
 
 def prepare(cfg: Any, args: tuple, ndrange: Any) -> tuple[Any, tuple[int, ...], tuple]:

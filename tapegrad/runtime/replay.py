@@ -12,7 +12,14 @@ import numpy as np
 
 from tapegrad.frontend import kernel_ir
 from tapegrad.runtime.adjoint import adjoint_of
-from tapegrad.runtime.adjoint_parts import GathersThenRest, check_kept, fresh_plan, launch_adjoint
+from tapegrad.runtime.adjoint_parts import (
+    GathersThenRest,
+    adjoint_names,
+    check_kept,
+    fresh_plan,
+    launch_adjoint,
+)
+from tapegrad.runtime.nans import NANS, adjoint_what, checked
 from tapegrad.runtime.show import Shown, show
 
 
@@ -94,16 +101,23 @@ def run_replay(cfg: Any, replay: Replay, values: list, shadows: dict[str, Any],
               lambda: [g.ir for g in replay.adjoint.gathers] + [replay.adjoint.ir])
     if 0 in nd:
         launch_adjoint(replay.launcher, args, nd, replay.fresh_at)
+    elif NANS.on:
+        names = adjoint_names(kernel, replay.order, replay.scalars)
+        checked(lambda: _launch_steps(replay, args, nd), args, names, adjoint_what(kernel.name))
     else:
-        for run, shaped_by in replay.steps:
-            if shaped_by is None:
-                run(args, nd)
-            else:                 # a gather kernel: over its shadow, the ndrange appended
-                run(args + nd, args[shaped_by].shape)
+        _launch_steps(replay, args, nd)
     if not sums or given:     # (the common case, once per replayed launch: no new dict)
         return _NO_SCALARS
     backend = cfg.backend
     return {p: float(backend.to_numpy(s).sum()) for p, s in zip(replay.scalars, sums)}
+
+
+def _launch_steps(replay: Replay, args: tuple, nd: tuple[int, ...]) -> None:
+    for run, shaped_by in replay.steps:
+        if shaped_by is None:
+            run(args, nd)
+        else:                 # a gather kernel: over its shadow, the ndrange appended
+            run(args + nd, args[shaped_by].shape)
 
 
 _NO_SCALARS: Mapping[str, float] = MappingProxyType({})

@@ -9,6 +9,7 @@ from tapegrad.backends.structure import check_barrier_rules
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import Type, specialize
 from tapegrad.runtime.arguments import arg_key, check_args, groupsize_of
+from tapegrad.runtime.nans import NANS, checked
 from tapegrad.runtime.show import show
 
 
@@ -48,4 +49,11 @@ def run_tangent(cfg: Any, values: tuple, tangents: dict[str, tuple], activity: t
     show(kernel, "forward", backend, launcher, lambda: tangent.ir)
     args = list(values) + [tangents[p][j] for p, j in tangent.tangent_params]
     if 0 not in nd:
+        if NANS.on:
+            names = list(params) + [f"the tangent of {p}" + (f" (direction {j})" if width > 1
+                                                               else "")
+                                    for p, j in tangent.tangent_params]
+            checked(lambda: launcher(tuple(args), nd), args, names,
+                    f"the tangent (forward mode) of kernel {kernel.name}")
+            return
         launcher(tuple(args), nd)

@@ -25,6 +25,7 @@ import operator
 from dataclasses import dataclass
 from typing import Any
 
+from tapegrad.runtime.nans import NANS
 from tapegrad.tape.records import _ACTIVE, _DUP, _FRESH
 
 _VALUES = operator.attrgetter("values")
@@ -51,7 +52,7 @@ def extend(sweep: Any, records: list, k: int, head: tuple) -> int:
     """After record ``k`` ran its adjoint as ``head`` = (record, replay, values, shadows,
     pattern): run the records below it that continue its chain, in one compiled loop, and
     return how many ran (0: the sweep goes on record by record)."""
-    if not enabled:
+    if not enabled or NANS.on:        # (tg.debug_nans checks launch by launch)
         return 0
     record, replay, values, shadows, pattern = head
     plan = replay.chain

@@ -45,7 +45,7 @@ class LaunchRecord(Record):
     dataclass keyword constructor was a tenth of the recording's own time.)"""
 
     __slots__ = ("cfg", "params", "values", "ids", "nd", "nodes", "needs", "replays",
-                 "float_at", "tracked_at", "released_at")
+                 "float_at", "tracked_at", "released_at", "where")
     __eq__ = object.__eq__               # one launch is one record (not Record's fields)
     __hash__ = object.__hash__
     traceable = True

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from tapegrad.errors import TapegradError
+from tapegrad.runtime.nans import NANS, adjoint_of_launch
 from tapegrad.tape import chains
 from tapegrad.tape.arrays import allocate, is_array, repeats, spares
 from tapegrad.tape.bars import ScalarBars
@@ -135,7 +136,10 @@ class Sweep:
                     or not active_ids.isdisjoint(record.writes)):
                 if self.trace is not None and not record.traceable:
                     self.trace.fail(f"the adjoint of {record.name or type(record).__name__}")
-                record.backward(self)
+                if NANS.on:
+                    self.checked_backward(record)
+                else:
+                    record.backward(self)
             # no earlier record touches what this one made: its shadow is done, reuse the memory
             for ident in record.writes:
                 if first_use[ident] == k and ident not in requested and ident in current:
@@ -156,6 +160,16 @@ class Sweep:
         self.stand_ins = {}
         spares.keep(self.free)           # (only the sweep's own shadows are in it)
         self.free = {}
+
+    def checked_backward(self, record: Any) -> None:
+        """``record.backward`` under ``tg.debug_nans``: its adjoint launches' checks name the
+        line of the launch they belong to (runtime/nans.py)."""
+        where = getattr(record, "where", None)
+        token = adjoint_of_launch.set(where or "a line recorded before tg.debug_nans began")
+        try:
+            record.backward(self)
+        finally:
+            adjoint_of_launch.reset(token)
 
     def disconnected(self, useful_ids: set[Any], sources: list[Any]) -> TapegradError:
         """The error for a target that no recorded operation connects to any source: every

@@ -16,11 +16,13 @@ from typing import Any
 import numpy as np
 
 from tapegrad.backends.registry import kind_of
+from tapegrad.callers import user_line
 from tapegrad.errors import TapegradError
 from tapegrad.frontend import kernel_ir
 from tapegrad.runtime.adjoint import values_read
 from tapegrad.runtime.arguments import access, groupsize_of
-from tapegrad.runtime.launch import interceptor, prepare
+from tapegrad.runtime.launch import checking_primal, interceptor, prepare
+from tapegrad.runtime.nans import NANS
 from tapegrad.runtime.plans import make_plan
 from tapegrad.tape.arrays import empty_like, is_array, only_tape_holds
 from tapegrad.tape.fingerprint import fingerprint
@@ -243,12 +245,28 @@ class Tape:
                 cfg, args, plain, nd, key, tracked)
         # (a written-out launch where the backend has one: cuda/plan.py)
         run_it = getattr(launcher, "launch", launcher) if run else None
-        if self.provenance is None:
+        if NANS.on:
+            self.checked_record(plan, cfg, args, plain, run_it, nd, ndrange)
+        elif self.provenance is None:
             plan.record(self, cfg, args, plain, run_it, nd, ndrange)
         else:
             self.verified_record(plan, cfg, args, plain, run_it, nd, ndrange)
         if self.limit is not None:
             self.limit.check(self.records)
+
+    def checked_record(self, plan: RecordPlan, cfg: Any, args: tuple, plain: tuple,
+                       launcher: Any, nd: tuple[int, ...], ndrange: Any) -> None:
+        """A launch recorded under ``tg.debug_nans``: checked, and its record told the
+        user's line, which its adjoint's check names (runtime/nans.py)."""
+        before = len(self.records)
+        if launcher is not None and 0 not in nd:
+            launcher = checking_primal(cfg, launcher)
+        if self.provenance is None:
+            plan.record(self, cfg, args, plain, launcher, nd, ndrange)
+        else:
+            self.verified_record(plan, cfg, args, plain, launcher, nd, ndrange)
+        if len(self.records) > before:
+            self.records[-1].where = user_line()
 
     def verified_record(self, plan: RecordPlan, cfg: Any, args: tuple, plain: tuple,
                         launcher: Any, nd: tuple[int, ...], ndrange: Any) -> None:

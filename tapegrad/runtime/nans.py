@@ -1,0 +1,157 @@
+"""``tg.debug_nans()``: the launch that first writes a NaN or an infinity, and where.
+
+Under it (or with ``TAPEGRAD_DEBUG_NANS=1`` in the environment) every kernel launch — a
+primal launch, recorded or not, a tape's replayed adjoints, ``tg.autodiff``'s adjoints,
+forward mode's tangents — runs by the general path (no launch plans, no chains of replays,
+captured functions run as plain ones), with a copy of each of its float arrays taken where
+it lives.  After the launch each array is compared with its copy on its own device (one
+number comes back); an element the launch turned into a NaN or an infinity (one that held
+another value before) raises :class:`~tapegrad.errors.NonFiniteError` naming the kernel, the
+mode (primal, adjoint of the launch at which line, tangent), the user's line, the array and
+index, and what the launch's other arrays held at that index and its numbers.  The arrays
+are put back as they were before the launch.  Off (the default), a launch tests one flag.
+
+The rule, stated once: an element is blamed on the first checked launch that changes it into
+a non-finite value.  A value that was already NaN or infinite and stays so is not a change
+(an array initialised to ``-inf`` for a maximum is fine); host code is not checked (a NaN it
+makes is blamed on the first launch that spreads it, whose message says that an input there
+was not finite).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from typing import Any
+
+import numpy as np
+
+from tapegrad.backends.registry import kind_of
+from tapegrad.callers import user_line
+from tapegrad.errors import NonFiniteError
+
+
+class _Switch:
+    """Whether launches are checked: ``on`` is read once per launch on the hot path."""
+
+    __slots__ = ("on", "depth", "always")
+
+    def __init__(self) -> None:
+        self.always = os.environ.get("TAPEGRAD_DEBUG_NANS", "").lower() in ("1", "on", "true",
+                                                                              "yes")
+        self.depth = 0
+        self.on = self.always
+
+
+NANS = _Switch()
+
+# What the adjoint launches running now belong to ("the adjoint of step, launched at
+# sim.py:42"), set by a tape's sweep around each record's adjoint while checking.
+adjoint_of_launch: ContextVar[str] = ContextVar("tapegrad_nans_adjoint_of", default="")
+
+
+class debug_nans:
+    """``with tg.debug_nans():`` every kernel launch inside checks that it writes no new NaN
+    or infinity, and raises ``tg.NonFiniteError`` at the first that does: which kernel,
+    primal, adjoint or tangent, your line, the element, and the inputs there.  For the whole
+    process while inside (``TAPEGRAD_DEBUG_NANS=1``: always).  Launches take longer: each
+    copies its float arrays (on their device) and compares them afterwards.
+
+    >>> import numpy as np, tapegrad as tg
+    >>> @tg.kernel
+    ... def ratio(B, A):
+    ...     i = tg.index()
+    ...     B[i] = A[i] / A[i]
+    >>> A, B = np.array([1.0, 0.0]), np.zeros(2)
+    >>> with tg.debug_nans():
+    ...     ratio(tg.CPU())(B, A, ndrange=2)        # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    tapegrad.errors.NonFiniteError: ...: the launch of kernel ratio wrote nan into B[1] ...
+    >>> B.tolist()                                  # put back as it was
+    [0.0, 0.0]
+    """
+
+    def __enter__(self) -> debug_nans:
+        NANS.depth += 1
+        NANS.on = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        NANS.depth -= 1
+        NANS.on = NANS.always or NANS.depth > 0
+
+
+def checked(run: Callable[[], Any], args: Sequence[Any], names: Sequence[str],
+            what: str, find: Callable[[int, int], str | None] | None = None,
+            write_only: frozenset[int] = frozenset()) -> Any:
+    """``run()``, a launch on ``args`` (named ``names``, by position), checked: a new NaN or
+    infinity in one of its float arrays raises ``NonFiniteError`` after the arrays are put
+    back.  ``what`` says which launch it is ("the launch of kernel step"); ``find(k, flat)``,
+    the statement that made element ``flat`` of argument ``k`` (run on the arrays put back),
+    or None; ``write_only``: the positions of arrays the launch writes and never reads, whose
+    old NaNs and infinities (memory from ``np.empty``) must not hide new ones
+    (``ArrayKind.mark_nonfinite``)."""
+    floats = []
+    for k, a in enumerate(args):
+        kind = kind_of(a)
+        if kind is not None and kind.dtype(a).kind == "f":
+            floats.append((k, a, kind))
+    before = [kind.snapshot(a) for _, a, kind in floats]
+    for k, a, kind in floats:
+        if k in write_only:
+            kind.mark_nonfinite(a)
+    result = run()
+    for (k, a, kind), old in zip(floats, before):
+        flat = kind.first_new_nonfinite(old, a, marked=k in write_only)
+        if flat is not None:
+            value = kind.element(a, flat)
+            for (_, array, array_kind), copy in zip(floats, before):
+                array_kind.restore(array, copy)
+            found = find(k, flat) if find is not None else None
+            raise NonFiniteError(_report(what, value, args, names, floats, before, k, flat,
+                                         found, write_only))
+    for (k, a, kind), old in zip(floats, before):
+        if k in write_only:
+            kind.unmark(a, old)
+    return result
+
+
+def _report(what: str, value: float, args: Sequence[Any], names: Sequence[str], floats: list,
+            before: list, k: int, flat: int, statement: str | None,
+            write_only: frozenset[int]) -> str:
+    a = args[k]
+    index = tuple(int(i) for i in np.unravel_index(flat, tuple(a.shape)))
+    where = f"[{', '.join(map(str, index))}]"
+    seen, finite = [], True
+    for (j, other, other_kind), old in zip(floats, before):
+        if tuple(other.shape) == tuple(a.shape) and j not in write_only:   # (what it reads)
+            v = other_kind.element(old, flat)
+            finite = finite and bool(np.isfinite(v))
+            seen.append(f"{_name(names, j)}{where} = {v!r}")
+    numbers = []
+    for j, x in enumerate(args):
+        if isinstance(x, (float, int, np.floating, np.integer)) and not isinstance(x, bool):
+            finite = finite and bool(np.isfinite(x))
+            numbers.append(f"{_name(names, j)} = {float(x)!r}")
+    held = "; ".join(filter(None, [", ".join(seen), ", ".join(numbers)]))
+    verdict = ("all finite: the kernel made it (a 0/0, a log or sqrt of a negative number, an "
+               "overflow, inf - inf...)" if finite else
+               "not all finite: it came in (from host code, the data given, or an element "
+               "another launch wrote before checking began)")
+    line = user_line()
+    found = (f" The statement, run again in Python for that element: {statement}."
+             if statement else "")
+    return (f"{line + ': ' if line else ''}{what} wrote {value!r} into {_name(names, k)}{where}"
+            f" (tg.debug_nans). Before the launch the values there were {held}: {verdict}."
+            f"{found} The launch's arrays are as they were before it.")
+
+
+def _name(names: Sequence[str], k: int) -> str:
+    return names[k] if k < len(names) else f"argument {k}"
+
+
+def adjoint_what(kernel_name: str) -> str:
+    """How an adjoint launch's error names it (with the launch it belongs to, in a sweep)."""
+    of = adjoint_of_launch.get()
+    return f"the adjoint of kernel {kernel_name}" + (f" (of its launch at {of})" if of else "")
