@@ -60,8 +60,8 @@ class Captured:
             args = self.positional(args, kwargs)
         if current_forward() is not None or any(type(a) is DualScalar for a in args):
             return self.fn(*args)       # forward mode: its tangents go through fn's Python
-        if NANS.on:
-            return self.fn(*args)       # tg.debug_nans: each launch checked as it runs
+        if NANS.slow:
+            return self.fn(*args)       # tg.debug_nans, check_tape: each launch watched
         if any(isinstance(t, TraceTape) for t in recording_tapes()):
             return self.fn(*args, **kwargs)   # inside another capture's first call: its ops
         key = signature(args, self.name)

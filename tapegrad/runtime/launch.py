@@ -51,7 +51,10 @@ def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
     """Run a configured kernel ``cfg`` on ``args`` over ``ndrange`` (recorded on a tape if one
     is recording)."""
     seen_by = _intercepting()
-    if seen_by is None and not NANS.on:      # (tg.debug_nans: the general path, checked)
+    if NANS.slow:          # (tg.debug_nans, check_tape: the general path, watched)
+        if NANS.collect is not None:
+            NANS.collect.launch(cfg, args, ndrange)
+    elif seen_by is None:
         for plan in cfg.kernel.cache.get(("plans", cfg), ()):     # (plans.py)
             if plan.fn(args, ndrange):
                 return

@@ -33,15 +33,25 @@ from tapegrad.errors import NonFiniteError
 
 
 class _Switch:
-    """Whether launches are checked: ``on`` is read once per launch on the hot path."""
+    """Whether launches are watched.  ``slow`` is read once per launch on the hot path: when
+    set, launches take the general path (no launch plans) and captured functions run as
+    plain ones.  ``on``: NaN checks (here); ``collect``: an object whose ``launch(cfg, args,
+    ndrange)`` sees every primal launch before it runs and whose ``op(...)`` sees every
+    registered adjoint's call (``tapegrad.testing.check_tape``)."""
 
-    __slots__ = ("on", "depth", "always")
+    __slots__ = ("on", "depth", "always", "collect", "slow")
 
     def __init__(self) -> None:
         self.always = os.environ.get("TAPEGRAD_DEBUG_NANS", "").lower() in ("1", "on", "true",
                                                                               "yes")
         self.depth = 0
         self.on = self.always
+        self.collect: Any = None
+        self.slow = self.on
+
+    def update(self) -> None:
+        self.on = self.always or self.depth > 0
+        self.slow = self.on or self.collect is not None
 
 
 NANS = _Switch()
@@ -74,12 +84,31 @@ class debug_nans:
 
     def __enter__(self) -> debug_nans:
         NANS.depth += 1
-        NANS.on = True
+        NANS.update()
         return self
 
     def __exit__(self, *exc: Any) -> None:
         NANS.depth -= 1
-        NANS.on = NANS.always or NANS.depth > 0
+        NANS.update()
+
+
+class collecting:
+    """``with collecting(collector):`` every primal launch is shown to ``collector.launch``
+    before it runs, every registered adjoint's call to ``collector.op`` (one at a time)."""
+
+    def __init__(self, collector: Any):
+        self.collector = collector
+
+    def __enter__(self) -> Any:
+        if NANS.collect is not None:
+            raise RuntimeError("tapegrad.testing.check_tape inside check_tape")
+        NANS.collect = self.collector
+        NANS.update()
+        return self.collector
+
+    def __exit__(self, *exc: Any) -> None:
+        NANS.collect = None
+        NANS.update()
 
 
 def checked(run: Callable[[], Any], args: Sequence[Any], names: Sequence[str],

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tapegrad.errors import TapegradError
+from tapegrad.runtime.nans import NANS
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.forward import ForwardContext
 from tapegrad.tape.modes import current_forward, new_scalar, paused, recording_tapes, suspended
@@ -75,6 +76,8 @@ def register_adjoint(fn: Callable[..., Any], reverse: Callable[..., Any],
             return _forward(ctx, fn, forward, name, args)
         tapes = recording_tapes()
         plain = [float.__float__(a) if isinstance(a, TrackedScalar) else a for a in args]
+        if NANS.collect is not None:      # (tapegrad.testing.check_tape)
+            NANS.collect.op(name, fn, reverse, forward, plain)
         if not tapes:
             return fn(*plain)
         with paused():

@@ -1,4 +1,5 @@
-"""Testing helpers: ``check_grad`` (reverse mode against finite differences) and Hypothesis
+"""Testing helpers: ``check_grad`` (reverse mode against finite differences), ``check_tape``
+(each launch of a program checked alone: ``testing/tape.py``) and Hypothesis
 strategies for arrays and their shadows, so users write property-based gradient tests of their
 own kernels (see docs/testing.md).  Hypothesis is needed only for the strategies.
 """
@@ -12,8 +13,9 @@ import numpy as np
 
 from tapegrad.api import gradient
 from tapegrad.tape.activity import Duplicated, make_zero
+from tapegrad.testing.tape import check_tape
 
-__all__ = ["check_grad", "arrays", "duplicated", "shadow_of"]
+__all__ = ["check_grad", "check_tape", "arrays", "duplicated", "shadow_of"]
 
 def check_grad(f: Callable[..., Any], *arrays: Any, eps: float = 1e-6, rtol: float = 1e-5,
                atol: float = 1e-7, max_elements: int = 64, seed: int = 0) -> bool:

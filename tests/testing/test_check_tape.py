@@ -1,0 +1,135 @@
+"""tapegrad.testing.check_tape: each launch (and registered adjoint) of a program checked alone
+against central finite differences; a planted wrong rule among 100 launches is found and
+named with its line, on every backend, through capture and checkpointing."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad.testing import check_tape
+
+
+@tg.kernel
+def diffuse(out, u, kappa):
+    i = tg.index()
+    n = u.shape[0]
+    out[i] = u[i] + kappa * (u[(i + 1) % n] - 2.0 * u[i] + u[(i - 1) % n])
+
+
+@tg.func
+def softplus(x):
+    return math.log1p(math.exp(x))
+
+
+@softplus.reverse
+def softplus_reverse(x, r_bar):
+    return -r_bar / (1.0 + math.exp(-x))         # the planted mistake: a wrong sign
+
+
+@softplus.forward
+def softplus_forward(x, x_dot):
+    return x_dot / (1.0 + math.exp(-x))          # right
+
+
+@tg.kernel
+def activate(out, u):
+    i = tg.index()
+    out[i] = softplus(u[i])
+
+
+def simulate(backend, u, kappa, steps=100, bad_at=None):
+    for k in range(steps):
+        out = np.empty_like(u)
+        if k == bad_at:
+            activate(backend)(out, u, ndrange=u.size)          # (BAD_LINE)
+        else:
+            diffuse(backend)(out, u, kappa, ndrange=u.size)
+        u = out
+    return tg.sum(u)
+
+
+BAD_LINE = simulate.__code__.co_firstlineno + 4
+
+
+def test_a_planted_wrong_adjoint_among_100_launches_is_named(backend):
+    u = np.random.default_rng(1).random(16)
+    with pytest.raises(AssertionError) as info:
+        check_tape(lambda u: simulate(backend, u, 0.2, bad_at=56), u)
+    message = str(info.value)
+    assert message.startswith("check_tape, launch 57 of 100: the launch of kernel activate at "
+                              f"test_check_tape.py:{BAD_LINE}: its adjoint (reverse mode)")
+    assert "central finite differences of that launch alone" in message
+
+
+def test_a_right_program_passes_and_counts_its_launches(backend):
+    u = np.random.default_rng(2).random(16)
+    assert check_tape(lambda u, k: simulate(backend, u, k, steps=30), u, 0.2) == 30
+
+
+def test_a_wrong_forward_rule_is_named():
+    @tg.func
+    def twice(x):
+        return 2.0 * x
+
+    @twice.forward
+    def twice_forward(x, x_dot):
+        return 3.0 * x_dot                           # wrong: 2
+
+    @tg.kernel
+    def apply_twice(out, u):
+        i = tg.index()
+        out[i] = twice(u[i])
+
+    def program(u):
+        out = np.empty_like(u)
+        apply_twice(tg.CPU())(out, u, ndrange=u.size)
+        return out
+
+    with pytest.raises(AssertionError, match="apply_twice .*its tangent \\(forward mode\\)"):
+        check_tape(program, np.ones(4))
+    assert check_tape(program, np.ones(4), forward=False) == 1
+
+
+def test_a_registered_adjoint_with_a_wrong_sign_is_named():
+    square = tg.register_adjoint(np.square, reverse=lambda y_bar, x: -2 * x * y_bar)
+
+    def program(x):
+        return tg.sum(square(x))                     # (LINE)
+
+    line = program.__code__.co_firstlineno + 1
+    with pytest.raises(AssertionError) as info:
+        check_tape(program, np.array([1.0, 2.0]))
+    assert f"the registered adjoint square called at test_check_tape.py:{line}: its reverse " \
+           "rule" in str(info.value)
+    right = tg.register_adjoint(np.square, reverse=lambda y_bar, x: 2 * x * y_bar,
+                                forward=lambda x, x_dot: 2 * x * x_dot)
+    assert check_tape(lambda x: tg.sum(right(x)), np.array([1.0, 2.0])) == 1
+
+
+def test_captured_and_checkpointed_launches_are_checked(backend):
+    u = np.random.default_rng(3).random(8)
+    captured = tg.capture(lambda u: simulate(backend, u, 0.1, steps=5, bad_at=3))
+    captured(u)
+    captured(u)                                      # (a replay: its launches not seen)
+    with pytest.raises(AssertionError, match="launch 4 of 5: the launch of kernel activate"):
+        check_tape(captured, u)
+
+    def step(u, k):
+        out = np.empty_like(u)
+        if k == 7:
+            activate(backend)(out, u, ndrange=u.size)
+        else:
+            diffuse(backend)(out, u, 0.1, ndrange=u.size)
+        return out
+
+    with pytest.raises(AssertionError, match="launch 8 of 10: the launch of kernel activate"):
+        check_tape(lambda u: tg.sum(tg.checkpoint_loop(step, u, 10, snapshots=3)), u)
+
+
+def test_float32_launches_are_checked_in_float64():
+    u = np.random.default_rng(4).random(16).astype(np.float32)
+    assert check_tape(lambda u: simulate(tg.CPU(), u, np.float32(0.2), steps=3), u) == 3
