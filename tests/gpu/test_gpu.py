@@ -394,3 +394,25 @@ def test_a_torch_tensor_launched_directly_follows_torchs_stream(cp):
         twice(gpu)(B, A, ndrange=A.numel())       # CuPy's null stream waits for it
     torch.cuda.synchronize()
     torch.testing.assert_close(B, 2.0 * A)
+
+
+def test_debug_nans_and_check_tape_on_cupy_arrays(cp):
+    """tg.debug_nans on CuPy arrays (the check on the GPU: ArrayKind's defaults through CuPy),
+    the arrays put back; check_tape of a GPU program names a planted wrong rule."""
+    from tests.runtime.test_nans import ratio, root
+    from tests.testing.test_check_tape import BAD_LINE, simulate
+    cuda = tg.CUDA()
+    A, B = cp.asarray([1.0, 0.0, 2.0, 3.0]), cp.full(4, cp.nan)
+    with tg.debug_nans(), pytest.raises(tg.NonFiniteError, match="wrote nan into B\\[1\\]"):
+        ratio(cuda)(B, A, ndrange=4)
+    assert bool(cp.isnan(B).all())                              # put back (old NaNs kept)
+    w = cp.asarray([1.0, 0.0, 1.0, 1.0])
+    with tg.debug_nans(), pytest.raises(tg.NonFiniteError, match="the adjoint of kernel root"):
+        def loss(A):
+            out = cp.empty_like(A)
+            root(cuda)(out, A, ndrange=A.size)
+            return tg.dot(out, w)
+        tg.gradient(loss, A)
+    u = cp.asarray(np.random.default_rng(1).random(16))
+    with pytest.raises(AssertionError, match=f"launch 57 of 100: .*:{BAD_LINE}"):
+        tg.testing.check_tape(lambda u: simulate(cuda, u, 0.2, bad_at=56), u)
