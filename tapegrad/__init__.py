@@ -75,6 +75,7 @@ __all__ = [
 ] + sorted(MATH_FUNCTIONS)
 
 from tapegrad.api import AdjointStackOverflow, autodiff, gradient, hvp, jacobian, jvp, vjp  # noqa: E402
+from tapegrad.backends.determinism import deterministic  # noqa: E402
 from tapegrad.capturing import capture  # noqa: E402
 from tapegrad.checkpointing.loop import checkpoint_loop  # noqa: E402
 from tapegrad.checkpointing.segment import checkpoint  # noqa: E402
@@ -101,6 +102,6 @@ __all__ += ["autodiff", "gradient", "jacobian", "vjp", "jvp", "hvp", "Tape", "su
             "register_adjoint", "AdjointStackOverflow", "Const", "Active", "Duplicated",
             "DuplicatedNoNeed", "BatchDuplicated", "Forward", "ForwardWithPrimal", "Reverse",
             "ReverseWithPrimal", "make_zero", "make_zero_", "checkpoint_loop", "checkpoint",
-            "capture", "debug_nans"]
+            "capture", "debug_nans", "deterministic"]
 
 from tapegrad import testing  # noqa: E402, F401  (tg.testing.check_grad)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.backends.determinism import DETERMINISTIC
 from tapegrad.capturing.outside import outside, same_outside
 from tapegrad.capturing.program import INPUT, GuardFailed, Program, build
 from tapegrad.capturing.record import before_writes, record_call
@@ -60,8 +61,8 @@ class Captured:
             args = self.positional(args, kwargs)
         if current_forward() is not None or any(type(a) is DualScalar for a in args):
             return self.fn(*args)       # forward mode: its tangents go through fn's Python
-        if NANS.slow:
-            return self.fn(*args)       # tg.debug_nans, check_tape: each launch watched
+        if NANS.slow or DETERMINISTIC.on:
+            return self.fn(*args)       # tg.debug_nans, check_tape, tg.deterministic
         if any(isinstance(t, TraceTape) for t in recording_tapes()):
             return self.fn(*args, **kwargs)   # inside another capture's first call: its ops
         key = signature(args, self.name)

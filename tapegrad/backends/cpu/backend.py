@@ -19,8 +19,10 @@ from tapegrad.backends.cpu.index_report import REPLAY_ITEMS, report
 from tapegrad.backends.cpu.lower import lower_kernel
 from tapegrad.backends.cpu.passes import NAMES, switched_off
 from tapegrad.backends.cpu.rows import with_cpu_groupsize
+from tapegrad.backends.cpu.sums import SUM_SLOTS
 from tapegrad.backends.cpu.threads import thread_count
 from tapegrad.backends.cpu.transposed import SUFFIX, transposed_operands
+from tapegrad.backends.determinism import CHUNKS, DETERMINISTIC
 from tapegrad.backends.notice import compiling
 from tapegrad.backends.numba_lower import Lowered, compile_error
 from tapegrad.backends.registry import offers_cuda_interface
@@ -51,6 +53,7 @@ class CPU(Backend):
 
     name = "cpu"
     arrays = NUMPY
+    scalar_sum_size = SUM_SLOTS        # (an Active scalar's sum: a slot per task, sums.py)
 
     def __init__(self, without: Iterable[str] = ()):
         # (tg.CPU() is often made per launch, in a simulation's loop: the common case free)
@@ -196,7 +199,8 @@ class _Launcher:
         """A compiled loop launching this kernel with two arguments swapped each step
         (:mod:`.chain`), for a tape's chains of replays; None for a kernel not compiled yet,
         one that checks bounds or one with per-task copies."""
-        if not self.compiled or self.checked or self.lowered.pools:
+        if not self.compiled or self.checked or self.lowered.pools \
+                or self.lowered.shared_float_adds:    # (its sums' order: the threads')
             return None
         try:
             return ChainRunner(self, n_args, x_slot, y_slot)
@@ -209,6 +213,9 @@ class _Launcher:
             groups = tuple(-(-n // w) for n, w in zip(ndrange, self.groupsize))
             if len(self.groups_of) < 64:
                 self.groups_of[ndrange] = groups
+        if DETERMINISTIC.on:
+            self.deterministic(args, ndrange, groups)
+            return
         chunks = launch_threads()          # one parallel task per thread
         pools = self.pools(args, ndrange, chunks) if self.lowered.pools else ()
         try:
@@ -228,6 +235,34 @@ class _Launcher:
                 f"{type(exc).__name__}: {exc}. Its outputs are partly written: do not use them. "
                 f"This is a tapegrad bug; please report it with the generated code ({self.path})"
             ) from exc
+
+    def deterministic(self, args: tuple, ndrange: tuple[int, ...], groups: tuple[int, ...]
+                      ) -> None:
+        """A launch under ``tg.deterministic()`` (backends/determinism.py): a number of
+        tasks that depends on the shapes alone, not the threads (``CHUNKS``, fewer where the
+        per-task copies would not pay: as many as do); the tasks one after the other where
+        additions would still meet in shared memory (atomics into an array the kernel also
+        reads, or into copies too large even for two tasks)."""
+        chunks = CHUNKS
+        if self.lowered.pools:
+            items = 1
+            for n in ndrange:
+                items *= n
+            for pos, _ in self.lowered.pools:
+                chunks = min(chunks, max(1, 8 * items // max(args[pos].size, 1)))
+        pools = self.pools(args, ndrange, chunks) if self.lowered.pools else ()
+        serial = self.lowered.shared_float_adds or any(p.shape[0] == 1 for p in pools)
+        threads = numba.get_num_threads()
+        if serial and threads > 1:
+            numba.set_num_threads(1)
+        try:
+            self.first_call(args, ndrange, groups, chunks, pools)
+        except BaseException:
+            self.pool_cache.clear()
+            raise
+        finally:
+            if serial and threads > 1:
+                numba.set_num_threads(threads)
 
     def first_call(self, args: tuple, ndrange: tuple[int, ...], groups: tuple[int, ...],
                    chunks: int, pools: Any) -> None:

@@ -32,6 +32,7 @@ from tapegrad.backends.cpu.itemcode import additive, rename_assigned
 from tapegrad.backends.cpu.outline import outline_task
 from tapegrad.backends.cpu.passes import Plan, bounds_checked, is_integral, plan
 from tapegrad.backends.cpu.privatize import PrivateSums
+from tapegrad.backends.cpu.sums import SUM_SLOTS
 from tapegrad.backends.cpu.transposed import SUFFIX, derived_params
 from tapegrad.backends.cpu.versioning import Versions, plan_versions
 from tapegrad.backends.numba_cache import njit_line
@@ -53,7 +54,7 @@ from tapegrad.backends.structure import (
     memory_decl,
 )
 from tapegrad.frontend.ir import tg_name
-from tapegrad.frontend.types import TypedKernel
+from tapegrad.frontend.types import Array, TypedKernel
 
 ATOMICS = ("atomic_add", "atomic_sub", "atomic_min", "atomic_max")
 BAND = 8      # rows of workgroups a tiled 2-D kernel runs down before the next column
@@ -115,7 +116,24 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         out.blank()
         self.write_kernel()
         pools = tuple((ir.params.index(a), nd) for a, nd in self.plan.private_sums.items())
-        return Lowered(out.source(), ir.name, out.user_line, ir.filename, pools)
+        return Lowered(out.source(), ir.name, out.user_line, ir.filename, pools,
+                       self.shared_float_adds())
+
+    def shared_float_adds(self) -> bool:
+        """Whether the kernel (or a device function it calls) adds floats with atomics into an
+        array other than its per-thread copies (an Active scalar's group sums go to the
+        task's own slot: see write_kernel)."""
+        for tk in (self.tk, *device_functions(self.tk)):
+            tree = ast.Module(body=list(tk.ir.body), type_ignores=[])
+            for n in ast.walk(tree):
+                if isinstance(n, ast.Call) and tg_name(n) in ("atomic_add", "atomic_sub"):
+                    t = tk.types.get(id(n.args[0]))
+                    private = tk is self.tk and isinstance(n.args[0], ast.Name) and \
+                        n.args[0].id in self.plan.private_sums
+                    if isinstance(t, Array) and t.space == "global" and \
+                            t.dtype.startswith("float") and not private:
+                        return True
+        return False
 
     def write_function(self, callee: TypedKernel) -> None:
         out = self.out
@@ -185,8 +203,10 @@ class _KernelWriter(PrivateSums, ModuleWriter):
                 self.column_passes = None
         for k, call in enumerate(self.group_sums):   # one atomic per workgroup
             low = CPULowering(self.tk)
-            arr, idx = call.value.args[0], call.value.args[1]
-            out.emit(f"atomic_add({ast.unparse(low.expr(arr))}, {ast.unparse(low.index(idx))}, "
+            arr = call.value.args[0]
+            # (into the task's own slot: one task adds to it, in its groups' order, so the
+            # sum is the same on every run; tg.deterministic fixes the tasks as well)
+            out.emit(f"atomic_add({ast.unparse(low.expr(arr))}, np.uint64(_c % {SUM_SLOTS}), "
                      f"group_sum(_group_sum{k}[:_slots]))", 3)
         if self.plan.outline:
             outline_task(out, loop, len(out.lines))

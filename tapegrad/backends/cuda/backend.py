@@ -31,6 +31,7 @@ from tapegrad.backends.cuda.limits import check_function, launch_shape
 from tapegrad.backends.cuda.nvrtc import compile_cuda
 from tapegrad.backends.cuda.plan import LaunchCode
 from tapegrad.backends.cuda.streams import follow
+from tapegrad.backends.determinism import DETERMINISTIC, adds_floats_atomically, refuse
 from tapegrad.backends.launch_chain import LaunchChain
 from tapegrad.backends.registry import ArrayKind
 from tapegrad.backends.structure import device_functions
@@ -156,6 +157,13 @@ class _Launcher:
         self.items = self.last.items
         self.code = LaunchCode(self, tk.ir.params, tk.argtypes, len(tk.groupsize))
         self.launch = self.code.launch       # launch(args, ndrange): what a launch runs
+        if adds_floats_atomically(tk):       # (refused under tg.deterministic: determinism.py)
+            self.launch = self.deterministic_or_refused
+
+    def deterministic_or_refused(self, args: tuple, ndrange: tuple[int, ...]) -> None:
+        if DETERMINISTIC.on:
+            raise refuse(self.name, "CUDA")
+        self.code.launch(args, ndrange)
 
     def variant(self, restrict: bool) -> _Variant:
         """The kernel with (or without) restrict pointers, compiled on first use."""

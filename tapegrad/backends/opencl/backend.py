@@ -16,6 +16,7 @@ from tapegrad.backends.c.items import (
     restrict_allowed,
 )
 from tapegrad.backends.c.printer import SCALAR_SUM_SIZE, kernel_symbol
+from tapegrad.backends.determinism import DETERMINISTIC, adds_floats_atomically, refuse
 from tapegrad.backends.launch_chain import LaunchChain
 from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
 from tapegrad.backends.opencl.device import arrays_on, devices, queue
@@ -113,6 +114,7 @@ class _Launcher:
         self.variants: dict[bool, tuple[Any, str]] = {}
         self.last = self.restricts
         self.variant(self.restricts)
+        self.name, self.float_adds = tk.name, adds_floats_atomically(tk)
 
     def variant(self, restrict: bool) -> Any:
         """The kernel with (or without) restrict pointers, compiled on first use."""
@@ -133,6 +135,8 @@ class _Launcher:
         return self.variant(self.last)
 
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
+        if self.float_adds and DETERMINISTIC.on:
+            raise refuse(self.name, "OpenCL")
         global_, local = self.sizes(ndrange)
         values = self.pack(args, ndrange)
         kernel = self.pick([args[k] for k in self.arrays])

@@ -1,0 +1,88 @@
+"""``tg.deterministic()``: the same gradient, bit for bit, on every run and every thread count.
+
+What can differ between runs is the order in which floating-point additions meet: atomics
+from threads running at once, and sums whose parts depend on how many threads a launch has.
+Under ``tg.deterministic()`` (or ``TAPEGRAD_DETERMINISTIC=1`` in the environment) the CPU
+splits every launch into ``CHUNKS`` tasks whatever its threads, each task adds into its own
+copy (per-thread sums, merged in task order) or its own slot (an ``Active`` scalar's group
+sums), and a launch that would still add with atomics into shared memory (an array it also
+reads, copies too large to pay) runs its tasks one after the other.  Captured replays and
+chains of replayed adjoints are set aside, so that every launch goes this way.
+
+Without it, a CPU launch is already reproducible run to run on the same number of threads
+(each task's work and the merge order depend on the thread count only), except for kernels
+that add with atomics into an array they also read.  CUDA and OpenCL kernels that add floats
+with atomics (scatters, their adjoints, ``Active`` scalars) are refused under it for now.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from typing import Any
+
+from tapegrad.errors import BackendError
+from tapegrad.frontend.ir import tg_name
+from tapegrad.frontend.types import Array, TypedKernel
+
+CHUNKS = 16     # tasks per CPU launch under tg.deterministic(), whatever the thread count
+
+
+class _Switch:
+    __slots__ = ("on", "depth", "always")
+
+    def __init__(self) -> None:
+        self.always = os.environ.get("TAPEGRAD_DETERMINISTIC", "").lower() in ("1", "on", "true",
+                                                                                "yes")
+        self.depth = 0
+        self.on = self.always
+
+
+DETERMINISTIC = _Switch()
+
+
+class deterministic:
+    """``with tg.deterministic():`` gradients (and every launch) give the same bits on every
+    run and every thread count on the CPU (for the whole process while inside;
+    ``TAPEGRAD_DETERMINISTIC=1``: always).  It costs little where launches add into per-thread
+    copies anyway, and serialises launches that add with atomics into arrays they also read.
+
+    >>> import numpy as np, tapegrad as tg
+    >>> with tg.deterministic():
+    ...     (g,) = tg.gradient(lambda x: tg.dot(x, x), np.array([1.0, 2.0]))
+    >>> g.tolist()
+    [2.0, 4.0]
+    """
+
+    def __enter__(self) -> deterministic:
+        DETERMINISTIC.depth += 1
+        DETERMINISTIC.on = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        DETERMINISTIC.depth -= 1
+        DETERMINISTIC.on = DETERMINISTIC.always or DETERMINISTIC.depth > 0
+
+
+def adds_floats_atomically(tk: TypedKernel) -> bool:
+    """Whether ``tk`` (or a device function it calls) adds floats with atomics into global
+    memory: an ``atomic_add``/``atomic_sub`` or an Active scalar's group sum (atomic min and
+    max give the same result in any order)."""
+    from tapegrad.backends.structure import device_functions
+    for k in (tk, *device_functions(tk)):
+        for n in ast.walk(ast.Module(body=list(k.ir.body), type_ignores=[])):
+            if isinstance(n, ast.Call) and tg_name(n) in ("atomic_add", "atomic_sub",
+                                                          "group_reduce_add"):
+                t = k.types.get(id(n.args[0]))
+                if isinstance(t, Array) and t.space == "global" and t.dtype.startswith("float"):
+                    return True
+    return False
+
+
+def refuse(kernel_name: str, backend_name: str) -> BackendError:
+    """The error for a GPU launch that adds floats with atomics under tg.deterministic()."""
+    return BackendError(
+        f"{kernel_name} adds floating-point numbers with atomics on {backend_name}, whose "
+        "order varies between runs, and tg.deterministic() makes ordered sums on the CPU only "
+        "for now: run this part on tg.CPU() under tg.deterministic(), or leave "
+        "tg.deterministic() (docs/debugging.md says what is reproducible without it)")
