@@ -6,13 +6,16 @@ Under ``tg.deterministic()`` (or ``TAPEGRAD_DETERMINISTIC=1`` in the environment
 splits every launch into ``CHUNKS`` tasks whatever its threads, each task adds into its own
 copy (per-thread sums, merged in task order) or its own slot (an ``Active`` scalar's group
 sums), and a launch that would still add with atomics into shared memory (an array it also
-reads, copies too large to pay) runs its tasks one after the other.  Captured replays and
-chains of replayed adjoints are set aside, so that every launch goes this way.
+reads, copies too large to pay, or an atomic whose old value the kernel uses) runs its tasks
+one after the other.  Captured replays are set aside, so that every launch goes this way
+(chains of replayed adjoints run kernels without such sums, whose results do not depend on
+the tasks).
 
 Without it, a CPU launch is already reproducible run to run on the same number of threads
 (each task's work and the merge order depend on the thread count only), except for kernels
-that add with atomics into an array they also read.  CUDA and OpenCL kernels that add floats
-with atomics (scatters, their adjoints, ``Active`` scalars) are refused under it for now.
+that add with atomics into an array they also read.  CUDA and OpenCL kernels whose results
+depend on their atomics' order (float additions in global or local memory: scatters, their
+adjoints, ``Active`` scalars; any atomic whose old value is used) are refused under it for now.
 """
 
 from __future__ import annotations
@@ -64,25 +67,38 @@ class deterministic:
         DETERMINISTIC.on = DETERMINISTIC.always or DETERMINISTIC.depth > 0
 
 
-def adds_floats_atomically(tk: TypedKernel) -> bool:
-    """Whether ``tk`` (or a device function it calls) adds floats with atomics into global
-    memory: an ``atomic_add``/``atomic_sub`` or an Active scalar's group sum (atomic min and
-    max give the same result in any order)."""
+def unordered_atomics(tk: TypedKernel, private: frozenset[str] = frozenset(),
+                      spaces: tuple[str, ...] = ("global",)) -> bool:
+    """Whether what ``tk`` (or a device function it calls) computes may depend on the order in
+    which its work-items' atomics happen: a float ``atomic_add``/``atomic_sub`` or an Active
+    scalar's group sum into an array of ``spaces`` other than the ``private`` (per-task copies),
+    or any atomic whose old value the kernel uses (a counter handing out slots).  Float atomic
+    min and max whose value is unused give the same result in any order."""
     from tapegrad.backends.structure import device_functions
     for k in (tk, *device_functions(tk)):
-        for n in ast.walk(ast.Module(body=list(k.ir.body), type_ignores=[])):
-            if isinstance(n, ast.Call) and tg_name(n) in ("atomic_add", "atomic_sub",
-                                                          "group_reduce_add"):
-                t = k.types.get(id(n.args[0]))
-                if isinstance(t, Array) and t.space == "global" and t.dtype.startswith("float"):
-                    return True
+        tree = ast.Module(body=list(k.ir.body), type_ignores=[])
+        unused = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
+        for n in ast.walk(tree):
+            name = tg_name(n) if isinstance(n, ast.Call) else None
+            if not name or not (name.startswith("atomic_") or name == "group_reduce_add"):
+                continue
+            t = k.types.get(id(n.args[0]))
+            if not isinstance(t, Array) or t.space not in (*spaces, "global"):
+                continue
+            if id(n) not in unused and name != "group_reduce_add":
+                return True                    # its old value is used
+            mine = k is tk and isinstance(n.args[0], ast.Name) and n.args[0].id in private
+            if name in ("atomic_add", "atomic_sub", "group_reduce_add") and \
+                    t.dtype.startswith("float") and t.space in spaces and not mine:
+                return True
     return False
 
 
 def refuse(kernel_name: str, backend_name: str) -> BackendError:
-    """The error for a GPU launch that adds floats with atomics under tg.deterministic()."""
+    """The error for a GPU launch whose result depends on its atomics' order under
+    tg.deterministic()."""
     return BackendError(
-        f"{kernel_name} adds floating-point numbers with atomics on {backend_name}, whose "
-        "order varies between runs, and tg.deterministic() makes ordered sums on the CPU only "
-        "for now: run this part on tg.CPU() under tg.deterministic(), or leave "
+        f"{kernel_name} uses atomics on {backend_name} whose order varies between runs (float "
+        "additions, or an atomic's old value), and tg.deterministic() orders them on the CPU "
+        "only for now: run this part on tg.CPU() under tg.deterministic(), or leave "
         "tg.deterministic() (docs/debugging.md says what is reproducible without it)")

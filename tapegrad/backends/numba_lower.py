@@ -366,9 +366,10 @@ class Lowered:
     # (argument position, ndim) of each array whose atomics add into per-thread copies: the
     # launcher passes those copies (all zero; the kernel leaves them zero)
     pools: tuple = ()
-    # whether it adds floats with atomics into shared arrays (not per-thread copies): the
-    # order of those additions depends on the threads (tg.deterministic runs it serially)
-    shared_float_adds: bool = False
+    # whether its result may depend on the order of its atomics (float additions into shared
+    # arrays, not per-thread copies; an atomic's old value used): tg.deterministic runs it
+    # serially (backends/determinism.py)
+    unordered_atomics: bool = False
 
 
 class Printer:

@@ -23,6 +23,7 @@ from tapegrad.runtime.adjoint_parts import (
     check_kept,
     fresh_plan,
     launch_adjoint,
+    stored_at,
     storing_into,
 )
 from tapegrad.runtime.arguments import access, arg_key, check_args, groupsize_of
@@ -200,7 +201,7 @@ def _run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tup
     if not (adjoint.uses_status or adjoint.scratch or adjoint.active_scalars):
         # the common case (no stack, no copies, no scalar outputs): one launch
         args = tuple(values) + tuple(shadows[p] for p in adjoint.shadow_of.values())
-        _launch(kernel, adjoint, launcher, args, nd, fresh_at)
+        _launch(kernel, adjoint, launcher, args, nd, fresh_at, stored)
         return {}
     backup: dict[str, Any] = {}
     if adjoint.uses_status:   # to undo a launch whose stack overflowed: what it changes
@@ -215,7 +216,7 @@ def _run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tup
         status = backend.zeros(np.int64, 1) if adjoint.uses_status else None
         if status is not None:
             args.append(status)
-        _launch(kernel, adjoint, launcher, tuple(args), nd, fresh_at)
+        _launch(kernel, adjoint, launcher, tuple(args), nd, fresh_at, stored)
         needed = int(backend.to_numpy(status)[0]) if status is not None else 0
         if needed == 0:
             return {p: float(backend.to_numpy(o).sum())
@@ -241,13 +242,15 @@ def _run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tup
 
 
 def _launch(kernel: Any, adjoint: Any, launcher: Any, args: tuple, nd: tuple[int, ...],
-            fresh_at: frozenset[int]) -> None:
-    """``launch_adjoint``, checked under ``tg.debug_nans`` (runtime/nans.py)."""
+            fresh_at: frozenset[int], stored: frozenset[str]) -> None:
+    """``launch_adjoint``, checked under ``tg.debug_nans`` (runtime/nans.py); ``stored``: the
+    adjoint's shadows it stores into (holding no values yet, as those at ``fresh_at``)."""
     if NANS.on and 0 not in nd:
         names = adjoint_names(kernel, tuple(adjoint.shadow_of.values()),
                               tuple(adjoint.active_scalars))
         checked(lambda: launch_adjoint(launcher, args, nd, fresh_at), args, names,
-                adjoint_what(kernel.name))
+                adjoint_what(kernel.name),
+                write_only=fresh_at | stored_at(adjoint, stored, len(kernel_ir(kernel).params)))
     else:
         launch_adjoint(launcher, args, nd, fresh_at)
 

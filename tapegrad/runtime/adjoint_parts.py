@@ -128,6 +128,12 @@ def adjoint_names(kernel: Any, shadowed: tuple[str, ...], scalars: tuple[str, ..
             *(f"the gradient of {p} (its partial sums)" for p in scalars)]
 
 
+def stored_at(adjoint: Any, stored: frozenset[str], base: int) -> frozenset[int]:
+    """The argument positions of the shadows an adjoint launch stores into (``stored``: their
+    names in the adjoint; ``base``: the primal's parameter count)."""
+    return frozenset(base + k for k, s in enumerate(adjoint.shadow_of) if s in stored)
+
+
 def launch_adjoint(launcher: Any, args: tuple, nd: tuple[int, ...], fresh_at: frozenset[int]
                     ) -> None:
     """One adjoint launch; ``fresh_at``: the argument positions of gather kernels that store

@@ -7,6 +7,7 @@ workgroup size.
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from tapegrad.ad.access import array_access
 from tapegrad.backends.registry import array_kind, is_array, kind_of
 from tapegrad.errors import LaunchError
 from tapegrad.frontend import kernel_ir
+from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import (
     BOOL,
     FLOAT32,
@@ -99,6 +101,20 @@ def access(kernel: Any) -> tuple[set[str], set[str]]:
     if summary is None:
         summary = kernel.cache["access"] = array_access(normalize(kernel_ir(kernel), kernel_ir))
     return summary
+
+
+def write_only(kernel: Any) -> frozenset[str]:
+    """Parameters the kernel writes with plain stores and never reads (not atomics' targets,
+    which read what is there); cached on the kernel."""
+    found = kernel.cache.get("write only")
+    if found is None:
+        reads, writes = access(kernel)
+        ir = normalize(kernel_ir(kernel), kernel_ir)
+        atomic = {n.args[0].id for n in ast.walk(ast.Module(body=list(ir.body), type_ignores=[]))
+                  if isinstance(n, ast.Call) and (tg_name(n) or "").startswith("atomic_")
+                  and n.args and isinstance(n.args[0], ast.Name)}
+        found = kernel.cache["write only"] = frozenset(writes - reads - atomic)
+    return found
 
 
 def arg_key(args: tuple) -> tuple:

@@ -16,12 +16,12 @@ from tapegrad.backends.registry import kind_of
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import Type, specialize
 from tapegrad.runtime.arguments import (
-    access,
     arg_key,
     check_args,
     check_writable,
     groupsize_of,
     ndrange_of,
+    write_only,
 )
 from tapegrad.runtime.bounds import launch_check
 from tapegrad.runtime.nans import NANS, checked
@@ -133,16 +133,17 @@ def checking_primal(cfg: Any, launcher: Any) -> Any:
     """``launcher`` checked for new NaNs and infinities (tg.debug_nans, nans.py)."""
     kernel = cfg.kernel
     params = kernel_ir(kernel).params
-    reads, writes = access(kernel)
-    write_only = frozenset(k for k, p in enumerate(params) if p in writes and p not in reads)
+    only_written = write_only(kernel)
+    positions = frozenset(k for k, p in enumerate(params) if p in only_written)
 
     def run(args: tuple, nd: tuple[int, ...]) -> None:
         def find(k: int, flat: int) -> str | None:
             if getattr(kernel, "merged_from", None) is not None:
                 return None
-            return statement(kernel.pyfunc, args, nd, groupsize_of(cfg, len(nd)), k, flat)
+            return statement(kernel.pyfunc, args, nd, groupsize_of(cfg, len(nd)), k, flat,
+                             positions)
         checked(lambda: launcher(args, nd), args, params, f"the launch of kernel {kernel.name}",
-                find, write_only)
+                find, positions)
     return run
 
 

@@ -111,69 +111,99 @@ class collecting:
         NANS.update()
 
 
+class uncollected:
+    """``with uncollected():`` launches are not shown to the collector (a registered
+    adjoint's own function: its rules stand for its kernels)."""
+
+    def __enter__(self) -> None:
+        self.collector, NANS.collect = NANS.collect, None
+        NANS.update()
+
+    def __exit__(self, *exc: Any) -> None:
+        NANS.collect = self.collector
+        NANS.update()
+
+
 def checked(run: Callable[[], Any], args: Sequence[Any], names: Sequence[str],
             what: str, find: Callable[[int, int], str | None] | None = None,
             write_only: frozenset[int] = frozenset()) -> Any:
     """``run()``, a launch on ``args`` (named ``names``, by position), checked: a new NaN or
-    infinity in one of its float arrays raises ``NonFiniteError`` after the arrays are put
-    back.  ``what`` says which launch it is ("the launch of kernel step"); ``find(k, flat)``,
-    the statement that made element ``flat`` of argument ``k`` (run on the arrays put back),
-    or None; ``write_only``: the positions of arrays the launch writes and never reads, whose
-    old NaNs and infinities (memory from ``np.empty``) must not hide new ones
-    (``ArrayKind.mark_nonfinite``)."""
-    floats = []
+    infinity in one of its float arrays raises ``NonFiniteError`` after its arrays are put
+    back (as they are if the launch raises).  ``what`` says which launch it is ("the launch
+    of kernel step"); ``find(k, flat)``, the statement that made element ``flat`` of argument
+    ``k`` (run on the arrays put back), or None; ``write_only``: the positions of arrays the
+    launch writes and never reads, whose old NaNs and infinities (memory from ``np.empty``)
+    must not hide new ones (``ArrayKind.mark_nonfinite``)."""
+    arrays = []                     # every array: all are put back on an error
     for k, a in enumerate(args):
         kind = kind_of(a)
-        if kind is not None and kind.dtype(a).kind == "f":
-            floats.append((k, a, kind))
-    before = [kind.snapshot(a) for _, a, kind in floats]
-    for k, a, kind in floats:
-        if k in write_only:
-            kind.mark_nonfinite(a)
-    result = run()
-    for (k, a, kind), old in zip(floats, before):
+        if kind is not None:
+            arrays.append((k, a, kind, kind.snapshot(a)))
+    floats = [(k, a, kind, old) for k, a, kind, old in arrays if kind.dtype(a).kind == "f"]
+    marked = [(k, a, kind, old) for k, a, kind, old in floats if k in write_only]
+    for _, a, kind, _ in marked:
+        kind.mark_nonfinite(a)
+    try:
+        result = run()
+    except BaseException:
+        _put_back(arrays)
+        raise
+    for k, a, kind, old in floats:
         flat = kind.first_new_nonfinite(old, a, marked=k in write_only)
         if flat is not None:
             value = kind.element(a, flat)
-            for (_, array, array_kind), copy in zip(floats, before):
-                array_kind.restore(array, copy)
+            _put_back(arrays)
             found = find(k, flat) if find is not None else None
-            raise NonFiniteError(_report(what, value, args, names, floats, before, k, flat,
-                                         found, write_only))
-    for (k, a, kind), old in zip(floats, before):
-        if k in write_only:
-            kind.unmark(a, old)
+            raise NonFiniteError(_report(what, value, args, names, floats, k, flat, found,
+                                         write_only))
+    for _, a, kind, old in marked:
+        kind.unmark(a, old)
     return result
 
 
+def _put_back(arrays: list) -> None:
+    for _, a, kind, old in arrays:
+        kind.restore(a, old)
+
+
 def _report(what: str, value: float, args: Sequence[Any], names: Sequence[str], floats: list,
-            before: list, k: int, flat: int, statement: str | None,
-            write_only: frozenset[int]) -> str:
+            k: int, flat: int, statement: str | None, write_only: frozenset[int]) -> str:
+    """The message: the launch, the element, what its inputs held there (the same element of
+    its arrays of that shape, its numbers) and elsewhere (an input's first NaN or infinity,
+    which the kernel may have read), and the statement."""
     a = args[k]
     index = tuple(int(i) for i in np.unravel_index(flat, tuple(a.shape)))
     where = f"[{', '.join(map(str, index))}]"
-    seen, finite = [], True
-    for (j, other, other_kind), old in zip(floats, before):
-        if tuple(other.shape) == tuple(a.shape) and j not in write_only:   # (what it reads)
-            v = other_kind.element(old, flat)
-            finite = finite and bool(np.isfinite(v))
-            seen.append(f"{_name(names, j)}{where} = {v!r}")
-    numbers = []
+    there, elsewhere = [], []
+    for j, other, kind, old in floats:
+        if j in write_only:
+            continue                        # (what it held does not matter: not read)
+        if tuple(other.shape) == tuple(a.shape):
+            there.append(f"{_name(names, j)}{where} = {kind.element(old, flat)!r}")
+        bad = kind.first_new_nonfinite(kind.new(tuple(old.shape), kind.dtype(old), True), old)
+        if bad is not None:
+            at = tuple(int(i) for i in np.unravel_index(bad, tuple(old.shape)))
+            elsewhere.append(f"{_name(names, j)}[{', '.join(map(str, at))}] = "
+                             f"{kind.element(old, bad)!r}")
     for j, x in enumerate(args):
         if isinstance(x, (float, int, np.floating, np.integer)) and not isinstance(x, bool):
-            finite = finite and bool(np.isfinite(x))
-            numbers.append(f"{_name(names, j)} = {float(x)!r}")
-    held = "; ".join(filter(None, [", ".join(seen), ", ".join(numbers)]))
-    verdict = ("all finite: the kernel made it (a 0/0, a log or sqrt of a negative number, an "
-               "overflow, inf - inf...)" if finite else
-               "not all finite: it came in (from host code, the data given, or an element "
-               "another launch wrote before checking began)")
-    line = user_line()
+            there.append(f"{_name(names, j)} = {float(x)!r}")
+            if not np.isfinite(float(x)):
+                elsewhere.append(f"{_name(names, j)} = {float(x)!r}")
+    held = (f"Before the launch its inputs held there {', '.join(there)}. " if there else "")
+    if elsewhere:
+        verdict = (f"Not every input was finite: {', '.join(elsewhere)} (the first NaN or "
+                   "infinity of each): it may have come in from there (host code, the data "
+                   "given, or a launch before checking began).")
+    else:
+        verdict = ("Every input was finite: the kernel made it (a 0/0, a log or sqrt of a "
+                   "negative number, an overflow, inf - inf...).")
     found = (f" The statement, run again in Python for that element: {statement}."
              if statement else "")
+    line = user_line()
     return (f"{line + ': ' if line else ''}{what} wrote {value!r} into {_name(names, k)}{where}"
-            f" (tg.debug_nans). Before the launch the values there were {held}: {verdict}."
-            f"{found} The launch's arrays are as they were before it.")
+            f" (tg.debug_nans). {held}{verdict}{found} The launch's arrays are as they were "
+            "before it.")
 
 
 def _name(names: Sequence[str], k: int) -> str:

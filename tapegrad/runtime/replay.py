@@ -18,6 +18,7 @@ from tapegrad.runtime.adjoint_parts import (
     check_kept,
     fresh_plan,
     launch_adjoint,
+    stored_at,
 )
 from tapegrad.runtime.nans import NANS, adjoint_what, checked
 from tapegrad.runtime.show import Shown, show
@@ -44,6 +45,9 @@ class Replay:
     # path (``run_adjoint``), which grows the stack and runs it again; a trace writes it down
     status: bool = False
     chain: Any = None    # how a sweep runs it along a chain of states (tape/chains.py), or False
+    # argument positions of the shadows it stores into (they hold no values yet): what
+    # tg.debug_nans takes as written only (runtime/nans.py)
+    stored_at: frozenset[int] = frozenset()
 
     @property
     def general(self) -> bool:
@@ -67,14 +71,16 @@ def replay_for(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
     params = kernel_ir(cfg.kernel).params
     fresh_at: frozenset[int] = frozenset()
     zeroed: tuple[str, ...] = ()
+    stored: frozenset[str] = frozenset()
     if fresh:
-        launcher, fresh_at, _, zeroed = fresh_plan(compiled, len(params), fresh, covered)
+        launcher, fresh_at, stored, zeroed = fresh_plan(compiled, len(params), fresh, covered)
     steps = launcher.steps(fresh_at) if isinstance(launcher, GathersThenRest) \
         else ((launcher, None),)
     return Replay(adjoint, launcher, fresh_at, zeroed, tuple(adjoint.shadow_of.values()),
                   Shown(steps), steps, tuple(adjoint.active_scalars),
                   tuple(k for k, p in enumerate(params) if p in adjoint.scratch),
-                  adjoint.uses_status)
+                  adjoint.uses_status, None,
+                  fresh_at | stored_at(adjoint, stored, len(params)))
 
 
 def scalar_sums(backend: Any, n: int) -> list[Any]:
@@ -103,7 +109,8 @@ def run_replay(cfg: Any, replay: Replay, values: list, shadows: dict[str, Any],
         launch_adjoint(replay.launcher, args, nd, replay.fresh_at)
     elif NANS.on:
         names = adjoint_names(kernel, replay.order, replay.scalars)
-        checked(lambda: _launch_steps(replay, args, nd), args, names, adjoint_what(kernel.name))
+        checked(lambda: _launch_steps(replay, args, nd), args, names, adjoint_what(kernel.name),
+                write_only=replay.stored_at)
     else:
         _launch_steps(replay, args, nd)
     if not sums or given:     # (the common case, once per replayed launch: no new dict)

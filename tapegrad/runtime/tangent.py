@@ -8,7 +8,7 @@ from tapegrad.ad import normalize, tangent_kernel
 from tapegrad.backends.structure import check_barrier_rules
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import Type, specialize
-from tapegrad.runtime.arguments import arg_key, check_args, groupsize_of
+from tapegrad.runtime.arguments import arg_key, check_args, groupsize_of, write_only
 from tapegrad.runtime.nans import NANS, checked
 from tapegrad.runtime.show import show
 
@@ -53,7 +53,11 @@ def run_tangent(cfg: Any, values: tuple, tangents: dict[str, tuple], activity: t
             names = list(params) + [f"the tangent of {p}" + (f" (direction {j})" if width > 1
                                                                else "")
                                     for p, j in tangent.tangent_params]
+            only = write_only(kernel)       # (its outputs, and their tangents)
+            positions = frozenset(k for k, p in enumerate(params) if p in only) | frozenset(
+                len(params) + j for j, (p, _) in enumerate(tangent.tangent_params) if p in only)
             checked(lambda: launcher(tuple(args), nd), args, names,
-                    f"the tangent (forward mode) of kernel {kernel.name}")
+                    f"the forward-mode launch (values and tangents) of kernel {kernel.name}",
+                    write_only=positions)
             return
         launcher(tuple(args), nd)

@@ -88,30 +88,38 @@ class WorkItem:
 
 
 def statement(pyfunc: Any, args: tuple, nd: tuple[int, ...], groupsize: tuple[int, ...],
-              written: int, flat: int) -> str | None:
+              written: int, flat: int, write_only: frozenset[int] = frozenset()) -> str | None:
     """``file:line: source`` of the statement with which the work-item that wrote element
-    ``flat`` of argument ``written`` made it non-finite (``args`` as before the launch), or
-    None where that cannot be told."""
+    ``flat`` of argument ``written`` made it non-finite (``args`` as before the launch;
+    ``write_only``: the positions of arrays the kernel only writes, whose old contents do not
+    matter), or None where that cannot be told.  A local variable counts when it becomes NaN
+    (an infinity may be meant: ``m = -math.inf`` before a maximum), the element when it
+    becomes NaN or infinite, a device function when it returns NaN."""
     array = args[written]
     if tuple(array.shape) != tuple(nd):
         return None
     copies = [np.array(kind_of(a).to_numpy(a)) if kind_of(a) is not None else a for a in args]
+    for k in write_only:
+        if copies[k].dtype.kind == "f":
+            copies[k][~np.isfinite(copies[k])] = 0.0
     target = copies[written].reshape(-1)
     index = tuple(int(i) for i in np.unravel_index(flat, nd))
     user_files = {pyfunc.__code__.co_filename}
     frames_seen: dict[Any, int] = {}
     already = {"element": not np.isfinite(target[flat])}   # (non-finite before: not new)
 
+    def nan(value: Any) -> bool:
+        return isinstance(value, (float, np.floating)) and bool(np.isnan(value))
+
     def bad_now(frame: Any) -> bool:
         for name, value in frame.f_locals.items():
-            if isinstance(value, (float, np.floating)) and not np.isfinite(value) and \
-                    (frame, name) not in already:
+            if nan(value) and (frame, name) not in already:
                 return True
         return not already["element"] and not np.isfinite(target[flat])
 
     def note_bad(frame: Any) -> None:
         for name, value in frame.f_locals.items():
-            if isinstance(value, (float, np.floating)) and not np.isfinite(value):
+            if nan(value):
                 already[(frame, name)] = True
 
     def tracer(frame: Any, event: str, arg: Any) -> Any:
@@ -123,7 +131,7 @@ def statement(pyfunc: Any, args: tuple, nd: tuple[int, ...], groupsize: tuple[in
             note_bad(frame)        # (its arguments: what came in is not this function's)
         elif event == "line" or event == "return":
             last = frames_seen.get(frame)
-            if last is not None and bad_now(frame):
+            if last is not None and (bad_now(frame) or event == "return" and nan(arg)):
                 raise _Found(code.co_filename, last)
             frames_seen[frame] = frame.f_lineno
         elif event == "exception" and not isinstance(arg[1], (_Found, _CannotRun)):

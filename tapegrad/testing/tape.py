@@ -25,7 +25,9 @@ from tapegrad.api import autodiff
 from tapegrad.backends.registry import kind_of
 from tapegrad.callers import user_line
 from tapegrad.errors import TapegradError
-from tapegrad.runtime.nans import collecting
+from tapegrad.frontend import kernel_ir
+from tapegrad.runtime.arguments import write_only
+from tapegrad.runtime.nans import collecting, uncollected
 from tapegrad.tape.activity import Active, Const, Duplicated, Forward, Reverse
 
 
@@ -73,8 +75,8 @@ def _host_copies(args: Any) -> list:
     out = []
     for a in args:
         kind = kind_of(a)
-        if kind is None:
-            out.append(float(a) if isinstance(a, float) else a)
+        if kind is None:     # (a tape's or forward mode's scalar: its value)
+            out.append(float.__float__(a) if isinstance(a, float) else a)
             continue
         if id(a) not in copies:
             host = np.array(kind.to_numpy(a))
@@ -122,13 +124,10 @@ def _check_launch(seen: _Launch, rng: Any, eps: float, rtol: float, atol: float,
                   forward: bool, number: str) -> None:
     backend = seen.cfg.backend
     arrays = list(dict.fromkeys(id(a) for a in seen.args if _is_float_array(a)))
-    if not arrays and not any(isinstance(a, float) for a in seen.args):
+    scalar_at = [k for k, a in enumerate(seen.args) if isinstance(a, float) and np.isfinite(a)]
+    if not arrays and not scalar_at:
         return                                     # nothing differentiable
     by_id = {id(a): a for a in seen.args if isinstance(a, np.ndarray)}
-    v = {i: rng.standard_normal(by_id[i].shape) for i in arrays}
-    w = {i: rng.standard_normal(by_id[i].shape) for i in arrays}
-    scalar_at = [k for k, a in enumerate(seen.args) if isinstance(a, float)]
-    v_scalar = {k: float(rng.standard_normal()) for k in scalar_at}
 
     def on_device(moved: dict[int, Any]) -> tuple[list, dict]:
         """The arguments on the launch's backend (one object per array), from ``moved``."""
@@ -143,15 +142,34 @@ def _check_launch(seen: _Launch, rng: Any, eps: float, rtol: float, atol: float,
                 out.append(a)
         return out, made
 
-    def weighted(h: float) -> float:
-        moved = {i: by_id[i] + h * v[i] for i in arrays}
+    def after(moved: dict[int, Any], scalars: dict[int, float]) -> dict[int, np.ndarray]:
         args, made = on_device(moved)
-        for k in scalar_at:
-            args[k] = seen.args[k] + h * v_scalar[k]
+        for k, value in scalars.items():
+            args[k] = value
         seen.cfg(*args, ndrange=seen.ndrange)
-        return sum(float(np.vdot(w[i], backend.to_numpy(made[i]))) for i in arrays)
+        return {i: np.asarray(backend.to_numpy(made[i]), dtype=np.float64) for i in arrays}
 
-    fd = (weighted(eps) - weighted(-eps)) / (2 * eps)
+    # directions only where the inputs are finite and read (an array the kernel only writes
+    # holds whatever memory held), weights only where the outputs are finite (an infinity
+    # would make every difference NaN); the step relative to the inputs' size
+    params = kernel_ir(seen.cfg.kernel).params
+    unread = {id(a) for p, a in zip(params, seen.args) if p in write_only(seen.cfg.kernel)}
+    base = after({}, {})
+    v = {i: np.where(np.isfinite(by_id[i]) & (i not in unread),
+                     rng.standard_normal(by_id[i].shape), 0.0) for i in arrays}
+    w = {i: np.where(np.isfinite(base[i]), rng.standard_normal(by_id[i].shape), 0.0)
+         for i in arrays}
+    v_scalar = {k: float(rng.standard_normal()) for k in scalar_at}
+    sizes = [float(np.max(np.abs(by_id[i][v[i] != 0]), initial=0.0)) for i in arrays] + \
+        [abs(seen.args[k]) for k in scalar_at]
+    h = eps * max([1.0, *sizes])
+
+    def weighted(step: float) -> float:
+        moved = {i: by_id[i] + step * v[i] for i in arrays}
+        outs = after(moved, {k: seen.args[k] + step * v_scalar[k] for k in scalar_at})
+        return sum(float(np.vdot(w[i], np.where(w[i] != 0, outs[i], 0.0))) for i in arrays)
+
+    fd = (weighted(h) - weighted(-h)) / (2 * h)
 
     args, made = on_device({})
     shadows = {i: backend.asarray(np.array(w[i])) for i in arrays}
@@ -163,8 +181,8 @@ def _check_launch(seen: _Launch, rng: Any, eps: float, rtol: float, atol: float,
     except TapegradError as e:
         raise AssertionError(f"check_tape, launch {number}: {seen.name}: its adjoint cannot "
                              f"run: {e}") from e
-    reverse = sum(float(np.vdot(backend.to_numpy(shadows[i]), v[i])) for i in arrays) + sum(
-        derivs[k] * v_scalar[k] for k in scalar_at)
+    reverse = sum(float(np.vdot(np.asarray(backend.to_numpy(shadows[i]), np.float64), v[i]))
+                  for i in arrays) + sum(derivs[k] * v_scalar[k] for k in scalar_at)
     _compare(seen.name, number, "its adjoint (reverse mode) gives <J^T w, v> =", reverse, fd,
              rtol, atol)
     if not forward:
@@ -178,7 +196,8 @@ def _check_launch(seen: _Launch, rng: Any, eps: float, rtol: float, atol: float,
         autodiff(Forward, seen.cfg, Const, *annotated, ndrange=seen.ndrange)
     except TapegradError:
         return                    # (no forward mode for this kernel: its adjoint was checked)
-    tangent = sum(float(np.vdot(w[i], backend.to_numpy(tangents[i]))) for i in arrays)
+    tangent = sum(float(np.vdot(w[i], np.asarray(backend.to_numpy(tangents[i]), np.float64)))
+                  for i in arrays)
     _compare(seen.name, number, "its tangent (forward mode) gives <w, J v> =", tangent, fd,
              rtol, atol)
 
@@ -186,26 +205,37 @@ def _check_launch(seen: _Launch, rng: Any, eps: float, rtol: float, atol: float,
 def _check_op(seen: _Op, rng: Any, eps: float, rtol: float, atol: float, forward: bool,
               number: str) -> None:
     args = seen.args
-    moving = [k for k, a in enumerate(args) if _is_float_array(a) or isinstance(a, float)]
-    v = {k: rng.standard_normal(np.shape(args[k])) for k in moving}
-    y = np.asarray(seen.fn(*args), dtype=np.float64)
-    w = rng.standard_normal(y.shape)
-
-    def weighted(h: float) -> float:
-        moved = [a + h * (v[k] if np.ndim(a) else float(v[k])) if k in v else a
-                 for k, a in enumerate(args)]
-        return float(np.vdot(w, np.asarray(seen.fn(*moved), dtype=np.float64)))
-
-    fd = (weighted(eps) - weighted(-eps)) / (2 * eps)
-    cotangents = seen.reverse(w if y.ndim else float(w), *args)
+    with uncollected():          # (the kernels fn launches: its rules stand for them)
+        y = np.asarray(seen.fn(*args), dtype=np.float64)
+        w = np.where(np.isfinite(y), rng.standard_normal(y.shape), 0.0)
+        cotangents = seen.reverse(w if y.ndim else float(w), *args)
     cotangents = cotangents if isinstance(cotangents, (tuple, list)) else (cotangents,)
-    reverse = sum(float(np.vdot(np.asarray(c, dtype=np.float64), v[k]))
-                  for k, c in enumerate(cotangents) if k in v and c is not None)
+    # the arguments with a cotangent vary (None: a constant, which the rule may say)
+    moving = [k for k, a in enumerate(args) if (_is_float_array(a) or isinstance(a, float))
+              and k < len(cotangents) and cotangents[k] is not None]
+    v = {k: np.where(np.isfinite(args[k]), rng.standard_normal(np.shape(args[k])), 0.0)
+         for k in moving}
+    h = eps * max([1.0, *(float(np.max(np.abs(np.asarray(args[k])[np.isfinite(args[k])]),
+                                       initial=0.0)) for k in moving)])
+
+    def along(step: float) -> list:
+        return [a + step * (v[k] if np.ndim(a) else float(v[k])) if k in v else a
+                for k, a in enumerate(args)]
+
+    def weighted(step: float) -> float:
+        with uncollected():
+            out = np.asarray(seen.fn(*along(step)), dtype=np.float64)
+        return float(np.vdot(w, np.where(w != 0, out, 0.0)))
+
+    fd = (weighted(h) - weighted(-h)) / (2 * h)
+    reverse = sum(float(np.vdot(np.broadcast_to(np.asarray(cotangents[k], np.float64),
+                                                np.shape(v[k])), v[k])) for k in moving)
     _compare(seen.name, number, "its reverse rule gives <J^T w, v> =", reverse, fd, rtol, atol)
     if forward and seen.forward is not None:
         dots = [(v[k] if np.ndim(a) else float(v[k])) if k in v else None
                 for k, a in enumerate(args)]
-        tangent = float(np.vdot(w, np.asarray(seen.forward(*args, *dots), dtype=np.float64)))
+        with uncollected():
+            tangent = float(np.vdot(w, np.asarray(seen.forward(*args, *dots), np.float64)))
         _compare(seen.name, number, "its forward rule gives <w, J v> =", tangent, fd, rtol,
                  atol)
 

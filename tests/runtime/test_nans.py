@@ -49,7 +49,7 @@ def test_a_primal_nan_names_the_launch_the_element_and_the_inputs(backend):
     line = here() + 1
     message = raised(lambda: ratio(backend)(B, A, ndrange=4))
     assert f"test_nans.py:{line}: the launch of kernel ratio wrote nan into B[2]" in message
-    assert "A[2] = 0.0" in message and "all finite: the kernel made it" in message
+    assert "A[2] = 0.0" in message and "Every input was finite: the kernel made it" in message
     statement_line = ratio.pyfunc.__code__.co_firstlineno + 3
     assert f"run again in Python for that element: test_nans.py:{statement_line}: " \
            "B[i] = A[i] / A[i]" in message
@@ -105,8 +105,8 @@ def test_a_tangent_nan_names_forward_mode(backend):
     A, v = np.array([4.0, 0.0, 1.0]), np.array([1.0, 0.0, 1.0])
     message = raised(lambda: tg.jvp(lambda A: _roots(backend, A), A, v))
     line = _roots.__code__.co_firstlineno + 2
-    assert message.startswith(f"test_nans.py:{line}: the tangent (forward mode) of kernel root "
-                              "wrote nan into the tangent of B[1]")
+    assert message.startswith(f"test_nans.py:{line}: the forward-mode launch (values and "
+                              "tangents) of kernel root wrote nan into the tangent of B[1]")
     assert "A[1] = 0.0" in message and "the tangent of A[1] = 0.0" in message
 
 
@@ -122,7 +122,7 @@ def test_a_captured_function_is_checked_launch_by_launch(backend):
 def test_a_nan_that_came_in_is_said_so(backend):
     A, B = np.array([1.0, np.nan, 2.0]), np.zeros(3)
     message = raised(lambda: ratio(backend)(B, A, ndrange=3))
-    assert "B[1]" in message and "A[1] = nan" in message and "it came in" in message
+    assert "B[1]" in message and "A[1] = nan" in message and "it may have come in" in message
 
 
 def test_values_already_infinite_and_unchanged_are_not_blamed(backend):
@@ -217,3 +217,91 @@ def test_no_statement_where_the_array_is_not_the_launchs_shape(backend):
     message = raised(lambda: total(backend)(out, A, ndrange=3))
     assert "wrote inf into out[0]" in message and "run again in Python" not in message
     assert out.tolist() == [0.0]
+
+
+@tg.kernel
+def add_into(M, A, seg):
+    i = tg.index()
+    tg.atomic_add(M, seg[i], A[i])
+
+
+def test_an_atomics_target_is_not_taken_for_written_only(backend):
+    """(atomics read what is there: its old infinity is an input, so -inf + inf is a NaN the
+    launch made, and nothing of M is changed before the launch)"""
+    M = np.array([-np.inf, 0.0])
+    message = raised(lambda: add_into(backend)(M, np.array([np.inf, 1.0]), np.array([0, 1]),
+                                                ndrange=2))
+    assert "wrote nan into M[0]" in message and M.tolist() == [-np.inf, 0.0]
+
+
+@tg.kernel
+def count_and_divide(cnt, out, A):
+    i = tg.index()
+    cnt[i] += 1
+    out[i] = 1.0 / A[i]
+
+
+def test_integer_arrays_are_put_back_too(backend):
+    cnt, out = np.zeros(2, np.int64), np.zeros(2)
+    raised(lambda: count_and_divide(backend)(cnt, out, np.array([1.0, 0.0]), ndrange=2))
+    assert cnt.tolist() == [0, 0] and out.tolist() == [0.0, 0.0]
+
+
+@tg.kernel
+def shifted(out, A):
+    i = tg.index()
+    n = A.shape[0]
+    out[i] = A[(i + 1) % n] * 2.0
+
+
+def test_a_nan_read_from_another_element_is_said_to_have_come_in(backend):
+    A, out = np.array([1.0, 2.0, np.nan, 4.0]), np.zeros(4)
+    message = raised(lambda: shifted(backend)(out, A, ndrange=4))
+    assert "wrote nan into out[1]" in message and "A[1] = 2.0" in message
+    assert "Not every input was finite: A[2] = nan" in message
+
+
+@tg.func
+def ratio_of(a, b):
+    return a / b
+
+
+@tg.kernel
+def largest_ratio(out, A, B):
+    i = tg.index()
+    m = -math.inf                        # an infinity meant as such: not the statement
+    for k in range(2):
+        m = max(m, ratio_of(A[i] - k, B[i]))
+    out[i] = m
+
+
+def test_the_statement_skips_meant_infinities_and_names_the_device_functions_line(backend):
+    A, B, out = np.array([1.0, 1.0]), np.array([2.0, 0.0]), np.zeros(2)
+    A[1] = 0.0                           # 0/0 in ratio_of for work-item 1
+    message = raised(lambda: largest_ratio(backend)(out, A, B, ndrange=2))
+    line = ratio_of.pyfunc.__code__.co_firstlineno + 2
+    assert "wrote -inf into out[1]" in message and f"test_nans.py:{line}: return a / b" in message
+
+
+def test_old_nans_of_a_fresh_gradient_hide_no_new_one(backend):
+    """(a gradient's new shadows may be memory that held NaNs: the adjoint that stores a NaN
+    there is still named, as the adjoint of root, not of a later record)"""
+    A, w = np.array([1.0, 4.0, 0.0, 9.0]), np.array([1.0, 1.0, 0.0, 1.0])
+    for _ in range(2):
+        tg.gradient(lambda A: _sqrt_loss(backend, A, w), A)     # NaNs left in freed memory
+    message = raised(lambda: tg.gradient(lambda A: _sqrt_loss(backend, A, w), A))
+    assert f"the adjoint of kernel root (of its launch at test_nans.py:{LAUNCH_LINE}) wrote " \
+           "nan into the gradient of A[2]" in message
+
+
+def test_a_launch_that_raises_leaves_its_arrays_as_they_were(monkeypatch):
+    out = np.full(3, -np.inf)                # written only: its old values are marked first
+    launcher_error = RuntimeError("stopped")
+
+    def failing(*args):
+        raise launcher_error
+
+    from tapegrad.runtime import nans
+    with tg.debug_nans(), pytest.raises(RuntimeError):
+        nans.checked(failing, (out,), ("out",), "a launch", write_only=frozenset({0}))
+    assert out.tolist() == [-np.inf] * 3

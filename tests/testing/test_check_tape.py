@@ -133,3 +133,63 @@ def test_captured_and_checkpointed_launches_are_checked(backend):
 def test_float32_launches_are_checked_in_float64():
     u = np.random.default_rng(4).random(16).astype(np.float32)
     assert check_tape(lambda u: simulate(tg.CPU(), u, np.float32(0.2), steps=3), u) == 3
+
+
+@tg.kernel
+def clip(out, X, M):
+    i = tg.index()
+    out[i] = min(X[i], M[i])
+
+
+@tg.kernel
+def scaled(out, a, X):
+    i = tg.index()
+    out[i] = a * X[i]
+
+
+def test_no_false_alarms_at_infinities_large_values_and_tape_scalars():
+    """(an infinite bound, values near 1e8 and a tape scalar as the kernel's number: the right
+    derivatives pass; the finite-difference step follows the values' size)"""
+    M = np.array([np.inf, 0.5, np.inf, 0.2])
+
+    def clipped(X):
+        out = np.empty(4)
+        clip(tg.CPU())(out, X, M, ndrange=4)
+        return tg.sum(out)
+
+    assert check_tape(clipped, np.random.default_rng(5).random(4)) == 1
+
+    def big(X):
+        out = np.empty_like(X)
+        scaled(tg.CPU())(out, 2.0, X, ndrange=X.size)
+        return tg.sum(out)
+
+    assert check_tape(big, 1e8 * (1 + np.random.default_rng(6).random(8))) == 1
+
+    def loss(a):
+        out = np.empty(4)
+        scaled(tg.CPU())(out, a, np.arange(4.0), ndrange=4)
+        return tg.dot(out, out)
+
+    assert check_tape(lambda a: tg.gradient(loss, a), 0.5) == 1
+
+
+def test_a_registered_function_is_checked_by_its_rules_not_its_kernels():
+    """(its kernels are not checked alone: its rules stand for them, and a kernel there may
+    have no adjoint at all); a scalar cotangent for an array and None for a constant are the
+    rules' own conventions"""
+    @tg.kernel
+    def ranks(out, X):                        # no derivative (an integer result cast back)
+        i = tg.index()
+        out[i] = 2.0 * X[i]
+
+    def twice(X):
+        out = np.empty_like(X)
+        ranks(tg.CPU())(out, X, ndrange=X.size)
+        return out
+
+    doubled = tg.register_adjoint(twice, reverse=lambda yb, X: 2.0 * yb)
+    mean = tg.register_adjoint(np.mean, reverse=lambda yb, x: yb / x.size)
+    weigh = tg.register_adjoint(lambda x, w: x * w, reverse=lambda yb, x, w: (yb * w, None))
+    X, w = np.random.default_rng(7).random(4), np.arange(1.0, 5.0)
+    assert check_tape(lambda X: mean(doubled(X)) + tg.sum(weigh(X, w)), X) == 3

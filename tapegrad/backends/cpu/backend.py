@@ -200,7 +200,7 @@ class _Launcher:
         (:mod:`.chain`), for a tape's chains of replays; None for a kernel not compiled yet,
         one that checks bounds or one with per-task copies."""
         if not self.compiled or self.checked or self.lowered.pools \
-                or self.lowered.shared_float_adds:    # (its sums' order: the threads')
+                or self.lowered.unordered_atomics:    # (its sums' order: the threads')
             return None
         try:
             return ChainRunner(self, n_args, x_slot, y_slot)
@@ -224,25 +224,32 @@ class _Launcher:
                 return
             self.first_call(args, ndrange, groups, chunks, pools)
         except BaseException as exc:
-            self.pool_cache.clear()     # a launch cut short may leave its copies dirty
-            if isinstance(exc, TapegradError) or not isinstance(exc, Exception):
+            error = self.stopped(exc)
+            if error is None:
                 raise
-            # (generated code computes IEEE values and raises nothing; should anything still
-            # raise inside a parallel task, the launch says so rather than Numba's internals)
-            line = min(self.lowered.user_line.values(), default=None)
-            raise LaunchError(
-                f"{self.lowered.filename}:{line}: kernel {self.lowered.symbol} stopped with "
-                f"{type(exc).__name__}: {exc}. Its outputs are partly written: do not use them. "
-                f"This is a tapegrad bug; please report it with the generated code ({self.path})"
-            ) from exc
+            raise error from exc
+
+    def stopped(self, exc: BaseException) -> LaunchError | None:
+        """What a launch cut short by ``exc`` raises instead (its per-thread copies dropped:
+        they may be dirty): None for tapegrad's errors and interrupts (raised as they are),
+        else a LaunchError (generated code computes IEEE values and raises nothing), not
+        Numba's internals."""
+        self.pool_cache.clear()
+        if isinstance(exc, TapegradError) or not isinstance(exc, Exception):
+            return None
+        line = min(self.lowered.user_line.values(), default=None)
+        return LaunchError(
+            f"{self.lowered.filename}:{line}: kernel {self.lowered.symbol} stopped with "
+            f"{type(exc).__name__}: {exc}. Its outputs are partly written: do not use them. "
+            f"This is a tapegrad bug; please report it with the generated code ({self.path})")
 
     def deterministic(self, args: tuple, ndrange: tuple[int, ...], groups: tuple[int, ...]
                       ) -> None:
         """A launch under ``tg.deterministic()`` (backends/determinism.py): a number of
         tasks that depends on the shapes alone, not the threads (``CHUNKS``, fewer where the
         per-task copies would not pay: as many as do); the tasks one after the other where
-        additions would still meet in shared memory (atomics into an array the kernel also
-        reads, or into copies too large even for two tasks)."""
+        the result would still depend on the order of atomics (into an array the kernel
+        also reads, into copies too large even for two tasks, an atomic's old value used)."""
         chunks = CHUNKS
         if self.lowered.pools:
             items = 1
@@ -251,15 +258,17 @@ class _Launcher:
             for pos, _ in self.lowered.pools:
                 chunks = min(chunks, max(1, 8 * items // max(args[pos].size, 1)))
         pools = self.pools(args, ndrange, chunks) if self.lowered.pools else ()
-        serial = self.lowered.shared_float_adds or any(p.shape[0] == 1 for p in pools)
+        serial = self.lowered.unordered_atomics or any(p.shape[0] == 1 for p in pools)
         threads = numba.get_num_threads()
         if serial and threads > 1:
             numba.set_num_threads(1)
         try:
             self.first_call(args, ndrange, groups, chunks, pools)
-        except BaseException:
-            self.pool_cache.clear()
-            raise
+        except BaseException as exc:
+            error = self.stopped(exc)
+            if error is None:
+                raise
+            raise error from exc
         finally:
             if serial and threads > 1:
                 numba.set_num_threads(threads)

@@ -35,6 +35,7 @@ from tapegrad.backends.cpu.privatize import PrivateSums
 from tapegrad.backends.cpu.sums import SUM_SLOTS
 from tapegrad.backends.cpu.transposed import SUFFIX, derived_params
 from tapegrad.backends.cpu.versioning import Versions, plan_versions
+from tapegrad.backends.determinism import unordered_atomics
 from tapegrad.backends.numba_cache import njit_line
 from tapegrad.backends.numba_lower import (
     Lowered,
@@ -54,7 +55,7 @@ from tapegrad.backends.structure import (
     memory_decl,
 )
 from tapegrad.frontend.ir import tg_name
-from tapegrad.frontend.types import Array, TypedKernel
+from tapegrad.frontend.types import TypedKernel
 
 ATOMICS = ("atomic_add", "atomic_sub", "atomic_min", "atomic_max")
 BAND = 8      # rows of workgroups a tiled 2-D kernel runs down before the next column
@@ -117,23 +118,14 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         self.write_kernel()
         pools = tuple((ir.params.index(a), nd) for a, nd in self.plan.private_sums.items())
         return Lowered(out.source(), ir.name, out.user_line, ir.filename, pools,
-                       self.shared_float_adds())
+                       self.unordered_atomics())
 
-    def shared_float_adds(self) -> bool:
-        """Whether the kernel (or a device function it calls) adds floats with atomics into an
-        array other than its per-thread copies (an Active scalar's group sums go to the
-        task's own slot: see write_kernel)."""
-        for tk in (self.tk, *device_functions(self.tk)):
-            tree = ast.Module(body=list(tk.ir.body), type_ignores=[])
-            for n in ast.walk(tree):
-                if isinstance(n, ast.Call) and tg_name(n) in ("atomic_add", "atomic_sub"):
-                    t = tk.types.get(id(n.args[0]))
-                    private = tk is self.tk and isinstance(n.args[0], ast.Name) and \
-                        n.args[0].id in self.plan.private_sums
-                    if isinstance(t, Array) and t.space == "global" and \
-                            t.dtype.startswith("float") and not private:
-                        return True
-        return False
+    def unordered_atomics(self) -> bool:
+        """Whether the kernel's result may depend on the order of its atomics on the CPU
+        (determinism.py): into global memory other than its per-thread copies (an Active
+        scalar's group sums go to the task's own slot: see write_kernel; local memory is one
+        task's)."""
+        return unordered_atomics(self.tk, frozenset(self.plan.private_sums))
 
     def write_function(self, callee: TypedKernel) -> None:
         out = self.out

@@ -12,8 +12,8 @@ from tapegrad.backends.numba_cache import njit
 
 # Slots of an Active scalar's sum on the CPU: each task adds its groups' sums into slot
 # (task % SUM_SLOTS), and the runtime adds the slots up (a sum that does not depend on which
-# thread ran first).
-SUM_SLOTS = 64
+# thread ran first, up to SUM_SLOTS threads).
+SUM_SLOTS = 256
 
 
 @njit(inline="always", nogil=True)

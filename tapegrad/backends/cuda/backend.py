@@ -31,7 +31,7 @@ from tapegrad.backends.cuda.limits import check_function, launch_shape
 from tapegrad.backends.cuda.nvrtc import compile_cuda
 from tapegrad.backends.cuda.plan import LaunchCode
 from tapegrad.backends.cuda.streams import follow
-from tapegrad.backends.determinism import DETERMINISTIC, adds_floats_atomically, refuse
+from tapegrad.backends.determinism import DETERMINISTIC, refuse, unordered_atomics
 from tapegrad.backends.launch_chain import LaunchChain
 from tapegrad.backends.registry import ArrayKind
 from tapegrad.backends.structure import device_functions
@@ -157,7 +157,7 @@ class _Launcher:
         self.items = self.last.items
         self.code = LaunchCode(self, tk.ir.params, tk.argtypes, len(tk.groupsize))
         self.launch = self.code.launch       # launch(args, ndrange): what a launch runs
-        if adds_floats_atomically(tk):       # (refused under tg.deterministic: determinism.py)
+        if unordered_atomics(tk, spaces=("global", "local")):       # (refused under tg.deterministic: determinism.py)
             self.launch = self.deterministic_or_refused
 
     def deterministic_or_refused(self, args: tuple, ndrange: tuple[int, ...]) -> None:

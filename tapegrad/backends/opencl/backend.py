@@ -16,7 +16,7 @@ from tapegrad.backends.c.items import (
     restrict_allowed,
 )
 from tapegrad.backends.c.printer import SCALAR_SUM_SIZE, kernel_symbol
-from tapegrad.backends.determinism import DETERMINISTIC, adds_floats_atomically, refuse
+from tapegrad.backends.determinism import DETERMINISTIC, refuse, unordered_atomics
 from tapegrad.backends.launch_chain import LaunchChain
 from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
 from tapegrad.backends.opencl.device import arrays_on, devices, queue
@@ -114,7 +114,7 @@ class _Launcher:
         self.variants: dict[bool, tuple[Any, str]] = {}
         self.last = self.restricts
         self.variant(self.restricts)
-        self.name, self.float_adds = tk.name, adds_floats_atomically(tk)
+        self.name, self.float_adds = tk.name, unordered_atomics(tk, spaces=("global", "local"))
 
     def variant(self, restrict: bool) -> Any:
         """The kernel with (or without) restrict pointers, compiled on first use."""
