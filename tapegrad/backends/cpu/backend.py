@@ -214,42 +214,41 @@ class _Launcher:
             if len(self.groups_of) < 64:
                 self.groups_of[ndrange] = groups
         if DETERMINISTIC.on:
-            self.deterministic(args, ndrange, groups)
-            return
-        chunks = launch_threads()          # one parallel task per thread
-        pools = self.pools(args, ndrange, chunks) if self.lowered.pools else ()
+            chunks, pools, serial = self.ordered(args, ndrange)
+        else:
+            chunks, serial = launch_threads(), False      # one parallel task per thread
+            pools = self.pools(args, ndrange, chunks) if self.lowered.pools else ()
+        threads = 0
+        if serial and numba.get_num_threads() > 1:
+            threads = numba.get_num_threads()
+            numba.set_num_threads(1)
         try:
             if self.compiled and not self.checked:
                 self.dispatcher(*args, *ndrange, *groups, chunks, *pools)
                 return
             self.first_call(args, ndrange, groups, chunks, pools)
         except BaseException as exc:
-            error = self.stopped(exc)
-            if error is None:
+            self.pool_cache.clear()     # a launch cut short may leave its copies dirty
+            if isinstance(exc, TapegradError) or not isinstance(exc, Exception):
                 raise
-            raise error from exc
+            # (generated code computes IEEE values and raises nothing; should anything still
+            # raise inside a parallel task, the launch says so rather than Numba's internals)
+            line = min(self.lowered.user_line.values(), default=None)
+            raise LaunchError(
+                f"{self.lowered.filename}:{line}: kernel {self.lowered.symbol} stopped with "
+                f"{type(exc).__name__}: {exc}. Its outputs are partly written: do not use them. "
+                f"This is a tapegrad bug; please report it with the generated code ({self.path})"
+            ) from exc
+        finally:
+            if threads:
+                numba.set_num_threads(threads)
 
-    def stopped(self, exc: BaseException) -> LaunchError | None:
-        """What a launch cut short by ``exc`` raises instead (its per-thread copies dropped:
-        they may be dirty): None for tapegrad's errors and interrupts (raised as they are),
-        else a LaunchError (generated code computes IEEE values and raises nothing), not
-        Numba's internals."""
-        self.pool_cache.clear()
-        if isinstance(exc, TapegradError) or not isinstance(exc, Exception):
-            return None
-        line = min(self.lowered.user_line.values(), default=None)
-        return LaunchError(
-            f"{self.lowered.filename}:{line}: kernel {self.lowered.symbol} stopped with "
-            f"{type(exc).__name__}: {exc}. Its outputs are partly written: do not use them. "
-            f"This is a tapegrad bug; please report it with the generated code ({self.path})")
-
-    def deterministic(self, args: tuple, ndrange: tuple[int, ...], groups: tuple[int, ...]
-                      ) -> None:
-        """A launch under ``tg.deterministic()`` (backends/determinism.py): a number of
-        tasks that depends on the shapes alone, not the threads (``CHUNKS``, fewer where the
-        per-task copies would not pay: as many as do); the tasks one after the other where
-        the result would still depend on the order of atomics (into an array the kernel
-        also reads, into copies too large even for two tasks, an atomic's old value used)."""
+    def ordered(self, args: tuple, ndrange: tuple[int, ...]) -> tuple[int, tuple, bool]:
+        """Under ``tg.deterministic()`` (backends/determinism.py): the tasks, a number that
+        depends on the shapes alone, not the threads (``CHUNKS``, fewer where per-task copies
+        would not pay: as many as do), their copies, and whether they must run one after the
+        other (the result would still depend on the order of atomics: into an array the
+        kernel also reads, into copies too large even for two tasks, an old value used)."""
         chunks = CHUNKS
         if self.lowered.pools:
             items = 1
@@ -259,19 +258,7 @@ class _Launcher:
                 chunks = min(chunks, max(1, 8 * items // max(args[pos].size, 1)))
         pools = self.pools(args, ndrange, chunks) if self.lowered.pools else ()
         serial = self.lowered.unordered_atomics or any(p.shape[0] == 1 for p in pools)
-        threads = numba.get_num_threads()
-        if serial and threads > 1:
-            numba.set_num_threads(1)
-        try:
-            self.first_call(args, ndrange, groups, chunks, pools)
-        except BaseException as exc:
-            error = self.stopped(exc)
-            if error is None:
-                raise
-            raise error from exc
-        finally:
-            if serial and threads > 1:
-                numba.set_num_threads(threads)
+        return chunks, pools, serial
 
     def first_call(self, args: tuple, ndrange: tuple[int, ...], groups: tuple[int, ...],
                    chunks: int, pools: Any) -> None:
