@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tapegrad.errors import LaunchError, TapegradError
+from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.checks import check_syntax
 from tapegrad.lang.kernel import DeviceFunction, KernelFunction
 from tapegrad.runtime.launch import launch
@@ -138,9 +139,27 @@ class ConfiguredKernel:
         except TapegradError as e:     # (the user's frames only: tracebacks.py)
             filter_error(e)
             raise
+        except OverflowError:          # (an int the launch could not pass: nothing ran)
+            error = _too_big(self.kernel, args)
+            if error is None:
+                raise
+            filter_error(error)
+            raise error from None
 
     def __repr__(self) -> str:
         return f"<tg.kernel {self.kernel.name} on {self.backend!r}, workgroupsize={self.workgroupsize}>"
+
+
+def _too_big(kernel: Kernel, args: tuple) -> LaunchError | None:
+    """The error for an int argument outside the 64-bit integers kernels compute with."""
+    params = kernel_ir(kernel).params
+    for name, a in zip(params, args):
+        if type(a) is int and not -(2**63) <= a < 2**63:
+            return LaunchError(
+                f"{kernel.name}: argument {name} = {a} does not fit in a 64-bit integer, which "
+                f"kernels compute with (-2**63 to 2**63 - 1); pass a smaller int, or a float "
+                f"if it is a quantity ({float(a):g})")
+    return None
 
 
 def kernel(fn: Callable[..., Any]) -> Kernel:

@@ -164,3 +164,21 @@ def test_the_check_is_one_expression_per_array_dimension():
     cfg(B, A, ndrange=8)
     _, check = cfg.kernel.cache[prepare(cfg, (B, A), 8)[2]]
     assert check.source.count(".shape[0]") == 2
+
+
+@tg.kernel
+def fill_with(B, n):
+    i = tg.index()
+    B[i] = n * 1.0
+
+
+@pytest.mark.parametrize("n", [2**64, 2**63, -(2**63) - 1])
+def test_an_int_past_64_bits_is_refused_by_name_and_nothing_runs(backend, n):
+    B = np.full(4, 7.0)
+    fill_with(backend)(B, 5, ndrange=4)                         # (compiled, and a plan made)
+    B[:] = 7.0
+    with pytest.raises(tg.LaunchError, match=f"argument n = {n} does not fit in a 64-bit"):
+        fill_with(backend)(B, n, ndrange=4)
+    assert B.tolist() == [7.0] * 4
+    fill_with(backend)(B, 2**63 - 1, ndrange=4)                 # the largest one fits
+    assert B[0] == float(2**63 - 1)

@@ -229,8 +229,8 @@ class _Launcher:
             self.first_call(args, ndrange, groups, chunks, pools)
         except BaseException as exc:
             self.pool_cache.clear()     # a launch cut short may leave its copies dirty
-            if isinstance(exc, TapegradError) or not isinstance(exc, Exception):
-                raise
+            if isinstance(exc, (TapegradError, OverflowError)) or not isinstance(exc, Exception):
+                raise                   # (OverflowError: an int argument Numba could not pass)
             # (generated code computes IEEE values and raises nothing; should anything still
             # raise inside a parallel task, the launch says so rather than Numba's internals)
             line = min(self.lowered.user_line.values(), default=None)
