@@ -88,7 +88,7 @@ def energy(x):
 
 def _torch_changed_in_place():
     import tapegrad.torch
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="PyTorch comes with the [test] extra")
     x = torch.ones(4, dtype=torch.float64, requires_grad=True)
     loss = tapegrad.torch.function(energy)(x)
     with torch.no_grad():
@@ -98,13 +98,13 @@ def _torch_changed_in_place():
 
 def _torch_launch():
     import tapegrad.torch
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="PyTorch comes with the [test] extra")
     tapegrad.torch.function(lambda A: simulate(A, 8))(torch.ones(4, dtype=torch.float64))
 
 
 def _jax_launch(grad):
     import tapegrad.jax
-    jax = pytest.importorskip("jax")
+    jax = pytest.importorskip("jax", reason="JAX comes with the [test] extra")
     f = tapegrad.jax.function(lambda A: simulate(A, 8))
     (jax.grad(f) if grad else f)(jax.numpy.ones(4, dtype=jax.numpy.float32))
 

@@ -24,6 +24,7 @@ import ast
 import os
 from typing import Any
 
+from tapegrad.backends.structure import device_functions
 from tapegrad.errors import BackendError
 from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import Array, TypedKernel
@@ -74,7 +75,6 @@ def unordered_atomics(tk: TypedKernel, private: frozenset[str] = frozenset(),
     scalar's group sum into an array of ``spaces`` other than the ``private`` (per-task copies),
     or any atomic whose old value the kernel uses (a counter handing out slots).  Float atomic
     min and max whose value is unused give the same result in any order."""
-    from tapegrad.backends.structure import device_functions
     for k in (tk, *device_functions(tk)):
         tree = ast.Module(body=list(k.ir.body), type_ignores=[])
         unused = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}

@@ -103,9 +103,9 @@ def access(kernel: Any) -> tuple[set[str], set[str]]:
     return summary
 
 
-def write_only(kernel: Any) -> frozenset[str]:
-    """Parameters the kernel writes with plain stores and never reads (not atomics' targets,
-    which read what is there); cached on the kernel."""
+def write_only(kernel: Any) -> frozenset[int]:
+    """The positions of the parameters the kernel writes with plain stores and never reads
+    (not atomics' targets, which read what is there); cached on the kernel."""
     found = kernel.cache.get("write only")
     if found is None:
         reads, writes = access(kernel)
@@ -113,7 +113,9 @@ def write_only(kernel: Any) -> frozenset[str]:
         atomic = {n.args[0].id for n in ast.walk(ast.Module(body=list(ir.body), type_ignores=[]))
                   if isinstance(n, ast.Call) and (tg_name(n) or "").startswith("atomic_")
                   and n.args and isinstance(n.args[0], ast.Name)}
-        found = kernel.cache["write only"] = frozenset(writes - reads - atomic)
+        found = kernel.cache["write only"] = frozenset(
+            k for k, p in enumerate(kernel_ir(kernel).params)
+            if p in writes and p not in reads and p not in atomic)
     return found
 
 

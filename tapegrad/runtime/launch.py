@@ -133,12 +133,11 @@ def checking_primal(cfg: Any, launcher: Any) -> Any:
     """``launcher`` checked for new NaNs and infinities (tg.debug_nans, nans.py)."""
     kernel = cfg.kernel
     params = kernel_ir(kernel).params
-    only_written = write_only(kernel)
-    positions = frozenset(k for k, p in enumerate(params) if p in only_written)
+    positions = write_only(kernel)
 
     def run(args: tuple, nd: tuple[int, ...]) -> None:
         def find(k: int, flat: int) -> str | None:
-            if getattr(kernel, "merged_from", None) is not None:
+            if kernel.merged_from is not None:
                 return None
             return statement(kernel.pyfunc, args, nd, groupsize_of(cfg, len(nd)), k, flat,
                              positions)

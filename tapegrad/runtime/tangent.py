@@ -54,8 +54,9 @@ def run_tangent(cfg: Any, values: tuple, tangents: dict[str, tuple], activity: t
                                                                else "")
                                     for p, j in tangent.tangent_params]
             only = write_only(kernel)       # (its outputs, and their tangents)
-            positions = frozenset(k for k, p in enumerate(params) if p in only) | frozenset(
-                len(params) + j for j, (p, _) in enumerate(tangent.tangent_params) if p in only)
+            positions = only | frozenset(len(params) + j for j, (p, _)
+                                         in enumerate(tangent.tangent_params)
+                                         if params.index(p) in only)
             checked(lambda: launcher(tuple(args), nd), args, names,
                     f"the forward-mode launch (values and tangents) of kernel {kernel.name}",
                     write_only=positions)

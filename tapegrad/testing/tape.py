@@ -25,7 +25,6 @@ from tapegrad.api import autodiff
 from tapegrad.backends.registry import kind_of
 from tapegrad.callers import user_line
 from tapegrad.errors import TapegradError
-from tapegrad.frontend import kernel_ir
 from tapegrad.runtime.arguments import write_only
 from tapegrad.runtime.nans import collecting, uncollected
 from tapegrad.tape.activity import Active, Const, Duplicated, Forward, Reverse
@@ -152,8 +151,7 @@ def _check_launch(seen: _Launch, rng: Any, eps: float, rtol: float, atol: float,
     # directions only where the inputs are finite and read (an array the kernel only writes
     # holds whatever memory held), weights only where the outputs are finite (an infinity
     # would make every difference NaN); the step relative to the inputs' size
-    params = kernel_ir(seen.cfg.kernel).params
-    unread = {id(a) for p, a in zip(params, seen.args) if p in write_only(seen.cfg.kernel)}
+    unread = {id(a) for k, a in enumerate(seen.args) if k in write_only(seen.cfg.kernel)}
     base = after({}, {})
     v = {i: np.where(np.isfinite(by_id[i]) & (i not in unread),
                      rng.standard_normal(by_id[i].shape), 0.0) for i in arrays}

@@ -149,7 +149,7 @@ def test_old_nans_of_an_array_the_kernel_only_writes_hide_no_new_one(backend):
 
 
 def test_on_pyopencl_arrays_the_check_runs_on_the_device():
-    cla = pytest.importorskip("pyopencl.array")
+    cla = pytest.importorskip("pyopencl.array", reason="PyOpenCL comes with the [test] extra")
     cl = tg.OpenCL()
     A = cla.to_device(cl.queue, np.array([1.0, 0.0, 3.0, 4.0, 0.0]))
     B = cla.to_device(cl.queue, np.full(5, 7.0))
