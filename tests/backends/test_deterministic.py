@@ -143,3 +143,21 @@ def _gather_on(backend, X, idx, n):
     out = np.empty(n)
     gather_square(backend)(out, X, idx, ndrange=n)
     return out
+
+
+def test_a_captured_function_runs_plainly_under_it():
+    """(docs/capture.md: no replay under tg.deterministic(), so its launches are ordered:
+    the captured gradient's bits are the uncaptured one's)"""
+    rng = np.random.default_rng(4)
+    X, idx, w = rng.standard_normal(300) * 1e4, rng.integers(0, 300, 50_000), rng.random(50_000)
+    loss = lambda X: tg.dot(_gather(X, idx, idx.size), w)  # noqa: E731
+    captured = tg.capture(loss)
+    for _ in range(3):
+        tg.gradient(captured, X)                     # recorded, then replayed
+    with tg.deterministic():
+        (plain,) = tg.gradient(loss, X)
+        (replayed,) = tg.gradient(captured, X)
+    assert plain.tobytes() == replayed.tobytes()
+    expected = np.zeros(300)
+    np.add.at(expected, idx, 2 * X[idx] * w)
+    np.testing.assert_allclose(plain, expected, rtol=1e-12)
