@@ -259,6 +259,9 @@ def build(tape: TraceTape, fn: Any, args: tuple, params: list[tuple[int, int]], 
                                    f"{pos} are the same array; a captured function takes "
                                    "distinct arrays")
             add(INPUT, pos, a)
+    for step in tape.steps:     # (before any op: what such a step did may be gone by now)
+        if not _replayable(step):
+            raise _cannot_replay(step, name)
     outputs = result if isinstance(result, tuple) else (result,)
     results: list[tuple] = []
     ops: list[Op] = []
@@ -388,7 +391,21 @@ def _op_of(step: Step, tape: TraceTape, slots: list[Slot], slot_of: Any, name: s
         refs = tuple(("s", node) if node is not None else ("c", c)
                      for node, c in zip(record.inputs, record.constants))
         return Op("scalar", record.rule, refs, out=record.scalar_out, name=record.name)
-    raise CaptureError(
+    raise _cannot_replay(step, name)
+
+
+def _replayable(step: Step) -> bool:
+    record, kind = step.record, type(step.record)
+    if step.kind in ("launch", "copy") or kind in (CopyRecord, ScaleRecord):
+        return True
+    if kind is ReductionRecord:
+        return record.reduce is not None
+    return kind is ScalarRecord and record.rule is not None
+
+
+def _cannot_replay(step: Step, name: str) -> CaptureError:
+    record = step.record
+    return CaptureError(
         f"{_at(step.where)}{name} uses {record.name or type(record).__name__}, which a "
         "captured function cannot "
         "replay yet (it replays kernel launches, tg.copy, tg.reshape, tg.scale, tg.sum, "

@@ -313,3 +313,17 @@ def scaled_array(u):
     out = np.empty_like(u)
     sc(CPU)(out, u, 2.0, ndrange=u.size)
     return out
+
+
+def test_checkpoint_loop_inside_a_capture_is_named_in_the_error():
+    """The loop's own copy of its state is gone by the time the capture is written down: the
+    refusal names the loop, not a missing array."""
+    def step(u):
+        out = np.empty_like(u)
+        sc(CPU)(out, u, 0.5, ndrange=u.size)
+        return out
+
+    simulate = tg.capture(lambda u0: tg.checkpoint_loop(step, tg.copy(u0), 6, snapshots=2))
+    with pytest.raises(tg.CaptureError, match="uses tg.checkpoint_loop, which a captured "
+                                              "function cannot replay"):
+        tg.gradient(lambda u0: tg.sum(simulate(u0)), np.ones(N))
