@@ -9,6 +9,7 @@ _EPILOG = """examples:
   tapegrad demo                              the main job: a gradient through a simulation
   tapegrad bench --quick                     kernels and gradients against Numba, NumPy, peers
   tapegrad bench --checkpointing             tg.checkpoint_loop against the plain tape
+  tapegrad bench --hvp                       tg.hvp against tg.gradient (also in the full bench)
   tapegrad bench --backend opencl            a GPU through OpenCL (or the CPU through PoCL)
   tapegrad bench --backend cuda              an NVIDIA GPU (CuPy)
   tapegrad bench --backend cuda-standin      CUDA's host cost per launch, without a GPU
@@ -37,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     bench.add_argument("--checkpointing", action="store_true",
                        help="only the checkpointing table (tg.checkpoint_loop against the tape)")
+    bench.add_argument("--hvp", action="store_true",
+                       help="only the tg.hvp lines (a Hessian-vector product against a gradient)")
     bench.add_argument("--backend", choices=("cpu", "cuda", "opencl", "cuda-standin"),
                        default="cpu", help="where to run (cuda needs a GPU; cuda-standin: "
                        "the CUDA host path's cost per launch, on a stand-in driver)")
@@ -44,16 +47,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from tapegrad.demo import main as demo
         return demo()
-    if args.checkpointing:
-        from tapegrad.bench.checkpointing import main as checkpointing
-        rows = checkpointing(quick=args.quick)
+    if args.checkpointing or args.hvp:
+        if args.checkpointing:
+            from tapegrad.bench.checkpointing import main as checkpointing
+            name, rows = "checkpointing", checkpointing(quick=args.quick)
+        else:
+            from tapegrad.bench.second import hvp_lines
+            name, rows = "hvp", hvp_lines(quick=args.quick, repeats=5 if args.quick else 20)
         if args.json:
             import json
 
             from tapegrad.bench.machine import describe
             with open(args.json, "w") as f:
-                json.dump({"machine": describe(), "quick": args.quick, "checkpointing": rows},
-                          f, indent=2)
+                json.dump({"machine": describe(), "quick": args.quick, name: rows}, f, indent=2)
             print(f"wrote {args.json}")
         return 0
     if args.backend == "cuda-standin":

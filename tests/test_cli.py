@@ -50,6 +50,10 @@ def test_bench_quick_prints_the_table_and_writes_json(tmp_path):
     assert overhead["launch_check"] < overhead["launch"]
     assert overhead["allocation"] < overhead["recorded_launch"]
     assert "of replay overhead per launch" in proc.stdout
+    assert "hvp (reverse over forward)" in proc.stdout
+    assert {r["problem"].split(",")[0] for r in data["hvp"]} == {"sin", "gather", "heat"}
+    assert all(r["hvp_ms"] > 0 and r["ratio"] == r["hvp_ms"] / r["gradient_ms"]
+               for r in data["hvp"])
     for impl in ("tg capture", "capt. loss"):
         captured = [r for r in data["peers"] if r.get("implementation") == impl]
         assert [r["problem"] for r in captured] == [r["problem"] for r in data["peers"]
@@ -65,7 +69,7 @@ def test_help_lists_the_commands_and_what_bench_can_run():
     proc = run("--help")
     assert proc.returncode == 0
     assert "demo" in proc.stdout and "bench" in proc.stdout
-    for example in ("--checkpointing", "--backend opencl", "--backend cuda ",
+    for example in ("--checkpointing", "--hvp", "--backend opencl", "--backend cuda ",
                     "--backend cuda-standin", "--version"):
         assert example in proc.stdout, example
 

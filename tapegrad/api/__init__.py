@@ -15,6 +15,7 @@ from tapegrad.api.launches import (
     forward_annotation,
     host_array,
 )
+from tapegrad.api.second import hvp  # noqa: F401
 from tapegrad.capturing.captured import Captured
 from tapegrad.errors import AdjointStackOverflow, LaunchError, TapegradError  # noqa: F401
 from tapegrad.kernels import ConfiguredKernel, Kernel
@@ -203,15 +204,6 @@ def jvp(f: Callable[..., Any], x: Any, v: Any) -> tuple[Any, Any]:
     return primal, tangent
 
 
-@api_boundary
-def hvp(f: Callable[..., Any], x: Any, v: Any) -> Any:
-    """Hessian-vector products (forward over reverse) are not available yet."""
-    raise TapegradError("tg.hvp is not available in this version: it needs forward mode through "
-                        "the tape's reverse sweep, which tapegrad does not do yet. For now, "
-                        "tg.jacobian(lambda x: tg.gradient(f, x)[0], x) is not differentiable "
-                        "either; use finite differences of tg.gradient if you must")
-
-
 def _return_kind(ret: Any) -> str:
     if ret is Active or isinstance(ret, Active):
         return "active"
@@ -227,11 +219,6 @@ def _check_scalar_result(tape: Tape, result: Any) -> None:
         return
     if is_array(result) and getattr(result, "size", 0) == 1 and tape.tracks(result):
         return
-    if isinstance(result, (float, int, np.floating, np.integer)):
-        raise TapegradError(
-            f"the function returned the number {result!r}, but not from an operation tapegrad "
-            "recorded, so nothing connects it to the inputs; compute it with tg.sum, tg.dot, "
-            "tg.mean or tg.norm (and + - * / ** on their results)")
     raise not_a_scalar(result)
 
 

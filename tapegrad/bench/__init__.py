@@ -97,6 +97,8 @@ def main(quick: bool = False, json_path: str | None = None, backend: str = "cpu"
     peers = _peer_table(quick, repeats)
     from tapegrad.bench.determinism import deterministic_lines
     ordered = deterministic_lines(quick, repeats)
+    from tapegrad.bench.second import hvp_lines
+    second = hvp_lines(quick, repeats)
     overheads = _launch_overheads(quick)
     from tapegrad.bench.interop import main as interop
     wrapped = interop(quick)
@@ -108,7 +110,7 @@ def main(quick: bool = False, json_path: str | None = None, backend: str = "cpu"
                        "results": results,
                        "gradients": gradients, "peers": peers, "overhead_us": overheads,
                        "compile": compile_times, "busy_machine": busy,
-                       "deterministic": ordered,
+                       "deterministic": ordered, "hvp": second,
                        "interop": wrapped}, f, indent=2)
         print(f"wrote {json_path}")
     return 0

@@ -4,11 +4,12 @@ is tested: tests/backends/test_deterministic.py.)"""
 
 from __future__ import annotations
 
-import numpy as np
+import functools
+from typing import Any
 
 import tapegrad as tg
 from tapegrad.bench.problems import make_tapegrad, problems
-from tapegrad.bench.timing import _median_ms
+from tapegrad.bench.timing import in_turn_ms
 
 
 def deterministic_lines(quick: bool, repeats: int) -> list[dict]:
@@ -20,15 +21,15 @@ def deterministic_lines(quick: bool, repeats: int) -> list[dict]:
         _, gradient = make_tapegrad(p)
         with tg.deterministic():
             gradient()                      # (compiled, and its copies made, before timing)
-        plain, ordered = [], []
-        for _ in range(repeats):            # (in turn: a slow minute slows both)
-            plain.append(_median_ms(gradient, 1))
-            with tg.deterministic():
-                ordered.append(_median_ms(gradient, 1))
-        row = {"problem": p["name"], "plain_ms": float(np.median(plain)),
-               "deterministic_ms": float(np.median(ordered))}
+        plain, ordered = in_turn_ms(gradient, functools.partial(_ordered, gradient), repeats)
+        row = {"problem": p["name"], "plain_ms": plain, "deterministic_ms": ordered}
         row["cost"] = row["deterministic_ms"] / row["plain_ms"]
         rows.append(row)
         print(f"{row['problem']:<34} {row['plain_ms']:>7.3f} ms {row['deterministic_ms']:>7.3f} "
               f"ms {row['cost']:>6.2f}x")
     return rows
+
+
+def _ordered(gradient: Any) -> Any:
+    with tg.deterministic():
+        return gradient()

@@ -9,6 +9,17 @@ from typing import Any
 import numpy as np
 
 
+def in_turn_ms(first: Callable[[], Any], second: Callable[[], Any], repeats: int
+               ) -> tuple[float, float]:
+    """Median ms of each of two functions timed in turn, ``repeats`` times each: a slow
+    minute of a busy machine slows both."""
+    a, b = [], []
+    for _ in range(repeats):
+        a.append(_median_ms(first, 1))
+        b.append(_median_ms(second, 1))
+    return float(np.median(a)), float(np.median(b))
+
+
 def _median_ms(fn: Callable[[], Any], repeats: int) -> float:
     times = []
     for _ in range(repeats):

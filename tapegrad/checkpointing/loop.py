@@ -19,6 +19,7 @@ import numpy as np
 from tapegrad.checkpointing.closure import check_closure, unrecorded
 from tapegrad.checkpointing.guards import Samples, outside_arrays, signature, takes_index
 from tapegrad.checkpointing.revolve import reverse_actions
+from tapegrad.checkpointing.second import loop_with_tangents
 from tapegrad.checkpointing.snapshots import Snapshots, choose_snapshots
 from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
@@ -78,7 +79,12 @@ def checkpoint_loop(step: Callable[..., Any], state: Any, n_steps: int,
     if n == 0:
         return state
     index = takes_index(step, len(states) + len(params))
-    if not tapes or current_forward() is not None:   # nothing to keep: the plain loop
+    ctx = current_forward()
+    if ctx is not None and ctx.taped:          # tg.hvp: states and tangents, checkpointed
+        return loop_with_tangents(ctx, checkpoint_loop, step, states, n, params, single, index,
+                                  dict(snapshots=snapshots, memory=memory, storage=storage,
+                                       in_memory=in_memory))
+    if not tapes or ctx is not None:   # nothing to keep: the plain loop
         for k in range(n):
             states = _call(step, states, params, single, k if index else None)
         return states[0] if single else states

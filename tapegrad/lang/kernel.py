@@ -36,6 +36,7 @@ class KernelFunction:
     :class:`tapegrad.kernels.Kernel`, which adds configuring and launching."""
 
     merged_from: KernelFunction | None = None   # a variant with parameters merged: its kernel
+    tangent_of: KernelFunction | None = None    # a kernel's tangent as a kernel: that kernel
 
     def __init__(self, pyfunc: Callable[..., Any]):
         self.pyfunc = pyfunc

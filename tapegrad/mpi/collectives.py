@@ -12,6 +12,7 @@ import numpy as np
 from tapegrad.errors import TapegradError
 from tapegrad.mpi.buffers import check_array, incoming, mpi, on_device_of, outgoing
 from tapegrad.tape.arrays import is_array
+from tapegrad.tape.duals import TapedDual, part
 from tapegrad.tape.modes import current_forward, new_scalar, recording_tapes
 from tapegrad.tape.records import Record
 from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain
@@ -46,8 +47,13 @@ def allreduce(x: Any, comm: Any = None) -> Any:
     if is_array(x) or isinstance(x, bool) or not isinstance(x, (int, float, np.number)):
         raise TapegradError(f"tgm.allreduce sums numbers (tg.sum/tg.dot results, tape scalars), "
                             f"got {type(x).__name__}; reduce an array first (tg.sum(u))")
+    ctx = current_forward()
+    if ctx is not None and ctx.taped:       # tg.hvp: value and tangent summed, both recorded
+        with ctx.on_tape():
+            return TapedDual(allreduce(part(x), comm),
+                             allreduce(x.tangent if isinstance(x, TapedDual) else 0.0, comm))
     value = comm.allreduce(float(plain(x)), op=MPI.SUM)
-    if isinstance(x, DualScalar) or current_forward() is not None:
+    if isinstance(x, DualScalar) or ctx is not None:
         tangents = x.tangents if isinstance(x, DualScalar) else (0.0,) * current_forward().width
         summed = np.empty(len(tangents))
         comm.Allreduce(np.asarray(tangents, dtype=np.float64), summed, op=MPI.SUM)
@@ -103,8 +109,15 @@ def sendrecv(x: Any, dest: int, source: int, comm: Any = None, shape: Any = None
     comm = MPI.COMM_WORLD if comm is None else comm
     check_array(x, "tgm.sendrecv")
     shape = tuple(x.shape) if shape is None else tuple(shape)
-    y = _sendrecv(comm, x, dest, source, shape, tag)
     ctx = current_forward()
+    if ctx is not None and ctx.taped:       # tg.hvp: the value and the tangent, recorded
+        tangent = ctx.tangent_of(x)
+        with ctx.on_tape():
+            y = sendrecv(x, dest, source, comm, shape, tag)
+            if tangent is not None:
+                ctx.seed(y, [sendrecv(tangent[0], dest, source, comm, shape, tag)])
+        return y
+    y = _sendrecv(comm, x, dest, source, shape, tag)
     if ctx is not None and ctx.tangent_of(x) is not None:
         ctx.seed(y, [_sendrecv(comm, t, dest, source, shape, tag)
                      for t in ctx.tangent_of(x)])

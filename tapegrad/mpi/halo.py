@@ -95,10 +95,17 @@ class Halo:
             raise TapegradError(f"halo.exchange: an array of shape {tuple(u.shape)}, but this "
                                 f"process's block with its ghosts has shape {self.shape} "
                                 "(halo.zeros() makes one)")
+        ctx = current_forward()
+        if ctx is not None and ctx.taped:   # tg.hvp: the values' and tangents', recorded
+            tangent = ctx.tangent_of(u)
+            with ctx.on_tape():
+                self.exchange(u)
+                if tangent is not None:
+                    self.exchange(tangent[0])
+            return
         tapes = recording_tapes()
         idents = [tape.before_host_write(u, "halo.exchange") for tape in tapes]
         self.fill_ghosts(u)
-        ctx = current_forward()
         if ctx is not None and ctx.tangent_of(u) is not None:
             for t in ctx.tangent_of(u):
                 self.fill_ghosts(t)

@@ -137,8 +137,8 @@ def checking_primal(cfg: Any, launcher: Any) -> Any:
 
     def run(args: tuple, nd: tuple[int, ...]) -> None:
         def find(k: int, flat: int) -> str | None:
-            if kernel.merged_from is not None:
-                return None
+            if kernel.merged_from is not None or kernel.tangent_of is not None:
+                return None     # (its Python function is not the code that ran)
             return statement(kernel.pyfunc, args, nd, groupsize_of(cfg, len(nd)), k, flat,
                              positions)
         checked(lambda: launcher(args, nd), args, params, f"the launch of kernel {kernel.name}",

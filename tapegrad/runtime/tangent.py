@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tapegrad.ad import normalize, tangent_kernel
+from tapegrad.ad import Tangent, normalize, tangent_kernel
 from tapegrad.backends.structure import check_barrier_rules
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import Type, specialize
@@ -17,14 +17,40 @@ def compile_tangent(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
                     activity: tuple[str, ...], rank: int, groupsize: tuple[int, ...],
                     width: int) -> tuple[Any, Any]:
     """The forward-mode pipeline: kernel IR -> normalized, typed -> tangent IR -> compiled."""
+    tangent = tangent_ir(kernel, argtypes, activity, rank, groupsize, width)
+    ir = kernel_ir(kernel)
+    extra = [argtypes[ir.params.index(p)] for p, _ in tangent.tangent_params]
+    typed_tangent = specialize(tangent.ir, argtypes + tuple(extra), rank, groupsize, kernel_ir)
+    return tangent, backend.compile(typed_tangent)
+
+
+def tangent_ir(kernel: Any, argtypes: tuple[Type, ...], activity: tuple[str, ...], rank: int,
+               groupsize: tuple[int, ...], width: int) -> Tangent:
+    """The tangent kernel's IR (kernel IR -> normalized, typed -> tangent), not compiled."""
     ir = kernel_ir(kernel)
     check_barrier_rules(specialize(ir, argtypes, rank, groupsize, kernel_ir))
     flat = normalize(ir, kernel_ir, keep=lambda f: f.forward_rule is not None)
     typed = specialize(flat, argtypes, rank, groupsize, kernel_ir)
-    tangent = tangent_kernel(typed, activity, width)                # generate the tangent
-    extra = [argtypes[ir.params.index(p)] for p, _ in tangent.tangent_params]
-    typed_tangent = specialize(tangent.ir, argtypes + tuple(extra), rank, groupsize, kernel_ir)
-    return tangent, backend.compile(typed_tangent)
+    return tangent_kernel(typed, activity, width)
+
+
+def tangent_variant(cfg: Any, values: tuple, activity: tuple[str, ...], rank: int) -> Any:
+    """The tangent of ``cfg``'s kernel for these arguments as a kernel of its own, configured
+    like ``cfg``: launched on ``(*values, *tangents)`` (one tangent per ``dup``/``active``
+    parameter, in order), a tape records it and differentiates it like any kernel, which is
+    how ``tg.hvp`` differentiates a forward-mode run (reverse over forward).  Cached."""
+    kernel, backend = cfg.kernel, cfg.backend
+    wgs = groupsize_of(cfg, rank)
+    key = ("tangent kernel", backend, arg_key(values), activity, rank, wgs)
+    variant = kernel.cache.get(key)
+    if variant is None:
+        argtypes = check_args(kernel, backend, values)
+        tangent = tangent_ir(kernel, argtypes, activity, rank, wgs, 1)
+        variant = type(kernel)(kernel.pyfunc)
+        variant.cache["ir"] = tangent.ir
+        variant.tangent_of = kernel
+        kernel.cache[key] = variant
+    return variant(backend, cfg.workgroupsize)
 
 
 def run_tangent(cfg: Any, values: tuple, tangents: dict[str, tuple], activity: tuple[str, ...],

@@ -92,5 +92,7 @@ def empty_like(x: Any) -> Any:
 
 def zeros_like(x: Any) -> Any:
     if isinstance(x, np.ndarray):
+        if x.flags.c_contiguous and type(x) is np.ndarray:
+            return np.zeros(x.shape, x.dtype)    # (calloc: no pass over memory the OS zeroed)
         return np.zeros_like(x)
     return array_kind(x).module().zeros_like(x)

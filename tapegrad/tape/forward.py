@@ -1,6 +1,8 @@
 """Forward mode on host functions: while a ``ForwardContext`` is active, every kernel launch
 runs its tangent kernel (values and tangents in one launch), host reductions return dual
-scalars, and arithmetic on those carries the tangents along.  Nothing is recorded.
+scalars, and arithmetic on those carries the tangents along.  Nothing is recorded, except by
+``tg.hvp``: there a tape records the run (``on_tape``), each launch as its tangent kernel
+launched as a kernel of its own, so that the tape can differentiate the tangents.
 """
 
 from __future__ import annotations
@@ -12,27 +14,36 @@ import numpy as np
 from tapegrad.errors import TapegradError
 from tapegrad.frontend import kernel_ir
 from tapegrad.runtime.arguments import access, check_args, ndrange_of
-from tapegrad.runtime.launch import interceptor, launch_now
-from tapegrad.runtime.tangent import run_tangent
+from tapegrad.runtime.launch import interceptor, launch, launch_now
+from tapegrad.runtime.tangent import run_tangent, tangent_variant
 from tapegrad.tape.arrays import is_array, zeros_like
-from tapegrad.tape.identity import array_key, extent
-from tapegrad.tape.modes import forward_var, refuse_nested
+from tapegrad.tape.duals import TapedDual
+from tapegrad.tape.identity import Ident, Identities
+from tapegrad.tape.modes import forward_var, refuse_nested, tapes_var
 from tapegrad.tape.scalars import DualScalar, plain_value
 
 
 class ForwardContext:
-    """Runs host code in forward mode with ``width`` tangent directions."""
+    """Runs host code in forward mode with ``width`` tangent directions; ``on_tape``: inside
+    the tape recording it (tg.hvp), one direction, everything it computes recorded."""
 
-    def __init__(self, width: int = 1):
+    def __init__(self, width: int = 1, on_tape: bool = False):
         self.width = width
-        self.tangents: dict[tuple, list[Any]] = {}
-        self.arrays: dict[tuple, Any] = {}
-        self.extents: dict[tuple, tuple[int, int]] = {}   # the bytes each one's elements span
+        self.taped = on_tape
+        self.dual = TapedDual if on_tape else DualScalar     # (what its host scalars are)
+        # tangents by the identity of their array's memory (``tape/identity.py``), which does
+        # not keep the array alive: a simulation's old states and their tangents are freed as
+        # they are dropped (pruned from here now and then), and a new array at a freed one's
+        # memory is a new identity, with no tangent
+        self.ids = Identities()
+        self.tangents: dict[Ident, list[Any]] = {}
+        self.prune_at = 8
 
     def __enter__(self) -> ForwardContext:
         refuse_nested()      # (the outer run's recorder would read as a tape's below)
-        if interceptor.get() is not None:
+        if self.taped != bool(tapes_var.get()):
             raise TapegradError("forward mode cannot run inside a recording tg.Tape")
+        self.tape_records = (tapes_var.get(), interceptor.get())
         self.tokens = (forward_var.set((self,)), interceptor.set(self.launch))
         return self
 
@@ -40,59 +51,110 @@ class ForwardContext:
         forward_var.reset(self.tokens[0])
         interceptor.reset(self.tokens[1])
 
+    def on_tape(self) -> _OnTape:
+        """``with ctx.on_tape():`` runs its body as the tape alone sees it (tg.hvp): what it
+        computes from values and tangents is recorded, as plain operations."""
+        return _OnTape(self.tape_records)
+
+    def taped_or_plain(self, recorded: Any, plain: Any, *args: Any) -> Any:
+        """``recorded(*args)`` on the tape (tg.hvp), else ``plain(*args)``."""
+        if not self.taped:
+            return plain(*args)
+        with self.on_tape():
+            return recorded(*args)
+
     def seed(self, x: Any, tangents: list[Any]) -> None:
-        key = array_key(x)
-        self.arrays[key] = x
-        self.tangents[key] = list(tangents)
-        self.extents[key] = extent(x, key[0])
+        # (a view of another array that carries a tangent is refused by ``track``)
+        self.tangents[self.ids.track(x)] = list(tangents)
+        if len(self.tangents) > self.prune_at:
+            for ident in [i for i in self.tangents if not i.alive()]:
+                del self.tangents[ident]
+            self.prune_at = max(8, 2 * len(self.tangents))
 
     def tangent_of(self, x: Any) -> list[Any] | None:
-        key = array_key(x)
-        found = self.tangents.get(key)
+        ident = self.ids.find(x)
+        found = self.tangents.get(ident) if ident is not None else None
         if found is None and self.tangents:
-            self.check_not_a_view(x, key)
+            self.check_not_a_view(x)
         return found
 
-    def check_not_a_view(self, x: Any, key: tuple) -> None:
+    def check_not_a_view(self, x: Any) -> None:
         """Tangents belong to whole arrays: another view of an array that carries one would
         have none (a kernel given ``x[1:]`` got a zero tangent, silently)."""
-        lo, hi = extent(x, key[0])
-        for other, (o_lo, o_hi) in self.extents.items():
-            if o_lo < hi and lo < o_hi:
-                raise TapegradError(
-                    f"an array of shape {tuple(x.shape)} shares memory with an array of shape "
-                    f"{other[1]} that carries a tangent; forward mode follows whole arrays, so "
-                    "this view would carry none: pass the array itself (and offset the indices "
-                    "in the kernel), or make the view before differentiating")
+        other = self.ids.overlapping(x)
+        if other is not None and other in self.tangents:
+            raise TapegradError(
+                f"an array of shape {tuple(x.shape)} shares memory with an array of shape "
+                f"{other.meta[1]} that carries a tangent; forward mode follows whole arrays, so "
+                "this view would carry none: pass the array itself (and offset the indices "
+                "in the kernel), or make the view before differentiating")
 
     def tangents_or_zero(self, x: Any) -> list[Any]:
         t = self.tangent_of(x)
-        if t is None:
-            t = [zeros_like(x) for _ in range(self.width)]
-            self.seed(x, t)
+        return t if t is not None else self.zero_tangents(x)
+
+    def zero_tangents(self, x: Any) -> list[Any]:
+        """New zero tangents for ``x``, which has none."""
+        t = [zeros_like(x) for _ in range(self.width)]
+        self.seed(x, t)
         return t
 
     def launch(self, cfg: Any, args: tuple, ndrange: Any) -> None:
         kernel = cfg.kernel
         nd = ndrange_of(kernel, ndrange)
-        plain = tuple(plain_value(a) if isinstance(a, DualScalar) else a for a in args)
+        dual = self.dual
+        plain = tuple(plain_value(a) if isinstance(a, dual) else a for a in args)
         check_args(kernel, cfg.backend, plain)
         reads, writes = access(kernel)
         params = kernel_ir(kernel).params
-        varied = any((is_array(a) and p in reads and self.tangent_of(a) is not None)
-                     or isinstance(a, DualScalar) for p, a in zip(params, args))
+        found = [self.tangent_of(a) if is_array(a) else None for a in args]
+        varied = any((t is not None and p in reads) or isinstance(a, dual)
+                     for p, a, t in zip(params, args, found))
         activity, tangents = [], {}
-        for p, a in zip(params, args):
-            if isinstance(a, DualScalar):
+        for p, a, t in zip(params, args, found):
+            if isinstance(a, dual):
                 activity.append("active")
                 tangents[p] = a.tangents
             elif is_array(a) and np.dtype(a.dtype).kind == "f" and (
-                    self.tangent_of(a) is not None or (varied and p in writes)):
+                    t is not None or (varied and p in writes)):
                 activity.append("dup")
-                tangents[p] = tuple(self.tangents_or_zero(a))
+                tangents[p] = tuple(t if t is not None else self.zero_tangents(a))
             else:
                 activity.append("const")
-        if "dup" not in activity and "active" not in activity:
+        if self.taped:
+            self.launch_on_tape(cfg, args, ndrange, nd, activity, tangents)
+        elif "dup" not in activity and "active" not in activity:
             launch_now(cfg, plain, ndrange)      # nothing carries a tangent here
+        else:
+            run_tangent(cfg, plain, tangents, tuple(activity), nd)
+
+    def launch_on_tape(self, cfg: Any, args: tuple, ndrange: Any, nd: tuple[int, ...],
+                       activity: list[str], tangents: dict[str, tuple]) -> None:
+        """The launch recorded (tg.hvp): its tangent kernel as a kernel, on the values (tape
+        scalars for dual scalars) and the tangents, or the kernel itself if nothing varies."""
+        values = tuple(a.value if isinstance(a, TapedDual) else a for a in args)
+        if "dup" not in activity and "active" not in activity:
+            with self.on_tape():
+                launch(cfg, values, ndrange)
             return
-        run_tangent(cfg, plain, tangents, tuple(activity), nd)
+        plain = tuple(plain_value(a) if isinstance(a, TapedDual) else a for a in args)
+        variant = tangent_variant(cfg, plain, tuple(activity), len(nd))
+        params = kernel_ir(cfg.kernel).params
+        extra = tuple(tangents[p][0] for p, kind in zip(params, activity)
+                      if kind in ("dup", "active"))
+        with self.on_tape():
+            launch(variant, values + extra, ndrange)
+
+
+class _OnTape:
+    def __init__(self, records: tuple) -> None:
+        self.records = records
+
+    def __enter__(self) -> None:
+        self.tokens = (forward_var.set(()), tapes_var.set(self.records[0]),
+                       interceptor.set(self.records[1]))
+
+    def __exit__(self, *exc: Any) -> None:
+        forward_var.reset(self.tokens[0])
+        tapes_var.reset(self.tokens[1])
+        interceptor.reset(self.tokens[2])

@@ -14,7 +14,8 @@ import numpy as np
 from tapegrad.backends.registry import array_kind
 from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
-from tapegrad.tape.modes import current_forward, new_scalar, recording_tapes
+from tapegrad.tape.duals import TapedDual
+from tapegrad.tape.modes import current_forward, new_scalar, recording_tapes, suspended
 from tapegrad.tape.records import Record
 from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain
 from tapegrad.tracebacks import api_boundary
@@ -93,16 +94,24 @@ def _reduce(name: str, arrays: tuple, reduce: Callable[..., float],
 
     ``grad(bar, k, value, *arrays)`` gives array ``k``'s cotangent as ``(scale, array or
     None)`` (see ``ReductionRecord``); ``jvp(tangents, value, *arrays)`` the reduction's
-    tangent given one tangent (or None) per array; ``linear``: see ``ReductionRecord``."""
-    value = reduce(*arrays)
+    tangent given one tangent (or None) per array, computed by tg's own reductions (so that a
+    tape records it, under tg.hvp); ``linear``: see ``ReductionRecord``."""
     ctx = current_forward()
     if ctx is not None:
         per_array = [ctx.tangent_of(a) for a in arrays]
         if all(t is None for t in per_array):
-            return value     # a constant (so float() of it, refused for dual scalars, works)
-        tangents = [jvp([t[j] if t is not None else None for t in per_array], value, *arrays)
-                    for j in range(ctx.width)]
+            return reduce(*arrays)   # a constant (so float() of it, refused for duals, works)
+        if ctx.taped:         # (tg.hvp: the value and the tangent recorded, by these same ops)
+            with ctx.on_tape():
+                scalar = _reduce(name, arrays, reduce, grad, jvp, linear)
+                return TapedDual(scalar, jvp([t[0] if t is not None else None
+                                              for t in per_array], scalar, *arrays))
+        value = reduce(*arrays)
+        with suspended():
+            tangents = [float(jvp([t[j] if t is not None else None for t in per_array], value,
+                                  *arrays)) for j in range(ctx.width)]
         return DualScalar(value, tangents)
+    value = reduce(*arrays)
     tapes = recording_tapes()
     if not tapes:
         return value
@@ -130,7 +139,7 @@ def sum(x: Any) -> Any:  # noqa: A001 - the public name is tg.sum
     """
     _check_array("sum", x)
     return _reduce("sum", (x,), _sum, lambda bar, k, v, a: (bar, None),
-                   lambda t, v, a: _f(t[0], _sum), linear=True)
+                   lambda t, v, a: _f(t[0], sum), linear=True)
 
 
 def _sum(a: Any) -> float:
@@ -143,7 +152,7 @@ def mean(x: Any) -> Any:
     _check_array("mean", x)
     n = x.size
     return _reduce("mean", (x,), _mean, lambda bar, k, v, a: (bar / n, None),
-                   lambda t, v, a: _f(t[0], _mean), linear=True)
+                   lambda t, v, a: _f(t[0], mean), linear=True)
 
 
 def _mean(a: Any) -> float:
@@ -165,8 +174,8 @@ def dot(x: Any, y: Any) -> Any:
     return _reduce("dot", (x, y), _vdot,
                    lambda bar, k, v, a, b: (bar, b.reshape(a.shape) if k == 0 else
                                             a.reshape(b.shape)),
-                   lambda t, v, a, b: _f(t[0], lambda d: _vdot(d, b))
-                   + _f(t[1], lambda d: _vdot(a, d)), linear=True)
+                   lambda t, v, a, b: _f(t[0], lambda d: dot(d, b))
+                   + _f(t[1], lambda d: dot(a, d)), linear=True)
 
 
 def _vdot(a: Any, b: Any) -> float:
@@ -179,7 +188,7 @@ def norm(x: Any) -> Any:
     _check_array("norm", x)
     return _reduce("norm", (x,), _norm,
                    lambda bar, k, v, a: _norm_cotangent(bar, a, v),
-                   lambda t, v, a: _f(t[0], lambda d: _vdot(a, d) / v if v else 0.0))
+                   lambda t, v, a: _f(t[0], lambda d: dot(a, d) / v if v else 0.0))
 
 
 def _norm(a: Any) -> float:
@@ -199,11 +208,10 @@ def _norm_cotangent(bar: float, a: Any, value: float) -> tuple[Any, Any]:
     return 1.0, bar * a / value
 
 
-def _f(tangent: Any, fn: Callable[[Any], Any]) -> float:
-    """``fn(tangent)`` as a float, or 0 when there is no tangent.  The tangents' reductions go
-    through the arrays' module (``_sum``, ``_vdot``...), as the values' do: an array's own
-    methods differ between kinds (a PyOpenCL array has no ``.sum()``)."""
-    return 0.0 if tangent is None else float(fn(tangent))
+def _f(tangent: Any, fn: Callable[[Any], Any]) -> Any:
+    """``fn(tangent)``, or 0 when there is no tangent.  ``fn`` is tg's own reduction (run
+    outside forward mode here: a plain float, or under tg.hvp a tape scalar)."""
+    return 0.0 if tangent is None else fn(tangent)
 
 
 @dataclass
@@ -277,7 +285,8 @@ def copy(x: Any) -> Any:
     y = x.copy()
     ctx = current_forward()
     if ctx is not None and ctx.tangent_of(x) is not None:
-        ctx.seed(y, [t.copy() for t in ctx.tangent_of(x)])
+        ctx.seed(y, [ctx.taped_or_plain(copy, lambda t: t.copy(), t)
+                     for t in ctx.tangent_of(x)])
     for tape in recording_tapes():
         tape.record_host(CopyRecord(reads=[tape.track(x)], writes=[tape.track(y)], name="copy"),
                          [], read=(x,))
@@ -298,7 +307,8 @@ def reshape(x: Any, shape: Any) -> Any:
     y = x.reshape(shape).copy()
     ctx = current_forward()
     if ctx is not None and ctx.tangent_of(x) is not None:
-        ctx.seed(y, [t.reshape(y.shape).copy() for t in ctx.tangent_of(x)])
+        ctx.seed(y, [ctx.taped_or_plain(reshape, lambda t, shape: t.reshape(shape).copy(), t,
+                                        y.shape) for t in ctx.tangent_of(x)])
     for tape in recording_tapes():
         tape.record_host(CopyRecord(reads=[tape.track(x)], writes=[tape.track(y)],
                                     name="reshape"), [], read=(x,))
@@ -315,12 +325,14 @@ def scale(x: Any, a: Any) -> Any:
     [0.0, 2.0, 4.0]
     """
     _check_array("scale", x)
+    ctx = current_forward()
+    if ctx is not None and ctx.taped:
+        return _scale_on_tape(ctx, x, a)
     value = plain(a) if isinstance(a, (TrackedScalar, DualScalar)) else a
     if not isinstance(value, (int, float, np.integer, np.floating)):
         raise TapegradError(f"tg.scale(x, a) takes a number a, got {type(a).__name__}")
     value = float(value)
     y = x * x.dtype.type(value)
-    ctx = current_forward()
     if ctx is not None:
         tx = ctx.tangent_of(x)
         da = a.tangents if isinstance(a, DualScalar) else None
@@ -335,6 +347,49 @@ def scale(x: Any, a: Any) -> Any:
                              scalars_in=[] if node is None else [node], factor=value,
                              node=node, views=[x] if node is not None else [])
         tape.record_host(record, [(x, 0)] if node is not None else [], read=(x,))
+    return y
+
+
+def _scale_on_tape(ctx: Any, x: Any, a: Any) -> Any:
+    """``tg.scale`` under tg.hvp: ``y = a x`` and its tangent ``a x_dot + a_dot x``, recorded."""
+    tx = ctx.tangent_of(x)
+    with ctx.on_tape():
+        value = a.value if isinstance(a, TapedDual) else a
+        y = scale(x, value)
+        parts = [] if tx is None else [scale(tx[0], value)]
+        if isinstance(a, TapedDual) and (isinstance(a.tangent, TrackedScalar) or a.tangent):
+            parts.append(scale(x, a.tangent))
+        tangent = parts[0] if len(parts) == 1 else _add(*parts) if parts else None
+    if tangent is not None:
+        ctx.seed(y, [tangent])
+    return y
+
+
+@dataclass
+class AddRecord(Record):
+    """``dst = u + w``: each one's shadow gets ``dst``'s."""
+
+    def redirect(self, pos: int, copy: Any) -> None:
+        pass
+
+    def backward(self, sweep: Any) -> None:
+        bar = sweep.shadow(self.writes[0])
+        for ident in dict.fromkeys(self.reads):
+            if ident in sweep.active_ids:
+                shadow = sweep.shadow(ident, unwritten_ok=True)
+                if ident in sweep.fresh:
+                    shadow[...] = bar * self.reads.count(ident)
+                    sweep.written(ident)
+                else:
+                    shadow += bar * self.reads.count(ident)
+
+
+def _add(u: Any, w: Any) -> Any:
+    """``u + w`` as a new array that tapes record (for tg.hvp's tangents of ``tg.scale``)."""
+    y = u + w
+    for tape in recording_tapes():
+        tape.record_host(AddRecord(reads=[tape.track(u), tape.track(w)],
+                                   writes=[tape.track(y)], name="add"), [], read=(u, w))
     return y
 
 

@@ -152,6 +152,14 @@ class Identities:
             pass
         return ident
 
+    def find(self, x: Any) -> Ident | None:
+        """``ident_of(x)``, first by the view object itself (as ``track`` does)."""
+        known = self.known.get(id(x))
+        if known is not None and known[0]() is x and known[1] == x.shape \
+                and known[2] == getattr(x, "strides", None):
+            return known[3] if known[3].alive() else None
+        return self.ident_of(x)
+
     def ident_of(self, x: Any) -> Ident | None:
         """The identity of ``x`` if it is tracked (and not a new array at old memory)."""
         ident = self.by_memory.get(array_key(x))

@@ -66,13 +66,14 @@ def refuse_nested() -> None:
     derivative silently), so it is refused before anything runs."""
     if forward_var.get():
         raise TapegradError(
-            "nested forward mode is not supported: tg.jvp, tg.autodiff(tg.Forward, ...) or "
-            "tg.jacobian(..., mode=tg.Forward) was called inside a function that forward mode "
-            "is already differentiating, and the inner run's results would not carry the outer "
+            "nested forward mode is not supported: tg.jvp, tg.hvp, tg.autodiff(tg.Forward, "
+            "...) or tg.jacobian(..., mode=tg.Forward) was called inside a function that "
+            "forward mode (or tg.hvp) is already differentiating, and the inner run's results "
+            "would not carry the outer "
             "run's tangents. Compute the inner derivative separately, outside the function, and "
             "pass it in; for several directions use one run, tg.jacobian(f, x, mode=tg.Forward) "
             "or tg.autodiff(tg.Forward, f, tg.BatchDuplicated, tg.BatchDuplicated(x, (v1, v2))). "
-            "Second derivatives (forward over forward) are not available")
+            "For second derivatives use tg.hvp(f, x, v) on its own")
 
 
 class suspended:

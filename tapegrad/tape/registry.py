@@ -111,6 +111,13 @@ def register_adjoint(fn: Callable[..., Any], reverse: Callable[..., Any],
 def _forward(ctx: ForwardContext, fn: Callable[..., Any], forward: Callable[..., Any] | None,
              name: str, args: tuple) -> Any:
     """Forward mode: ``forward(*args, *arg_tangents)`` gives the result's tangent."""
+    if ctx.taped and any(isinstance(a, ctx.dual) or (is_array(a) and ctx.tangent_of(a)
+                                                    is not None) for a in args):
+        raise TapegradError(
+            f"tg.hvp cannot differentiate twice through {name}: a function made with "
+            "tg.register_adjoint has first-derivative rules only, and its second derivatives "
+            "would be silently missing. Compute its part of the Hessian-vector product "
+            "yourself, or write it as kernels (which tg.hvp differentiates twice)")
     plain = [plain_value(a) if isinstance(a, DualScalar) else a for a in args]
     with suspended():        # (the rule gives the tangent of everything fn does)
         y = fn(*plain)

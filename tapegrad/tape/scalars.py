@@ -39,60 +39,54 @@ def operand(o: Any) -> float:
     return float.__float__(o) if isinstance(o, float) else float(o)
 
 
-class TrackedScalar(float):
-    """A Python float that is also a node of a tape (``node`` on ``tape``, the innermost
-    recording tape when it was made) and, made inside nested tapes, of each enclosing tape
-    (``outer``: (tape, node) pairs)."""
+class Operators:
+    """``+ - * / ** %`` of a host scalar that carries a derivative, each the operator table's
+    row (``lang/primitives.py``) applied by the class's ``_arith(kind, other, reflected)``."""
 
-    outer: tuple = ()
+    __slots__ = ()
 
-    def __new__(cls, value: float, tape: Any, node: int) -> TrackedScalar:
-        obj = float.__new__(cls, value)
-        obj.tape = tape
-        obj.node = node
-        return obj
+    def __add__(self, o: Any) -> Any:
+        return self._arith("Add", o)
 
-    def node_on(self, tape: Any) -> int | None:
-        """This scalar's node on ``tape``, or None when that tape did not record it."""
-        if self.tape is tape:
-            return self.node
-        for t, node in self.outer:
-            if t is tape:
-                return node
-        return None
+    __radd__ = __add__
 
-    def recorded(self) -> bool:
-        """Whether one of its tapes is still recording."""
-        return self.tape.recording or any(t.recording for t, _ in self.outer)
+    def __sub__(self, o: Any) -> Any:
+        return self._arith("Sub", o)
 
-    def __repr__(self) -> str:
-        return float.__repr__(self)
+    def __rsub__(self, o: Any) -> Any:
+        return self._arith("Sub", o, reflected=True)
 
-    def __float__(self) -> float:
-        # the value alone, passed on to a kernel or into NumPy while the tape records, is a
-        # constant there: the derivative through it was lost without a word
-        if self.recorded():
-            raise TapegradError(
-                f"float() of a tape scalar ({float.__repr__(self)}, from tg.sum/dot/mean/norm or "
-                "arithmetic on them) while the tape records would drop its derivative: a "
-                "kernel or NumPy given the plain value sees a constant. Use the scalar itself "
-                "(kernels take it as an argument; + - * / **, tg.sqrt/exp/... and comparisons "
-                "work on it; print(s) and f'{s:.4g}' show it), or call float() after the "
-                "recording ends")
-        return float.__float__(self)
+    def __mul__(self, o: Any) -> Any:
+        return self._arith("Mult", o)
 
-    def _op(self, name: str, others: tuple, value: float, partials: tuple,
-            rule: Callable[..., tuple] | None = None) -> Any:
-        return record_scalar_op(name, (self,) + others, value, partials, rule)
+    __rmul__ = __mul__
 
-    def _arith(self, kind: str, o: Any, reflected: bool = False) -> Any:
-        """``self (op) o``, or ``o (op) self`` when reflected, recorded with the table's rule."""
-        rule = _operator_rule(kind, reflected)
-        value, partials = rule(float.__float__(self), operand(o))
-        return self._op(OPERATORS[kind].symbol, (o,), value, partials, rule)
+    def __truediv__(self, o: Any) -> Any:
+        return self._arith("Div", o)
 
-    # A comparison (or bool(), int(), round()) of a tape scalar gives a plain answer; while a
-    # captured function records (tg.capture), the answer is a guard its replays check.
+    def __rtruediv__(self, o: Any) -> Any:
+        return self._arith("Div", o, reflected=True)
+
+    def __pow__(self, o: Any) -> Any:
+        return self._arith("Pow", o)
+
+    def __rpow__(self, o: Any) -> Any:
+        return self._arith("Pow", o, reflected=True)
+
+    def __mod__(self, o: Any) -> Any:
+        return self._arith("Mod", o)
+
+    def __rmod__(self, o: Any) -> Any:
+        return self._arith("Mod", o, reflected=True)
+
+
+class PlainAnswers:
+    """Comparisons, ``bool()``, ``int()``, ``round()``, floor division and the like of a host
+    scalar that carries a derivative give plain answers (of its value); while a captured
+    function records (tg.capture), each answer is a guard its replays check."""
+
+    __slots__ = ()
+
     def __lt__(self, o: Any) -> bool:
         return concrete(operator.lt, self, o)
 
@@ -155,39 +149,58 @@ class TrackedScalar(float):
     def conjugate(self) -> Any:
         return self
 
-    def __add__(self, o: Any) -> Any:
-        return self._arith("Add", o)
 
-    __radd__ = __add__
+class TrackedScalar(Operators, PlainAnswers, float):
+    """A Python float that is also a node of a tape (``node`` on ``tape``, the innermost
+    recording tape when it was made) and, made inside nested tapes, of each enclosing tape
+    (``outer``: (tape, node) pairs)."""
 
-    def __sub__(self, o: Any) -> Any:
-        return self._arith("Sub", o)
+    outer: tuple = ()
 
-    def __rsub__(self, o: Any) -> Any:
-        return self._arith("Sub", o, reflected=True)
+    def __new__(cls, value: float, tape: Any, node: int) -> TrackedScalar:
+        obj = float.__new__(cls, value)
+        obj.tape = tape
+        obj.node = node
+        return obj
 
-    def __mul__(self, o: Any) -> Any:
-        return self._arith("Mult", o)
+    def node_on(self, tape: Any) -> int | None:
+        """This scalar's node on ``tape``, or None when that tape did not record it."""
+        if self.tape is tape:
+            return self.node
+        for t, node in self.outer:
+            if t is tape:
+                return node
+        return None
 
-    __rmul__ = __mul__
+    def recorded(self) -> bool:
+        """Whether one of its tapes is still recording."""
+        return self.tape.recording or any(t.recording for t, _ in self.outer)
 
-    def __truediv__(self, o: Any) -> Any:
-        return self._arith("Div", o)
+    def __repr__(self) -> str:
+        return float.__repr__(self)
 
-    def __rtruediv__(self, o: Any) -> Any:
-        return self._arith("Div", o, reflected=True)
+    def __float__(self) -> float:
+        # the value alone, passed on to a kernel or into NumPy while the tape records, is a
+        # constant there: the derivative through it was lost without a word
+        if self.recorded():
+            raise TapegradError(
+                f"float() of a tape scalar ({float.__repr__(self)}, from tg.sum/dot/mean/norm or "
+                "arithmetic on them) while the tape records would drop its derivative: a "
+                "kernel or NumPy given the plain value sees a constant. Use the scalar itself "
+                "(kernels take it as an argument; + - * / **, tg.sqrt/exp/... and comparisons "
+                "work on it; print(s) and f'{s:.4g}' show it), or call float() after the "
+                "recording ends")
+        return float.__float__(self)
 
-    def __pow__(self, o: Any) -> Any:
-        return self._arith("Pow", o)
+    def _op(self, name: str, others: tuple, value: float, partials: tuple,
+            rule: Callable[..., tuple] | None = None) -> Any:
+        return record_scalar_op(name, (self,) + others, value, partials, rule)
 
-    def __rpow__(self, o: Any) -> Any:
-        return self._arith("Pow", o, reflected=True)
-
-    def __mod__(self, o: Any) -> Any:
-        return self._arith("Mod", o)
-
-    def __rmod__(self, o: Any) -> Any:
-        return self._arith("Mod", o, reflected=True)
+    def _arith(self, kind: str, o: Any, reflected: bool = False) -> Any:
+        """``self (op) o``, or ``o (op) self`` when reflected, recorded with the table's rule."""
+        rule = _operator_rule(kind, reflected)
+        value, partials = rule(float.__float__(self), operand(o))
+        return self._op(OPERATORS[kind].symbol, (o,), value, partials, rule)
 
     def __neg__(self) -> Any:
         rule = _operator_rule("USub", False)
@@ -216,7 +229,7 @@ def plain_value(x: Any) -> float:
     return operand(x)      # (a dual scalar is a float: its value is read directly)
 
 
-class DualScalar(float):
+class DualScalar(Operators, float):
     """A float carrying ``width`` tangents (forward mode on the host)."""
 
     def __new__(cls, value: float, tangents: tuple[float, ...]) -> DualScalar:
@@ -261,40 +274,6 @@ class DualScalar(float):
         operands = (o, self) if reflected else (self, o)
         value, partials = host_operator(kind, *(plain_value(x) for x in operands))
         return DualScalar.combine(operands, value, partials)
-
-    def __add__(self, o: Any) -> DualScalar:
-        return self._arith("Add", o)
-
-    __radd__ = __add__
-
-    def __sub__(self, o: Any) -> DualScalar:
-        return self._arith("Sub", o)
-
-    def __rsub__(self, o: Any) -> DualScalar:
-        return self._arith("Sub", o, reflected=True)
-
-    def __mul__(self, o: Any) -> DualScalar:
-        return self._arith("Mult", o)
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, o: Any) -> DualScalar:
-        return self._arith("Div", o)
-
-    def __rtruediv__(self, o: Any) -> DualScalar:
-        return self._arith("Div", o, reflected=True)
-
-    def __pow__(self, o: Any) -> DualScalar:
-        return self._arith("Pow", o)
-
-    def __rpow__(self, o: Any) -> DualScalar:
-        return self._arith("Pow", o, reflected=True)
-
-    def __mod__(self, o: Any) -> DualScalar:
-        return self._arith("Mod", o)
-
-    def __rmod__(self, o: Any) -> DualScalar:
-        return self._arith("Mod", o, reflected=True)
 
     def __neg__(self) -> DualScalar:
         return DualScalar.combine((self,), *host_operator("USub", plain_value(self)))
@@ -459,6 +438,9 @@ def scalar_math(name: str, args: tuple) -> Any:
     scalars (the tangents carried along)."""
     if name == "pow":
         return args[0] ** args[1]    # the scalars' own ** (a plain base reaches __rpow__)
+    for a in args:
+        if getattr(a, "taped_dual", False):     # (tg.hvp's scalars: tape/duals.py)
+            return a.__tg_math__(name, args)
     row = lookup(name)
     if row is None or row.arity != len(args):
         names = sorted([*MATH, "abs"])

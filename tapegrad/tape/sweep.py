@@ -348,6 +348,14 @@ class Sweep:
 
 
 def not_a_scalar(value: Any) -> TapegradError:
+    """The error for a function whose result cannot be differentiated: a number no recorded
+    operation made, or something that is not a scalar."""
+    if isinstance(value, (float, int)) or type(value).__module__ == "numpy" \
+            and not is_array(value):
+        return TapegradError(
+            f"the function returned the number {value!r}, but not from an operation tapegrad "
+            "recorded, so nothing connects it to the inputs; compute it with tg.sum, tg.dot, "
+            "tg.mean or tg.norm (and + - * / ** on their results)")
     what = (f"an array of shape {value.shape}" if is_array(value) else
             f"a {type(value).__name__}")
     return TapegradError(

@@ -108,8 +108,8 @@ class Tape:
             # its launches would not carry tangents, and leaving it turned forward mode off
             raise TapegradError(
                 "a tg.Tape cannot record inside forward mode (tg.jvp, tg.autodiff(tg.Forward, "
-                "...), tg.jacobian(..., mode=tg.Forward)): the launches it records would carry "
-                "no tangents; differentiate the function in one mode")
+                "...), tg.jacobian(..., mode=tg.Forward), tg.hvp): the launches it records "
+                "would carry no tangents; differentiate the function in one mode")
         self.recording = True
         if self.provenance is not None:
             self.provenance.start()

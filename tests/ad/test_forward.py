@@ -169,11 +169,6 @@ def test_active_in_forward_mode_says_to_use_duplicated():
         tg.autodiff(tg.Forward, program, tg.Duplicated, r(3), tg.Active(0.5))
 
 
-def test_hvp_says_clearly_that_it_is_not_available():
-    with pytest.raises(tg.TapegradError, match="not available"):
-        tg.hvp(lambda x: tg.dot(x, x), r(3), r(3))
-
-
 @tg.kernel
 def histogram_weights(H, bins, w):
     i = tg.index()

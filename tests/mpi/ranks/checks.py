@@ -198,6 +198,26 @@ def test_forward_mode_through_exchanges_and_allreduce_equals_reverse():
     assert tangent == pytest.approx(g_k, rel=1e-12)
 
 
+def test_hvp_through_exchanges_and_allreduce_equals_differences_of_the_gradient():
+    """tg.hvp in kappa (a number) and in the grid (each process its block): the recorded
+    tangents' exchanges and allreduces, differentiated, against central differences of the
+    P-process gradient."""
+    shape, width, periodic = (9, 11), 1, (True, False)
+    halo = tgm.Halo(comm, shape, width, periodic)
+    g = global_grid(shape)
+    h = 1e-4
+    _, up, _ = gradients(halo, replicated, g, kappa=0.11 + h)
+    _, down, _ = gradients(halo, replicated, g, kappa=0.11 - h)
+    hv = tg.hvp(lambda k: replicated(halo, halo.local(g), k), 0.11, 1.0)
+    # (each process's share, as with tape.gradient of a number every process holds)
+    assert halo.cart.allreduce(hv, op=MPI.SUM) == pytest.approx((up - down) / (2 * h), rel=1e-6)
+    v = np.random.default_rng(7).standard_normal(shape)
+    local = tg.hvp(lambda u0: replicated(halo, u0, 0.11), halo.local(g), halo.local(v))
+    (g_up, _, _), (g_down, _, _) = (gradients(halo, replicated, g + s * h * v) for s in (1, -1))
+    np.testing.assert_allclose(halo.gather(local), (g_up - g_down) / (2 * h), rtol=1e-6,
+                               atol=1e-9)
+
+
 def test_a_width_larger_than_a_share_is_refused_on_every_process():
     with pytest.raises(tg.TapegradError, match="fewer than the ghost width 3"):
         tgm.Halo(comm, (2 * P - 1,), width=3)
