@@ -33,7 +33,7 @@ from tapegrad.tape.activity import (
 )
 from tapegrad.tape.arrays import is_array, zeros_like
 from tapegrad.tape.forward import ForwardContext
-from tapegrad.tape.modes import refuse_nested
+from tapegrad.tape.modes import current_forward, refuse_nested
 from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain, plain_value
 from tapegrad.tape.sweep import not_a_scalar
 from tapegrad.tape.tape import Tape
@@ -85,7 +85,13 @@ def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = N
     # (a configured kernel's shadows meet in one_object_per_memory, by parameter name)
     check_shadows_apart(f, args, between_shadows=not isinstance(f, ConfiguredKernel))
     if isinstance(f, ConfiguredKernel):
-        return autodiff_kernel(mode, f, ret_activity, args, ndrange, accumulate)
+        derivs = autodiff_kernel(mode, f, ret_activity, args, ndrange, accumulate)
+        ctx = current_forward()
+        if mode.reverse and ctx is not None:   # (its primal launch carried tangents)
+            ctx.unknown([a.dval for a in map(annotate, args) if isinstance(a, Duplicated)],
+                        "tg.autodiff(tg.Reverse, ...) computed inside a function that "
+                        "forward mode differentiates (tg.jvp, tg.hvp, ...)")
+        return derivs
     if isinstance(f, Kernel):
         raise TapegradError("configure the kernel first: tg.autodiff(mode, kern(backend, "
                             "workgroupsize), tg.Const, ..., ndrange=n)")

@@ -58,11 +58,11 @@ def hvp(f: Callable[..., Any], x: Any, v: Any) -> Any:
             source = x
             with ForwardContext(1, on_tape=True) as ctx:
                 ctx.seed(x, [v.copy()])      # (v's own copy: a step may update x in place)
-                target = _tangent(ctx, f(x))
+                target = _tangent(tape, ctx, f(x))
         else:
             source = tape.watch(float(plain(x)))
             with ForwardContext(1, on_tape=True) as ctx:
-                target = _tangent(ctx, f(TapedDual(source, float(plain(v)))))
+                target = _tangent(tape, ctx, f(TapedDual(source, float(plain(v)))))
     if target is None:       # grad f . v does not depend on x: f is linear (or constant)
         return zeros_like(x) if is_array(x) else 0.0
     return tape.vjp([target], [1.0], [source])[0]     # (zero where f is linear)
@@ -85,11 +85,11 @@ def _check_direction(x: Any, v: Any) -> None:
                                 f"{type(a).__name__}")
 
 
-def _tangent(ctx: ForwardContext, result: Any) -> Any:
+def _tangent(tape: Tape, ctx: ForwardContext, result: Any) -> Any:
     """The recorded tangent of ``f``'s scalar result (None where it is a constant)."""
     if isinstance(result, TapedDual):
         return result.tangent if isinstance(result.tangent, TrackedScalar) else None
-    if is_array(result) and getattr(result, "size", 0) == 1:
+    if is_array(result) and getattr(result, "size", 0) == 1 and tape.tracks(result):
         t = ctx.tangent_of(result)
         if t is None:
             return None

@@ -33,6 +33,9 @@ class ArrayKind:
 
     name = "array"
     host = False          # its memory is the host's (addresses of host and device never meet)
+    # whether a view leads to the object owning its memory through ``.base`` (NumPy's and
+    # CuPy's do; a PyOpenCL view shares a buffer object that takes no weak references)
+    views_know_their_base = True
 
     def owns(self, x: Any) -> bool:
         raise NotImplementedError

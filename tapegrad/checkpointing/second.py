@@ -38,7 +38,10 @@ def loop_with_tangents(ctx: ForwardContext, loop: Callable[..., Any], step: Call
         dots = args[2 * m + len(params):2 * m + len(params) + len(duals)]
         rest = args[2 * m + len(params) + len(duals):]       # (the step's index)
         taped = bool(recording_tapes())
-        with ForwardContext(1, on_tape=taped) as inner:
+        # (arrays the step reads from outside, params= or a closure, have their tangents
+        # in the run around the loop: ``parent``; the loop passes them as it does any
+        # array from outside)
+        with ForwardContext(1, on_tape=taped, parent=ctx) as inner:
             for x, t in zip(values, tangents):
                 inner.seed(x, [t])
             for k, dot in zip(duals, dots):

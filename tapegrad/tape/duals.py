@@ -94,8 +94,11 @@ def apply(host: Any, partials: Any, operands: tuple) -> Any:
     if not any(varying):
         return TapedDual(value, 0.0) if isinstance(value, TrackedScalar) else value
     at = values + (value,)
-    if not any(isinstance(v, TrackedScalar) for v in at):
+    tape = next((v.tape for v in at if isinstance(v, TrackedScalar)), None)
+    if tape is None:
         at = tuple(np.float64(v) for v in at)       # (inf and nan at the edges, no raising)
+    else:       # (constants as tape scalars too: a template's tg.log(2.0) stays one)
+        at = tuple(v if isinstance(v, TrackedScalar) else tape.new_node(float(v)) for v in at)
     with np.errstate(all="ignore"):
         slopes = partials(*at)
     tangent = None

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.backends.registry import array_kind
 from tapegrad.errors import TapegradError
 from tapegrad.frontend import kernel_ir
 from tapegrad.runtime.arguments import access, check_args, ndrange_of
@@ -27,8 +28,9 @@ class ForwardContext:
     """Runs host code in forward mode with ``width`` tangent directions; ``on_tape``: inside
     the tape recording it (tg.hvp), one direction, everything it computes recorded."""
 
-    def __init__(self, width: int = 1, on_tape: bool = False):
+    def __init__(self, width: int = 1, on_tape: bool = False, parent: Any = None):
         self.width = width
+        self.parent = parent    # (a run inside a run's loop: what it does not know, it asks)
         self.taped = on_tape
         self.dual = TapedDual if on_tape else DualScalar     # (what its host scalars are)
         # tangents by the identity of their array's memory (``tape/identity.py``), which does
@@ -37,6 +39,7 @@ class ForwardContext:
         # memory is a new identity, with no tangent
         self.ids = Identities()
         self.tangents: dict[Ident, list[Any]] = {}
+        self.kept: dict[Ident, Any] = {}
         self.prune_at = 8
 
     def __enter__(self) -> ForwardContext:
@@ -65,17 +68,37 @@ class ForwardContext:
 
     def seed(self, x: Any, tangents: list[Any]) -> None:
         # (a view of another array that carries a tangent is refused by ``track``)
-        self.tangents[self.ids.track(x)] = list(tangents)
+        ident = self.ids.track(x)
+        self.tangents[ident] = list(tangents)
+        if not array_kind(x).views_know_their_base:
+            # its identity would die with this view object while its memory lives on (a
+            # new view of it would carry no tangent): kept alive, with its tangent
+            self.kept[ident] = x
         if len(self.tangents) > self.prune_at:
             for ident in [i for i in self.tangents if not i.alive()]:
                 del self.tangents[ident]
+                self.kept.pop(ident, None)
             self.prune_at = max(8, 2 * len(self.tangents))
+
+    def unknown(self, arrays: list[Any], how: str) -> None:
+        """``arrays`` now hold values whose tangents are unknown (``how``: what made them):
+        their next use by a launch or a reduction is refused."""
+        for x in arrays:
+            self.tangents[self.ids.track(x)] = how
+            self.kept[self.ids.track(x)] = x        # (its refusal lives as long as it does)
 
     def tangent_of(self, x: Any) -> list[Any] | None:
         ident = self.ids.find(x)
         found = self.tangents.get(ident) if ident is not None else None
+        if isinstance(found, str):
+            raise TapegradError(
+                f"an array of shape {tuple(x.shape)} holds derivatives {found}: they carry no "
+                "tangents, so what is computed from them would be silently wrong. Compute "
+                "them outside the function; for second derivatives of f, tg.hvp(f, x, v)")
         if found is None and self.tangents:
             self.check_not_a_view(x)
+        if found is None and self.parent is not None:
+            return self.parent.tangent_of(x)
         return found
 
     def check_not_a_view(self, x: Any) -> None:

@@ -252,6 +252,71 @@ def test_hvp_through_checkpoint_loop_keeps_few_snapshots_and_recomputes(monkeypa
     assert relative_error(hv, differences_of_gradient(f, x, v)) < 1e-6
 
 
+@tg.kernel
+def times(out, u, w):
+    i = tg.index()
+    out[i] = u[i] * w[i]
+
+
+W_OUTSIDE = []
+
+
+def _times_outside(u):
+    out = np.empty_like(u)
+    times(tg.CPU())(out, u, W_OUTSIDE[0], ndrange=u.size)
+    return out
+
+
+@pytest.mark.parametrize("how", ["params", "closure"])
+def test_checkpoint_loop_arrays_from_outside_carry_their_tangents(how):
+    """A loop's step reading an array that depends on x, given in params= or read from a
+    closure: its tangent reaches the step (it was zero: [2, 4, 6] for 6 x v)."""
+    def step(u, w):
+        out = np.empty_like(u)
+        times(tg.CPU())(out, u, w, ndrange=u.size)
+        return out
+
+    def f(x):
+        w = tg.copy(x)
+        if how == "params":
+            u = tg.checkpoint_loop(step, tg.copy(x), 2, params=(w,), snapshots=2)
+        else:
+            W_OUTSIDE[:] = [w]
+            u = tg.checkpoint_loop(_times_outside, tg.copy(x), 2, snapshots=2)
+        return tg.sum(u)                      # sum x^3
+    x, v = np.array([1.0, 2.0, 3.0]), np.ones(3)
+    np.testing.assert_allclose(tg.hvp(f, x, v), 6 * x * v, rtol=1e-12)
+
+
+@pytest.mark.parametrize("g", [lambda s, d: 2.0 ** s * d, lambda s, d: tg.pow(1.5, s) + d,
+                               lambda s, d: tg.copysign(d, -1.0) * s,
+                               lambda s, d: tg.copysign(2.0, s) * d * tg.atan2(1.0, s)],
+                         ids=["2 ** s", "tg.pow(1.5, s)", "copysign(d, -1)", "atan2(1, s)"])
+def test_host_math_with_a_plain_number_among_its_arguments(g):
+    """Partials that evaluate the template on a plain number (tg.log(2.0)) stay tape
+    scalars (they were refused as NumPy numbers)."""
+    def f(x):
+        return g(tg.sum(x) * 0.3, tg.dot(x, x))
+    rng = np.random.default_rng(11)
+    x, v = rng.uniform(0.2, 0.8, 5), rng.standard_normal(5)
+    assert relative_error(tg.hvp(f, x, v), differences_of_gradient(f, x, v)) < 1e-6
+
+
+def test_derivatives_of_kernel_level_reverse_autodiff_inside_hvp_are_refused_when_used():
+    """(its shadows carried no tangents: the Hessian through them was silently zero)"""
+    def f(x):
+        y, dx = np.empty_like(x), np.zeros_like(x)
+        tg.autodiff(tg.Reverse, scaled_tanh(tg.CPU()), tg.Const,
+                    tg.Duplicated(y, np.ones_like(x)), tg.Duplicated(x, dx), 1.0,
+                    ndrange=x.size)
+        return tg.dot(dx, x)
+    for run in (lambda: tg.hvp(f, np.ones(3), np.ones(3)),
+                lambda: tg.jvp(f, np.ones(3), np.ones(3))):
+        with pytest.raises(tg.TapegradError, match=r"holds derivatives tg.autodiff\(tg.Reverse, "
+                                                   r"...\) computed inside a function"):
+            run()
+
+
 SMOOTH = ["tg.sin({})", "tg.tanh({})", "tg.exp(0.3 * {})", "tg.sqrt(1.0 + {} * {})",
           "({} * {})", "({} / (1.0 + {} * {}))"]
 

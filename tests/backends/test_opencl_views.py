@@ -212,3 +212,21 @@ def test_host_reductions_and_their_tangents_on_views(cl):
                                   rel=1e-13)
     with pytest.raises(tg.TapegradError, match="skips elements"):
         tg.sum(A[:, 1])
+
+
+@tg.kernel
+def squares(Y, X):
+    i = tg.index()
+    Y[i] = X[i] * X[i]
+
+
+def test_forward_mode_follows_a_view_made_again(cl):
+    """A view's tangent belongs to its memory: ``a[1:4]`` made again (a new view object of
+    the same buffer) carries the tangent the first one got (it was dropped as zero)."""
+    def f(x):
+        a = cla.zeros(cl.queue, 5, np.float64)
+        squares(cl)(a[1:4], x, ndrange=3)
+        return tg.dot(a[1:4], a[1:4])         # sum x^4
+    x = np.array([1.0, 2.0, 3.0])
+    _, tangent = tg.jvp(f, on(cl, x), on(cl, np.ones(3)))
+    assert tangent == pytest.approx(float(np.sum(4 * x ** 3)), rel=1e-12)

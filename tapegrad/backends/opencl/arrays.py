@@ -12,6 +12,7 @@ from tapegrad.backends.registry import MARK, ArrayKind
 
 class OpenCLArrays(ArrayKind):
     name = "opencl"
+    views_know_their_base = False
 
     def owns(self, x: Any) -> bool:
         # (by module, so that asking costs no import of pyopencl where it is not installed)
