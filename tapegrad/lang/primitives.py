@@ -90,11 +90,17 @@ class Primitive:
     def host_partials(self) -> Callable[..., tuple[float, ...]]:
         """``(x[, y], r) -> partials``: the templates evaluated on NumPy floats, so that a rule
         at the edge of its domain gives inf or nan, as in a kernel, rather than raising."""
-        params = "xy"[:self.arity]
-        body = ", ".join("0.0" if p is None else f"({p})" for p in self.partials)
-        source = f"lambda {', '.join(params)}, r, g=1.0: ({body},)"
-        return eval(compile(source, f"<partials of {self.name}>", "eval"),   # noqa: S307
-                    {"tg": _HOST_TG})
+        return partials_function(self.name, self.partials, HOST_TG)
+
+
+def partials_function(name: str, partials: tuple[str | None, ...], tg: Any
+                      ) -> Callable[..., tuple[Any, ...]]:
+    """``(x[, y], r, g=1.0) -> partials``: a row's templates as one function, ``tg.<f>`` in
+    them looked up on ``tg``."""
+    params = "xy"[:len(partials)]
+    body = ", ".join("0.0" if p is None else f"({p})" for p in partials)
+    source = f"lambda {', '.join(params)}, r, g=1.0: ({body},)"
+    return eval(compile(source, f"<partials of {name}>", "eval"), {"tg": tg})  # noqa: S307
 
 
 def is_expression(lowering: str) -> bool:
@@ -180,7 +186,7 @@ class Operator:
 
     @cached_property
     def host_partials(self) -> Callable[..., tuple[float, ...]]:
-        return Primitive(self.symbol, self.partials).host_partials
+        return partials_function(self.symbol, self.partials, HOST_TG)
 
 
 OPERATORS: dict[str, Operator] = {
@@ -206,7 +212,7 @@ class _HostMath:
         return getattr(np, row.numpy_name)
 
 
-_HOST_TG = _HostMath()
+HOST_TG = _HostMath()
 
 
 def lookup(name: str) -> Primitive | None:

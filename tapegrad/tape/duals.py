@@ -10,12 +10,13 @@ included, and its gradient is the Hessian's row along the tangent's direction.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 
 from tapegrad.errors import TapegradError
-from tapegrad.lang.primitives import ABS, OPERATORS, lookup
+from tapegrad.lang.primitives import ABS, HOST_TG, OPERATORS, lookup, partials_function
 from tapegrad.tape.modes import current_forward
 from tapegrad.tape.scalars import Operators, PlainAnswers, TrackedScalar, numpy_ufunc
 
@@ -56,17 +57,17 @@ class TapedDual(Operators, PlainAnswers, float):
     def _arith(self, kind: str, o: Any, reflected: bool = False) -> Any:
         row = OPERATORS[kind]
         operands = (o, self) if reflected else (self, o)
-        return apply(row.host, row.host_partials, operands)
+        return apply(row.host, row, operands)
 
     def __neg__(self) -> Any:
         row = OPERATORS["USub"]
-        return apply(row.host, row.host_partials, (self,))
+        return apply(row.host, row, (self,))
 
     def __pos__(self) -> Any:
         return self
 
     def __abs__(self) -> Any:
-        return apply(abs, ABS.host_partials, (self,))
+        return apply(abs, ABS, (self,))
 
     def __tg_math__(self, name: str, args: tuple) -> Any:
         return taped_math(name, args)
@@ -85,20 +86,20 @@ def part(x: Any) -> Any:
     return float(x) if isinstance(x, np.generic) else x
 
 
-def apply(host: Any, partials: Any, operands: tuple) -> Any:
+def apply(host: Any, row: Any, operands: tuple) -> Any:
     """``host(*operands)`` with its tangent ``sum(partial * tangent)``, both recorded: the
-    partials are the row's templates evaluated on the operands' values (tape scalars)."""
+    partials are the templates of ``row`` (an operator's or a function's, ``primitives.py``)
+    evaluated on the operands' values (tape scalars)."""
     values = tuple(part(o) for o in operands)
     value = host(*values)
     varying = [isinstance(o, TapedDual) and _varies(o.tangent) for o in operands]
     if not any(varying):
         return TapedDual(value, 0.0) if isinstance(value, TrackedScalar) else value
     at = values + (value,)
-    tape = next((v.tape for v in at if isinstance(v, TrackedScalar)), None)
-    if tape is None:
-        at = tuple(np.float64(v) for v in at)       # (inf and nan at the edges, no raising)
-    else:       # (constants as tape scalars too: a template's tg.log(2.0) stays one)
-        at = tuple(v if isinstance(v, TrackedScalar) else tape.new_node(float(v)) for v in at)
+    if any(isinstance(v, TrackedScalar) for v in at):
+        partials = on_tape(getattr(row, "name", None) or row.symbol, row.partials)
+    else:       # (NumPy floats: inf and nan at the edges, no raising)
+        at, partials = tuple(np.float64(v) for v in at), row.host_partials
     with np.errstate(all="ignore"):
         slopes = partials(*at)
     tangent = None
@@ -126,4 +127,27 @@ def taped_math(name: str, args: tuple) -> Any:
 
     def host(*values: Any) -> Any:
         return scalar_math(name, values)
-    return apply(host, row.host_partials, args)
+    return apply(host, row, args)
+
+
+class _TapedMath:
+    """``tg`` in a template evaluated on tape scalars and numbers: NumPy's functions, whose
+    results on plain numbers come back as Python floats (a NumPy float times a tape scalar
+    is refused, as a number computed from arrays)."""
+
+    def __getattr__(self, name: str) -> Any:
+        fn = getattr(HOST_TG, name)
+
+        def call(*args: Any) -> Any:
+            r = fn(*args)
+            return float(r) if isinstance(r, np.generic) else r
+        return call
+
+
+_TAPED_TG = _TapedMath()
+
+
+@functools.cache
+def on_tape(name: str, partials: tuple) -> Any:
+    """A row's partial derivatives as a function of tape scalars and numbers."""
+    return partials_function(name, partials, _TAPED_TG)
