@@ -333,7 +333,7 @@ def smooth_kernels(draw):
             f"    C[i] = {expr}\n")
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
 @given(smooth_kernels(), st.integers(0, 2 ** 32 - 1), st.sampled_from(["sum", "dot", "norm"]))
 def test_random_kernels_hvp_match_central_differences(tmp_path, source, seed, reduction):
