@@ -85,7 +85,6 @@ class ForwardContext:
         their next use by a launch or a reduction is refused."""
         for x in arrays:
             self.tangents[self.ids.track(x)] = how
-            self.kept[self.ids.track(x)] = x        # (its refusal lives as long as it does)
 
     def tangent_of(self, x: Any) -> list[Any] | None:
         ident = self.ids.find(x)

@@ -137,12 +137,17 @@ def test_hvp_of_a_quadratic_heat_loss_is_its_closed_form(backend):
 
 
 def test_hvp_of_a_gather_is_its_closed_form(backend):
-    """``sum_i x[idx[i]]^3``: the Hessian is diagonal, ``6 x count``."""
+    """``sum_i x[idx[i]]^3``: the Hessian is diagonal, ``6 x count``; a zero in x and a NaN
+    and an infinity in v stay where they are (the other elements finite and exact)."""
     rng = np.random.default_rng(4)
     idx = rng.integers(0, 7, 50)
     x, v = rng.standard_normal(7), rng.standard_normal(7)
+    x[0], v[1], v[2] = 0.0, np.nan, np.inf
+    with np.errstate(invalid="ignore"):
+        want = 6 * x * np.bincount(idx, minlength=7) * v
     hv = tg.hvp(gather_loss(backend, idx), x, v)
-    np.testing.assert_allclose(hv, 6 * x * np.bincount(idx, minlength=7) * v, rtol=1e-12)
+    assert np.isnan(hv[1]) and np.isinf(hv[2]) and hv[0] == 0.0
+    np.testing.assert_allclose(hv[3:], want[3:], rtol=1e-12)
 
 
 def test_hvp_through_scalars_passed_to_kernels_and_host_arithmetic(backend):
