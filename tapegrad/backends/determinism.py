@@ -13,9 +13,11 @@ the tasks).
 
 Without it, a CPU launch is already reproducible run to run on the same number of threads
 (each task's work and the merge order depend on the thread count only), except for kernels
-that add with atomics into an array they also read.  CUDA and OpenCL kernels whose results
-depend on their atomics' order (float additions in global or local memory: scatters, their
-adjoints, ``Active`` scalars; any atomic whose old value is used) are refused under it for now.
+that add with atomics into an array they also read.  On CUDA and OpenCL a kernel whose results
+depend on its atomics' order (float additions: scatters, their adjoints, ``Active`` scalars)
+runs under it as a variant that writes its additions down and adds them in work-item order
+after the launch (``backends/ordered.py``, which states what it can order; the rest is
+refused).
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ import os
 from typing import Any
 
 from tapegrad.backends.structure import device_functions
-from tapegrad.errors import BackendError
 from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import Array, TypedKernel
 
@@ -47,9 +48,12 @@ DETERMINISTIC = _Switch()
 
 class deterministic:
     """``with tg.deterministic():`` gradients (and every launch) give the same bits on every
-    run and every thread count on the CPU (for the whole process while inside;
-    ``TAPEGRAD_DETERMINISTIC=1``: always).  It costs little where launches add into per-thread
-    copies anyway, and serialises launches that add with atomics into arrays they also read.
+    run and every thread count on the CPU, and on every run on CUDA and OpenCL (for the whole
+    process while inside; ``TAPEGRAD_DETERMINISTIC=1``: always).  On the CPU it costs little
+    where launches add into per-thread copies anyway, and serialises launches that add with
+    atomics into arrays they also read; on GPUs float atomic additions are logged and added in
+    work-item order after the launch (``backends/ordered.py``: what it cannot order is
+    refused).
 
     >>> import numpy as np, tapegrad as tg
     >>> with tg.deterministic():
@@ -92,13 +96,3 @@ def unordered_atomics(tk: TypedKernel, private: frozenset[str] = frozenset(),
                     t.dtype.startswith("float") and t.space in spaces and not mine:
                 return True
     return False
-
-
-def refuse(kernel_name: str, backend_name: str) -> BackendError:
-    """The error for a GPU launch whose result depends on its atomics' order under
-    tg.deterministic()."""
-    return BackendError(
-        f"{kernel_name} uses atomics on {backend_name} whose order varies between runs (float "
-        "additions, or an atomic's old value), and tg.deterministic() orders them on the CPU "
-        "only for now: run this part on tg.CPU() under tg.deterministic(), or leave "
-        "tg.deterministic() (docs/debugging.md says what is reproducible without it)")

@@ -81,6 +81,11 @@ class ArrayKind:
     def to_numpy(self, x: Any) -> np.ndarray:
         raise NotImplementedError
 
+    def upload(self, x: Any, host: np.ndarray) -> None:
+        """Write ``host`` (a NumPy array of ``x``'s shape and type) into ``x``."""
+        xp = self.module()
+        xp.asarray(x)[...] = xp.asarray(host)
+
     def fingerprint(self, x: Any) -> Any:
         """The tape's hash of ``x``'s contents computed where ``x`` lives (a value that two
         fingerprints of the same array compare equal by), or None to hash a host copy."""

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 import tapegrad as tg
+from tapegrad.bench.determinism import device_lines
 from tapegrad.bench.machine import describe
 from tapegrad.bench.overheads import _launch_overheads
 from tapegrad.bench.problems import saxpy_k as axpy
@@ -95,12 +96,14 @@ def device_main(name: str, quick: bool = False, json_path: str | None = None) ->
         print(f"{label:<26} PyTorch CUDA: primal {row['primal_ms']:.3f} ms, forward + backward "
               f"{row['forward_backward_ms']:.3f} ms; tapegrad primal + adjoint "
               f"{mine['primal_ms'] + mine['adjoint_ms']:.3f} ms")
+    ordered = device_lines(backend, n, lambda fn: _device_ms(backend, fn, repeats))
     overheads = _launch_overheads(quick, backend)
     if json_path:
         with open(json_path, "w") as f:
             json.dump({"machine": describe(), "device": repr(backend), "n": n, "copy_gbs": copy_gbs,
                        "max_relative_error_vs_cpu": errors, "results": rows,
-                       "torch_cuda": torch_rows, "launch_overhead_us": overheads}, f,
+                       "torch_cuda": torch_rows, "launch_overhead_us": overheads,
+                       "deterministic": ordered}, f,
                       indent=2)
         print(f"wrote {json_path}")
     worst = max(errors.values())

@@ -1,6 +1,6 @@
 """tg.deterministic(): on the CPU the same gradient bits on every run and with 1 or 2 threads
 (scatters into per-thread copies, Active scalars' sums, atomics into an array the kernel
-reads); GPU launches that add floats with atomics are refused under it."""
+reads); OpenCL's bits: tests/backends/test_ordered.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 import tapegrad as tg
 
@@ -124,19 +123,16 @@ def test_the_gradients_are_right_under_it():
     np.testing.assert_allclose(g, expected, rtol=1e-13)
 
 
-def test_gpu_launches_adding_floats_with_atomics_are_refused(backend):
-    """(the CPU runs them in order; OpenCL and CUDA refuse them, rather than give bits that
-    vary: their atomics' order is the device's)"""
+def test_every_backend_gives_the_gradient_under_it(backend):
+    """(the CPU runs the scatter in tasks in order; OpenCL and CUDA run a variant that writes
+    the additions down and adds them in work-item order: tests/backends/test_ordered.py)"""
     X, idx, w = np.random.rand(8), np.arange(16) % 8, np.random.rand(16)
     loss = lambda X: tg.dot(_gather_on(backend, X, idx, 16), w)  # noqa: E731
     with tg.deterministic():
-        if backend.name == "cpu":
-            (g,) = tg.gradient(loss, X)
-            np.testing.assert_allclose(g, 4 * X * (w[:8] + w[8:]) / 2, rtol=1e-13)
-        else:
-            with pytest.raises(tg.BackendError, match="tg.deterministic"):
-                tg.gradient(loss, X)
-    tg.gradient(loss, X)                     # outside it: runs
+        (g,) = tg.gradient(loss, X)
+    np.testing.assert_allclose(g, 2 * X * (w[:8] + w[8:]), rtol=1e-13)
+    (plain,) = tg.gradient(loss, X)
+    np.testing.assert_allclose(plain, g, rtol=1e-13)
 
 
 def _gather_on(backend, X, idx, n):

@@ -416,3 +416,14 @@ def test_debug_nans_and_check_tape_on_cupy_arrays(cp):
     u = cp.asarray(np.random.default_rng(1).random(16))
     with pytest.raises(AssertionError, match=f"launch 57 of 100: .*:{BAD_LINE}"):
         tg.testing.check_tape(lambda u: simulate(cuda, u, 0.2, bad_at=56), u)
+
+
+def test_the_same_gradient_bits_in_twenty_runs_under_tg_deterministic(cp):
+    """(tests/backends/test_ordered.py does the same on PoCL: a gather's gradient, an Active
+    scalar's and a scatter on the device's own arrays)"""
+    from tests.backends.test_ordered import digests_on
+    with tg.deterministic():
+        runs = set(digests_on(tg.CUDA()))
+    plain = set(digests_on(tg.CUDA(), 5))
+    assert len(runs) == 1, f"{len(runs)} different results in 20 runs ({len(plain)} in 5 " \
+                           f"without tg.deterministic())"

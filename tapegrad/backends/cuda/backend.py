@@ -31,8 +31,9 @@ from tapegrad.backends.cuda.limits import check_function, launch_shape
 from tapegrad.backends.cuda.nvrtc import compile_cuda
 from tapegrad.backends.cuda.plan import LaunchCode
 from tapegrad.backends.cuda.streams import follow
-from tapegrad.backends.determinism import DETERMINISTIC, refuse, unordered_atomics
+from tapegrad.backends.determinism import DETERMINISTIC, unordered_atomics
 from tapegrad.backends.launch_chain import LaunchChain
+from tapegrad.backends.ordered import OrderedLaunch
 from tapegrad.backends.registry import ArrayKind
 from tapegrad.backends.structure import device_functions
 from tapegrad.errors import LaunchError
@@ -111,7 +112,8 @@ class CUDA(Backend):
     def compile(self, tk: TypedKernel) -> _Launcher:
         items = items_per_thread()
         restricts = restrict_allowed() and independent_items(tk)
-        return _Launcher(tk, self, lambda restrict: self._build(tk, items, restrict), restricts)
+        return _Launcher(tk, self, lambda restrict: self._build(tk, items, restrict), restricts,
+                         lambda: OrderedLaunch(tk, self.compile, CUDA_ARRAYS))
 
     def _build(self, tk: TypedKernel, items: int, restrict: bool) -> _Variant:
         """One variant of ``tk``, compiled, loaded and checked against the GPU's limits."""
@@ -144,8 +146,10 @@ class _Launcher:
     pointers, launched where the arrays' bytes are pairwise disjoint (the usual case, compiled
     first), and plain, compiled on the first launch whose arrays overlap."""
 
-    def __init__(self, tk: TypedKernel, backend: CUDA, build: Any, restricts: bool):
-        self.build, self.name = build, tk.name
+    def __init__(self, tk: TypedKernel, backend: CUDA, build: Any, restricts: bool,
+                 ordered: Any):
+        self.build, self.name, self.make_ordered = build, tk.name, ordered
+        self.ordered: OrderedLaunch | None = None
         self.groupsize, self.limits = tk.groupsize, backend.limits
         self.block = tuple(reversed(tk.groupsize))     # the last dimension runs along x
         self.device, self.cupy = backend.device, backend.cupy
@@ -157,13 +161,19 @@ class _Launcher:
         self.items = self.last.items
         self.code = LaunchCode(self, tk.ir.params, tk.argtypes, len(tk.groupsize))
         self.launch = self.code.launch       # launch(args, ndrange): what a launch runs
-        if unordered_atomics(tk, spaces=("global", "local")):       # (refused under tg.deterministic: determinism.py)
-            self.launch = self.deterministic_or_refused
+        if unordered_atomics(tk, spaces=("global", "local")):
+            self.launch = self.maybe_ordered
 
-    def deterministic_or_refused(self, args: tuple, ndrange: tuple[int, ...]) -> None:
-        if DETERMINISTIC.on:
-            raise refuse(self.name, "CUDA")
-        self.code.launch(args, ndrange)
+    def maybe_ordered(self, args: tuple, ndrange: tuple[int, ...]) -> None:
+        """A launch of a kernel whose atomics' order shows in its results: under
+        tg.deterministic(), of its variant that adds in order (``ordered.py``)."""
+        if not DETERMINISTIC.on:
+            self.code.launch(args, ndrange)
+            return
+        if self.ordered is None:
+            self.ordered = self.make_ordered()
+        self.ordered(args, ndrange)
+        self.last = self.ordered.launch.last          # (its source is the one shown)
 
     def variant(self, restrict: bool) -> _Variant:
         """The kernel with (or without) restrict pointers, compiled on first use."""

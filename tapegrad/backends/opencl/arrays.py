@@ -36,6 +36,9 @@ class OpenCLArrays(ArrayKind):
     def to_numpy(self, x: Any) -> np.ndarray:
         return x.get()
 
+    def upload(self, x: Any, host: np.ndarray) -> None:
+        x.set(host)
+
     # tg.debug_nans (runtime/nans.py): on the device; one number comes back
     def snapshot(self, x: Any) -> Any:
         return x.copy()

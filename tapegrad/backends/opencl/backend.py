@@ -16,11 +16,12 @@ from tapegrad.backends.c.items import (
     restrict_allowed,
 )
 from tapegrad.backends.c.printer import SCALAR_SUM_SIZE, kernel_symbol
-from tapegrad.backends.determinism import DETERMINISTIC, refuse, unordered_atomics
+from tapegrad.backends.determinism import DETERMINISTIC, unordered_atomics
 from tapegrad.backends.launch_chain import LaunchChain
 from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
 from tapegrad.backends.opencl.device import arrays_on, devices, queue
 from tapegrad.backends.opencl.printer import OpenCLPrinter
+from tapegrad.backends.ordered import OrderedLaunch
 from tapegrad.backends.registry import ArrayKind
 from tapegrad.backends.structure import device_functions
 from tapegrad.errors import KernelCompileError, LaunchError
@@ -77,7 +78,7 @@ class OpenCL(Backend):
         items = items_per_thread()
         restricts = restrict_allowed() and independent_items(tk)
         return _Launcher(tk, self.queue, lambda restrict: self._build(tk, items, restrict),
-                         restricts)
+                         restricts, lambda: OrderedLaunch(tk, self.compile, OPENCL_ARRAYS))
 
     def _build(self, tk: TypedKernel, items: int, restrict: bool) -> tuple[Any, str, int]:
         """One variant of ``tk``: its kernel, source and work-items per thread."""
@@ -105,8 +106,9 @@ class _Launcher:
     pointers, launched where the arrays' bytes are pairwise disjoint (the usual case, compiled
     first), and plain, compiled on the first launch whose arrays overlap."""
 
-    def __init__(self, tk: TypedKernel, q: Any, build: Any, restricts: bool):
-        self.queue, self.build = q, build
+    def __init__(self, tk: TypedKernel, q: Any, build: Any, restricts: bool, ordered: Any):
+        self.queue, self.build, self.make_ordered = q, build, ordered
+        self.ordered: OrderedLaunch | None = None
         self.groupsize, self.params = tk.groupsize, tk.ir.params
         self.pack = packer(tk.ir.params, tk.argtypes, _buffer, element_offset)
         self.arrays = [k for k, t in enumerate(tk.argtypes) if isinstance(t, Array)]
@@ -127,6 +129,8 @@ class _Launcher:
     @property
     def source(self) -> str:
         """The source of the variant the last launch ran."""
+        if self.last is None:
+            return self.ordered.launch.source
         return self.variants[self.last][1]
 
     def pick(self, arrays: list[Any]) -> Any:
@@ -136,7 +140,11 @@ class _Launcher:
 
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
         if self.float_adds and DETERMINISTIC.on:
-            raise refuse(self.name, "OpenCL")
+            if self.ordered is None:         # (its atomics' adds in order: ordered.py)
+                self.ordered = self.make_ordered()
+            self.ordered(args, ndrange)
+            self.last = None                 # (its source is the one shown)
+            return
         global_, local = self.sizes(ndrange)
         values = self.pack(args, ndrange)
         kernel = self.pick([args[k] for k in self.arrays])
