@@ -42,6 +42,7 @@ class _Forward(Transform):
         super().__init__(tk, activity)
         self.width = width
         self.rules: dict[str, object] = {}
+        self.loads = 0                   # locals made by shared_loads
 
     def dot(self, base: str, j: int) -> str:
         return f"{base}_dot" if self.width == 1 else f"{base}_dot{j}"
@@ -91,6 +92,7 @@ class _Forward(Transform):
                     store = ast.Subscript(value=name(self.dot(target.value.id, j)),
                                           slice=clone(target.slice), ctx=ast.Store())
                     out.append(assign(store, self.tangent_or_zero(s.value, j)))
+                out, s = self.shared_loads(out, s)
             out.append(s)
         elif isinstance(s, ast.AugAssign):   # A[idx] += e / -= e (the rest is normalized away)
             array = s.target.value.id
@@ -99,6 +101,7 @@ class _Forward(Transform):
                     store = ast.Subscript(value=name(self.dot(array, j)),
                                           slice=clone(s.target.slice), ctx=ast.Store())
                     out.append(ast.AugAssign(target=store, op=s.op, value=self.tangent(s.value, j)))
+                out, s = self.shared_loads(out, s)
             out.append(s)
         elif isinstance(s, ast.Expr):
             call_name = tg_name(s.value)
@@ -120,6 +123,42 @@ class _Forward(Transform):
                 if "lineno" in n._attributes and getattr(n, "lineno", None) is None:
                     ast.copy_location(n, s)
         return out
+
+    def shared_loads(self, tangents: list[ast.stmt],
+                     s: ast.Assign | ast.AugAssign) -> tuple[list[ast.stmt], ast.stmt]:
+        """The array elements that a store ``s`` reads and its tangents read again (``cos(X[i])``
+        beside ``sin(X[i])``), each loaded once into a local first.  Between the tangent's
+        store and ``s`` the compiler cannot know that ``X`` was not written, so it would load
+        it again and compute again what the two share (the argument reduction of ``sin`` and
+        ``cos``).  Only loads ``s`` makes whatever happens are moved (not those in one branch
+        of ``a if c else b``); the value ``s`` stores is computed before the tangents' stores
+        as well."""
+        shared = [e for e in _unconditional_loads(s.value)
+                  if any(_contains(t, e) for t in tangents)]
+        if not shared:
+            return tangents, s
+        s, tangents = copy.deepcopy(s), copy.deepcopy(tangents)
+        first: list[ast.stmt] = []
+        for e in dict.fromkeys(ast.dump(e) for e in shared):
+            local = self.fresh("_ld")
+            load = next(x for x in _unconditional_loads(s.value) if ast.dump(x) == e)
+            first.append(assign(local, clone(load)))
+            for node in (s, *tangents):
+                _replace(node, e, local)
+        # (the value too, before the tangents' stores: what it shares with them, table
+        # lookups included, is then computed once)
+        value = self.fresh("_value")
+        first.append(assign(value, s.value))
+        s.value = name(value)
+        return first + tangents, s
+
+    def fresh(self, prefix: str) -> str:
+        """A new local's name: ``prefix`` and a number no name of the kernel has."""
+        taken = set(self.tk.locals) | set(self.ir.params)
+        while True:
+            self.loads += 1
+            if f"{prefix}{self.loads}" not in taken:
+                return f"{prefix}{self.loads}"
 
     def atomic(self, s: ast.Expr, call_name: str) -> list[ast.stmt]:
         call = s.value
@@ -212,3 +251,43 @@ def _sum(terms: list[ast.expr]) -> ast.expr | None:
     for t in terms[1:]:
         out = add(out, t)
     return out
+
+
+def _unconditional_loads(e: ast.expr) -> list[ast.Subscript]:
+    """The array element loads evaluating ``e`` makes whatever the data, inner ones first."""
+    out: list[ast.Subscript] = []
+
+    def visit(n: ast.AST) -> None:
+        if isinstance(n, ast.IfExp):
+            visit(n.test)                 # (its branches: one or the other)
+            return
+        if isinstance(n, ast.BoolOp):
+            visit(n.values[0])            # (the rest: only if the first does not decide)
+            return
+        for child in ast.iter_child_nodes(n):
+            visit(child)
+        if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name) \
+                and isinstance(n.ctx, ast.Load):
+            out.append(n)
+
+    visit(e)
+    return out
+
+
+def _contains(tree: ast.AST, e: ast.expr) -> bool:
+    text = ast.dump(e)
+    return any(isinstance(n, ast.Subscript) and ast.dump(n) == text for n in ast.walk(tree))
+
+
+def _replace(tree: ast.AST, text: str, local: str) -> None:
+    """Every load of ``tree`` that dumps as ``text`` becomes the local ``local``."""
+    for n in ast.walk(tree):
+        for field_, value in ast.iter_fields(n):
+            if isinstance(value, ast.Subscript) and isinstance(value.ctx, ast.Load) \
+                    and ast.dump(value) == text:
+                setattr(n, field_, ast.copy_location(name(local), value))
+            elif isinstance(value, list):
+                for k, item in enumerate(value):
+                    if isinstance(item, ast.Subscript) and isinstance(item.ctx, ast.Load) \
+                            and ast.dump(item) == text:
+                        value[k] = ast.copy_location(name(local), item)

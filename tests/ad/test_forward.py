@@ -596,3 +596,30 @@ def test_numpy_operators_of_host_scalars_with_numpy_scalars_and_0d_arrays(f, num
             tg.gradient(lambda x: f(tg.sum(x)), x)
     else:
         _both_modes_match_differences(lambda x: f(tg.sum(x)), x, v, rel=1e-6)
+
+
+@tg.kernel
+def sine_and_pick(Y, X, Z, idx, c):
+    i = tg.index()
+    Y[i] = math.sin(X[i]) + (Z[idx[i]] if c > 0.0 else X[i])
+
+
+def test_a_store_and_its_tangent_read_each_element_once():
+    """(forward.py, shared_loads: cos(X[i]) beside sin(X[i]) reads X[i] once, and sin and cos
+    are computed before the tangent's store, so that the compiler computes their shared
+    argument reduction once; a load in one branch of an ``if`` expression stays there, where
+    its index may be out of range on the other)"""
+    n = 64
+    X, dX = r(n), rng.standard_normal(n)
+    Z, dZ = r(4), rng.standard_normal(4)
+    for c, idx in ((1.0, rng.integers(0, 4, n)), (-1.0, np.full(n, 10**6))):
+        Y, dY = np.empty(n), np.empty(n)
+        tg.autodiff(tg.Forward, sine_and_pick(CPU), tg.Const, tg.Duplicated(Y, dY),
+                    tg.Duplicated(X, dX),
+                    tg.Duplicated(Z, dZ), idx, c, ndrange=n)
+        picked = (Z[idx], dZ[idx]) if c > 0 else (X, dX)
+        np.testing.assert_allclose(Y, np.sin(X) + picked[0], rtol=1e-15)
+        np.testing.assert_allclose(dY, np.cos(X) * dX + picked[1], rtol=1e-14)
+    source = sine_and_pick.source("forward")
+    assert source.count("X[i]") == 1, source      # (the branch reads the shared one too)
+    assert "Z[idx[i]] if" in source, source
