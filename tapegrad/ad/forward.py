@@ -133,18 +133,16 @@ class _Forward(Transform):
         ``cos``).  Only loads ``s`` makes whatever happens are moved (not those in one branch
         of ``a if c else b``); the value ``s`` stores is computed before the tangents' stores
         as well."""
-        shared = [e for e in _unconditional_loads(s.value)
-                  if any(_contains(t, e) for t in tangents)]
-        if not shared:
+        if not _shared(s, tangents):
             return tangents, s
         s, tangents = copy.deepcopy(s), copy.deepcopy(tangents)
         first: list[ast.stmt] = []
-        for e in dict.fromkeys(ast.dump(e) for e in shared):
-            local = self.fresh("_ld")
-            load = next(x for x in _unconditional_loads(s.value) if ast.dump(x) == e)
+        while (load := _shared(s, tangents)) is not None:   # (inner ones first: X[idx[i]]
+            local = self.fresh("_ld")                        # becomes X[_ld1], then _ld2)
             first.append(assign(local, clone(load)))
+            text = ast.dump(load)
             for node in (s, *tangents):
-                _replace(node, e, local)
+                _replace(node, text, local)
         # (the value too, before the tangents' stores: what it shares with them, table
         # lookups included, is then computed once)
         value = self.fresh("_value")
@@ -251,6 +249,12 @@ def _sum(terms: list[ast.expr]) -> ast.expr | None:
     for t in terms[1:]:
         out = add(out, t)
     return out
+
+
+def _shared(s: ast.stmt, tangents: list[ast.stmt]) -> ast.Subscript | None:
+    """The first load ``s``'s value makes whatever the data that a tangent makes too."""
+    return next((e for e in _unconditional_loads(s.value)
+                 if any(_contains(t, e) for t in tangents)), None)
 
 
 def _unconditional_loads(e: ast.expr) -> list[ast.Subscript]:

@@ -623,3 +623,20 @@ def test_a_store_and_its_tangent_read_each_element_once():
     source = sine_and_pick.source("forward")
     assert source.count("X[i]") == 1, source      # (the branch reads the shared one too)
     assert "Z[idx[i]] if" in source, source
+
+
+@tg.kernel
+def squares_gathered(Y, X, idx):
+    i = tg.index()
+    Y[i] = X[idx[i]] * X[idx[i]]
+
+
+def test_a_gathered_element_and_its_index_are_read_once():
+    """(the inner load first: idx[i] becomes a local, then X[that local])"""
+    X, dX, idx = r(5), rng.standard_normal(5), rng.integers(0, 5, 30)
+    Y, dY = np.empty(30), np.empty(30)
+    tg.autodiff(tg.Forward, squares_gathered(CPU), tg.Const, tg.Duplicated(Y, dY),
+                tg.Duplicated(X, dX), idx, ndrange=30)
+    np.testing.assert_allclose(dY, 2 * X[idx] * dX[idx], rtol=1e-14)
+    source = squares_gathered.source("forward")
+    assert source.count("idx[i]") == 1 and source.count("X[_ld") == 1, source
