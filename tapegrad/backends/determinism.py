@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from tapegrad.backends.structure import device_functions
@@ -79,6 +80,14 @@ def unordered_atomics(tk: TypedKernel, private: frozenset[str] = frozenset(),
     scalar's group sum into an array of ``spaces`` other than the ``private`` (per-task copies),
     or any atomic whose old value the kernel uses (a counter handing out slots).  Float atomic
     min and max whose value is unused give the same result in any order."""
+    return any(unordered_atomic_calls(tk, private, spaces))
+
+
+def unordered_atomic_calls(tk: TypedKernel, private: frozenset[str] = frozenset(),
+                           spaces: tuple[str, ...] = ("global",)
+                           ) -> Iterator[tuple[TypedKernel, ast.Call, bool]]:
+    """The calls ``unordered_atomics`` looks for: the kernel (``tk`` or a device function)
+    holding each, the call, and whether its old value is used."""
     for k in (tk, *device_functions(tk)):
         tree = ast.Module(body=list(k.ir.body), type_ignores=[])
         unused = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr)}
@@ -90,9 +99,9 @@ def unordered_atomics(tk: TypedKernel, private: frozenset[str] = frozenset(),
             if not isinstance(t, Array) or t.space not in (*spaces, "global"):
                 continue
             if id(n) not in unused and name != "group_reduce_add":
-                return True                    # its old value is used
+                yield k, n, True
+                continue
             mine = k is tk and isinstance(n.args[0], ast.Name) and n.args[0].id in private
             if name in ("atomic_add", "atomic_sub", "group_reduce_add") and \
                     t.dtype.startswith("float") and t.space in spaces and not mine:
-                return True
-    return False
+                yield k, n, False

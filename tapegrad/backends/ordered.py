@@ -4,9 +4,11 @@ in a fixed order.
 A float ``tg.atomic_add`` (``atomic_sub``, an ``Active`` scalar's ``tg.group_reduce_add``) into
 global memory gives bits that depend on the order in which work-items reach it.  Under
 ``tg.deterministic()`` a CUDA or OpenCL launch of such a kernel runs a variant of it, printable
-like any kernel, where each such call instead writes its flat index (plus one) and its value
-into a log with one row per work-item; the runtime then adds the logged values into their
-arrays in work-item order (``apply``, on the host).  The rows of work-items that never reached a call keep 0.
+like any kernel, where each such call instead writes its flat index and its value into a log
+with one row per work-item; the runtime then adds the logged values into their arrays in
+work-item order (``apply``, on the host), after checking every index is inside its array (a
+``LaunchError`` otherwise, with no array written).  The rows of work-items that never reached
+a call keep ``NOT_REACHED``.
 
 The guard model: a call is ordered when it runs at most once per work-item (outside any
 loop), in the kernel itself (not in a ``@tg.func``), into an array argument that the kernel
@@ -29,6 +31,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tapegrad.backends.c.items import disjoint
+from tapegrad.backends.determinism import unordered_atomic_calls, unordered_atomics
 from tapegrad.backends.structure import device_functions
 from tapegrad.errors import BackendError, LaunchError
 from tapegrad.frontend import kernel_ir
@@ -41,9 +44,12 @@ _ADDS = ("atomic_add", "atomic_sub", "group_reduce_add")
 class Site(NamedTuple):
     """One ordered call: the array it adds into and its logs' parameter names."""
     array: str
-    at: str | None    # the flat index plus one (0: the work-item did not reach the call);
+    at: str | None    # the flat index (NOT_REACHED: the work-item did not reach the call);
     value: str        # None where the index is a constant, ``flat`` (an Active scalar's sum)
     flat: int = 0
+
+
+NOT_REACHED = -(2 ** 62)   # (a negative flat index is an error: it must not be taken for this)
 
 
 def ordered_kernel(tk: TypedKernel) -> tuple[TypedKernel, list[Site]]:
@@ -51,12 +57,13 @@ def ordered_kernel(tk: TypedKernel) -> tuple[TypedKernel, list[Site]]:
     the logs' calls in parameter order; a BackendError says why a kernel cannot be."""
     why = _refusal(tk)
     if why:
-        raise BackendError(f"{tk.name} adds floats with atomics in an order that varies "
-                           f"between runs, and tg.deterministic() cannot order it on a GPU: "
+        raise BackendError(f"{tk.name} computes with atomics whose result depends on the "
+                           f"order work-items reach them, and tg.deterministic() cannot order "
+                           f"it on a GPU: "
                            f"{why}.  Run this part on tg.CPU() under tg.deterministic(), or "
                            f"leave tg.deterministic() (docs/debugging.md says what is "
                            f"reproducible without it)")
-    taken = set(tk.ir.params) | set(tk.locals)
+    taken = set(tk.ir.params) | set(tk.locals) | _device_function_names(tk)
     item = _fresh("ordered_item", taken)
     sites: list[Site] = []
     cleared: list[ast.stmt] = []       # every work-item's rows, before anything can return
@@ -69,18 +76,17 @@ def ordered_kernel(tk: TypedKernel) -> tuple[TypedKernel, list[Site]]:
         value = copy.deepcopy(value)
         if tg_name(call) == "atomic_sub":
             value = ast.UnaryOp(op=ast.USub(), operand=value)
-        constant = isinstance(index, ast.Constant) and isinstance(index.value, int)
+        constant = isinstance(index, ast.Constant) and type(index.value) is int
         site = Site(target.id, None if constant else _fresh(f"ordered{k}_at", taken),
                     _fresh(f"ordered{k}_value", taken), index.value if constant else 0)
         sites.append(site)
         if constant:                   # (a sum: the work-items that do not reach it add 0)
             cleared.append(_store(site.value, item, ast.Constant(0.0)))
             return [ast.copy_location(_store(site.value, item, value), s)]
-        cleared.append(_store(site.at, item, ast.Constant(0)))
-        one = ast.BinOp(left=_flat_index(tk, target.id, index), op=ast.Add(),
-                        right=ast.Constant(1))
-        return [ast.copy_location(x, s) for x in (_store(site.at, item, one),
-                                                  _store(site.value, item, value))]
+        cleared.append(_store(site.at, item, ast.Constant(NOT_REACHED)))
+        return [ast.copy_location(x, s)
+                for x in (_store(site.at, item, _flat_index(tk, target.id, index)),
+                          _store(site.value, item, value))]
 
     body = _rewritten(tk.ir.body, replace)
     start = [ast.Assign(targets=[ast.Name(id=item, ctx=ast.Store())],
@@ -97,6 +103,10 @@ def ordered_kernel(tk: TypedKernel) -> tuple[TypedKernel, list[Site]]:
                  (Array(_array(tk, s.array).dtype, 1),))
     typed = specialize(ir, tk.argtypes + logs, tk.rank, tk.groupsize, kernel_ir)
     typed.launch_groupsize = tk.launch_groupsize
+    if unordered_atomics(typed, spaces=("global", "local")):
+        raise BackendError(f"{tk.name}: its variant for tg.deterministic() still adds with "
+                           f"atomics in an order that varies (a tapegrad bug: please report it "
+                           f"with the kernel)")
     return typed, sites
 
 
@@ -123,6 +133,7 @@ class OrderedLaunch:
             logs.append((at, self.kind.new((n,), self.kind.dtype(arrays[site.array]), False)))
         self.launch((*args, *(a for log in logs for a in log if a is not None)), ndrange)
         to_host, xp = self.kind.to_numpy, self.kind.module()
+        results = []                   # (every target checked before any is written)
         for array in dict.fromkeys(s.array for s in self.sites):
             mine = [(s, logs[k]) for k, s in enumerate(self.sites) if s.array == array]
             totals = [(s.flat, xp.sum(value)) for s, (at, value) in mine if at is None]
@@ -135,6 +146,8 @@ class OrderedLaunch:
             for k, total in totals:
                 _check_index(k, flat.size, f"{self.name}: {array}")
                 flat[k] += float(total)
+            results.append((dest, host))
+        for dest, host in results:
             self.kind.upload(dest, host)
 
     def _check_disjoint(self, arrays: dict[str, Any]) -> None:
@@ -152,14 +165,14 @@ class OrderedLaunch:
 
 
 def apply(dest: np.ndarray, ats: list[np.ndarray], values: list[np.ndarray], what: str) -> None:
-    """Add the logged ``values`` into ``dest`` (flat) at ``ats`` (flat index plus one, 0 for
+    """Add the logged ``values`` into ``dest`` (flat) at ``ats`` (flat index, NOT_REACHED for
     none; one column per call), in work-item order: the same bits whatever order the device
     ran the work-items in.  Each element's terms are summed in float64 (``np.bincount``, one
     pass in order), then added to it: one rounding for float32 arrays."""
     at = np.stack(ats, axis=1).reshape(-1)
     value = np.stack(values, axis=1).reshape(-1)
-    reached = at != 0
-    at, value = at[reached] - 1, value[reached]
+    reached = at != NOT_REACHED
+    at, value = at[reached], value[reached]
     if not at.size:
         return
     if at.min() < 0 or at.max() >= dest.size:
@@ -177,21 +190,21 @@ def _check_index(flat: int, size: int, what: str) -> None:
 
 def _refusal(tk: TypedKernel) -> str | None:
     """Why ``tk``'s float atomic additions cannot be ordered (None: they can)."""
+    for k, n, old_value_used in unordered_atomic_calls(tk, spaces=("global", "local")):
+        where = f"tg.{tg_name(n)} at {os.path.basename(k.ir.filename)}:{n.lineno}"
+        if old_value_used:
+            return f"{where} uses the atomic's old value"
+        if k is not tk:
+            return f"device function {k.name} adds with {where}"
+        space = tk.types[id(n.args[0])].space
+        if space != "global":
+            return f"{where} adds into {space} memory"
+        if not _is_site(tk, n):
+            return (f"{where} adds into {ast.unparse(n.args[0])}, not into one of the "
+                    f"kernel's arguments by its name")
     tree = ast.Module(body=list(tk.ir.body), type_ignores=[])
     sites = [n for n in ast.walk(tree) if _is_site(tk, n)]
     file = os.path.basename(tk.ir.filename)
-    unused = {id(s.value) for s in ast.walk(tree) if isinstance(s, ast.Expr)}
-    for n in ast.walk(tree):
-        name = tg_name(n)
-        if not name or not (name.startswith("atomic_") or name == "group_reduce_add"):
-            continue
-        t = tk.types.get(id(n.args[0]))
-        if not isinstance(t, Array) or t.space == "private":
-            continue
-        if id(n) not in unused and name != "group_reduce_add":
-            return f"tg.{name} at {file}:{n.lineno} uses the atomic's old value"
-        if name in _ADDS and t.dtype.startswith("float") and t.space != "global":
-            return f"tg.{name} at {file}:{n.lineno} adds into {t.space} memory"
     for loop in ast.walk(tree):
         if isinstance(loop, (ast.For, ast.While)):
             for n in ast.walk(loop):
@@ -205,12 +218,6 @@ def _refusal(tk: TypedKernel) -> str | None:
             if not _shape_of(tree, n):
                 return (f"{file}:{n.lineno} uses {n.id} other than by the atomic additions "
                         f"into it, which land after the launch")
-    for callee in device_functions(tk):
-        for n in ast.walk(ast.Module(body=list(callee.ir.body), type_ignores=[])):
-            t = callee.types.get(id(n.args[0])) if tg_name(n) in _ADDS else None
-            if isinstance(t, Array) and t.dtype.startswith("float") and t.space != "private":
-                return (f"device function {callee.name} adds with tg.{tg_name(n)} at "
-                        f"{os.path.basename(callee.ir.filename)}:{n.lineno}")
     return None
 
 
@@ -281,8 +288,14 @@ def _array(tk: TypedKernel, name: str) -> Array:
     return tk.argtypes[tk.ir.params.index(name)]
 
 
+def _device_function_names(tk: TypedKernel) -> set[str]:
+    return {n for k in device_functions(tk) for n in (k.name, k.symbol)}
+
+
 def _fresh(name: str, taken: set[str]) -> str:
-    while name in taken:
+    """``name``, with ``_`` appended until neither it nor a name printed from it (its
+    ``_shape<k>`` extents) is taken."""
+    while any(t == name or t.startswith(name + "_") for t in taken):
         name += "_"
     taken.add(name)
     return name

@@ -460,9 +460,9 @@ class _Inference:
         for p in parts:
             flat.extend(p.items if isinstance(p, TupleT) else (p,))
         for p in flat:
-            if not (isinstance(p, Scalar) and not p.is_float):
-                raise self.fail(node, f"array indices must be integers, got {p}; convert "
-                                      "with int(...)")
+            if not (isinstance(p, Scalar) and not p.is_float and p.dtype != "bool"):
+                raise self.fail(node, f"array indices must be integers, got {p} (NumPy takes "
+                                      "a bool index for a mask); convert with int(...)")
         if len(flat) != base.ndim:
             names = ", ".join("ijk"[:base.ndim])
             raise self.fail(node, f"{ast.unparse(node.value)} has {base.ndim} dimension(s) but "

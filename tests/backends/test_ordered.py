@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad.backends.ordered import apply
+from tapegrad.backends.ordered import NOT_REACHED, apply
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -239,11 +239,71 @@ def test_a_target_sharing_memory_with_another_argument_is_refused():
 
 def test_the_log_is_added_in_work_item_order_and_checked():
     dest = np.zeros(4)
-    # two calls (columns), three work-items (rows); 0: not reached; flat index plus one
-    ats = [np.array([1, 0, 4]), np.array([2, 1, 0])]
+    # two calls (columns), three work-items (rows): flat indices, NOT_REACHED where none
+    ats = [np.array([0, NOT_REACHED, 3]), np.array([1, 0, NOT_REACHED])]
     values = [np.array([1.0, 9.0, 3.0]), np.array([2.0, 4.0, 9.0])]
     apply(dest, ats, values, "k: H")
     assert dest.tolist() == [5.0, 2.0, 0.0, 3.0]
-    with pytest.raises(tg.LaunchError, match="flat index 4, outside its 4 elements"):
-        apply(dest, [np.array([5])], [np.array([1.0])], "k: H")
+    for flat in (4, -1):
+        with pytest.raises(tg.LaunchError, match=f"flat index {flat}, outside its 4 elements"):
+            apply(dest, [np.array([1, flat])], [np.array([1.0, 1.0])], "k: H")
     assert dest.tolist() == [5.0, 2.0, 0.0, 3.0]
+
+
+@tg.func
+def take_a_slot(count):
+    return tg.atomic_add(count, 0, 1)    # an integer counter: its old value is a slot
+
+
+@tg.kernel
+def compacts(out, count, w):
+    i = tg.index()
+    out[take_a_slot(count)] = w[i]
+    tg.atomic_add(out, 0, 0.0)
+
+
+def test_an_old_value_used_in_a_device_function_is_refused():
+    import pyopencl.array as cla
+    backend = tg.OpenCL()
+    out = cla.zeros(backend.queue, 8, np.float64)
+    count = cla.zeros(backend.queue, 1, np.int64)
+    with tg.deterministic(), pytest.raises(tg.BackendError, match="uses the atomic's old"):
+        compacts(backend, 4)(out, count, cla.to_device(backend.queue, np.arange(8.0)),
+                             ndrange=8)
+    assert (out.get() == 0).all() and count.get()[0] == 0
+
+
+@tg.kernel
+def shifted_histogram(H, keys, w):
+    i = tg.index()
+    tg.atomic_add(H, keys[i] - 1, w[i])
+
+
+def test_an_index_outside_the_array_raises_and_writes_nothing():
+    import pyopencl.array as cla
+    backend = tg.OpenCL()
+    H = cla.to_device(backend.queue, np.arange(4.0))
+    keys = np.array([1, 2, 0, 4, 3, 1])           # 0 - 1 = -1: outside H
+    with tg.deterministic(), pytest.raises(tg.LaunchError, match="flat index -1"):
+        shifted_histogram(backend, 2)(H, cla.to_device(backend.queue, keys),
+                                      cla.to_device(backend.queue, np.ones(6)), ndrange=6)
+    assert (H.get() == np.arange(4.0)).all()
+
+
+@tg.kernel
+def names_like_its_logs(H, keys, w):
+    i = tg.index()
+    ordered0_at_shape0 = w[i] * 2.0     # (names the variant's own could have taken)
+    ordered_item = keys[i] + 0
+    tg.atomic_add(H, ordered_item, ordered0_at_shape0)
+
+
+def test_a_kernel_using_the_variants_names_is_still_right(backend):
+    rng = np.random.default_rng(3)
+    keys, w = rng.integers(0, 8, 40), rng.random(40)
+    H = np.zeros(8)
+    with tg.deterministic():
+        names_like_its_logs(backend, 16)(H, keys, w, ndrange=40)
+    expected = np.zeros(8)
+    np.add.at(expected, keys, 2.0 * w)
+    np.testing.assert_allclose(H, expected, rtol=1e-12)

@@ -238,6 +238,12 @@ def float_index(B, A):
 
 
 @tg.kernel
+def bool_index(B, A):
+    i = tg.index()
+    B[A[i] > 0.5] = 1.0  # ERR:bool-index
+
+
+@tg.kernel
 def wrong_rank_index(B, A):
     i = tg.index()
     B[i] = A[i]  # ERR:wrong-rank
@@ -499,6 +505,7 @@ I64 = np.zeros(4, np.int64)
 TYPE_CASES = [
     # kernel, args, tag, message fragment
     (float_index, (F64, F64), "float-index", "int(...)"),
+    (bool_index, (F64, F64), "bool-index", "NumPy takes a bool index for a mask"),
     (wrong_rank_index, (F64, np.zeros((2, 2))), "wrong-rank", "2 dimension(s)"),
     (float_into_int, (I64, F64), "float-into-int", "int(...)"),
     (float_augassign_into_int, (I64,), "float-aug-into-int", "int(...)"),
