@@ -52,6 +52,7 @@ class ndarray:
 
     flags = SimpleNamespace(c_contiguous=True, f_contiguous=False)
     _c_contiguous = True
+    base = None           # (as CuPy's arrays that own their memory)
 
     def __init__(self, host: np.ndarray):
         # (plain attributes: reading one costs about what reading CuPy's does)

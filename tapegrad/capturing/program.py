@@ -32,8 +32,8 @@ from tapegrad.errors import CaptureError
 from tapegrad.tape.arrays import empty_like, is_array
 from tapegrad.tape.hostops import CopyRecord, ReductionRecord, ScaleRecord
 from tapegrad.tape.memory import owner
-from tapegrad.tape.recorder import Released
 from tapegrad.tape.records import LaunchRecord
+from tapegrad.tape.released import Released
 from tapegrad.tape.scalars import ScalarRecord, TrackedScalar
 from tapegrad.tape.sweep import Frozen
 

@@ -13,7 +13,7 @@ from typing import Any
 from tapegrad.callers import user_line
 from tapegrad.capturing import hostmath
 from tapegrad.errors import CaptureError
-from tapegrad.runtime.launch import prepare
+from tapegrad.runtime.launch import distinct, prepare
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.fingerprint import fingerprint
 from tapegrad.tape.memory import owner
@@ -78,6 +78,7 @@ class TraceTape(Tape):
             self.guards.append(Guard(len(self.steps), fn, args, answer))
 
     def record_launch(self, cfg: Any, args: tuple, ndrange: Any, run: bool = True) -> None:
+        cfg, args = distinct(cfg, args)       # (its steps keep the launch as it runs)
         watched = self.depth == 0 and self.arguments.positions
         if watched and run:
             self.arguments.unchanged(args)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from tapegrad.errors import TapegradError
-from tapegrad.runtime.launch import interceptor, launch_now
+from tapegrad.runtime.launch import interceptor, launch_now, merging
 from tapegrad.tape.modes import paused, tapes_var
 from tapegrad.tape.scalars import TrackedScalar
 
@@ -27,7 +27,7 @@ class unrecorded(paused):
     outside rather than as an argument (unrecorded, its derivative would be lost)."""
 
     def __enter__(self) -> None:
-        self.tokens = (tapes_var.set(()), interceptor.set(_launch_unrecorded))
+        self.tokens = (tapes_var.set(()), interceptor.set(merging(_launch_unrecorded)))
 
 
 def _launch_unrecorded(cfg: Any, args: tuple, ndrange: Any) -> None:

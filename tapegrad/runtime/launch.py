@@ -40,7 +40,10 @@ def compile_kernel(kernel: Any, mode: str, backend: Any, argtypes: tuple[Type, .
 
 # While a tape records or forward mode runs, it sees every launch first: a function of
 # ``(cfg, args, ndrange)`` set by tapegrad.tape, per thread (and per asyncio task), so that
-# two threads each recording their own tape never see each other's launches.
+# two threads each recording their own tape never see each other's launches.  It gets the
+# arguments as passed, one object perhaps for several parameters: a tape's recording merges
+# them after its launch plans' guards (which refuse repeats) miss; other interceptors are
+# set wrapped in ``merging``.
 interceptor: ContextVar[Any] = ContextVar("tapegrad_interceptor", default=None)
 
 
@@ -58,12 +61,25 @@ def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
         for plan in cfg.kernel.cache.get(("plans", cfg), ()):     # (plans.py)
             if plan.fn(args, ndrange):
                 return
-    if len({id(a) for a in args}) < len(args):      # one object passed twice (rare)
-        cfg, args, _ = one_parameter_per_array(cfg, args, args)
     if seen_by is not None:
         seen_by(cfg, args, ndrange)
         return
-    launch_now(cfg, args, ndrange)
+    launch_now(*distinct(cfg, args), ndrange)
+
+
+def distinct(cfg: Any, args: tuple) -> tuple[Any, tuple]:
+    """``cfg`` and ``args``, with the parameters an array object is passed for more than
+    once merged (``one_parameter_per_array``; rare)."""
+    if len({id(a) for a in args}) < len(args):
+        cfg, args, _ = one_parameter_per_array(cfg, args, args)
+    return cfg, args
+
+
+def merging(intercept: Any) -> Any:
+    """The launch interceptor ``intercept`` given each array once (``distinct``)."""
+    def merged(cfg: Any, args: tuple, ndrange: Any) -> None:
+        intercept(*distinct(cfg, args), ndrange)
+    return merged
 
 
 def one_parameter_per_array(cfg: Any, args: tuple, arrays: tuple

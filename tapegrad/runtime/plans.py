@@ -37,10 +37,14 @@ MAX_PLANS = 8          # signatures per configured kernel written out (others: g
 class Plan:
     """``plan(args, ndrange)``: True where it launched, False where a guard failed;
     ``plan.prepared(args, ndrange)``: what ``launch.prepare`` returns (for a tape, which
-    records before it launches), or None where a guard failed."""
+    records before it launches), or None where a guard failed.  ``plain_scalars``: whether
+    its scalars are Python's or NumPy's numbers (a tape takes only those plans: its own
+    scalars need their nodes recorded); ``recording``: the tape's recording plan for it."""
 
-    def __init__(self, key: tuple, source: str, fn: Any, prepared: Any):
+    def __init__(self, key: tuple, source: str, fn: Any, prepared: Any, plain_scalars: bool):
         self.key, self.source, self.fn, self.prepared = key, source, fn, prepared
+        self.plain_scalars = plain_scalars
+        self.recording: Any = None
 
     def __call__(self, args: tuple, ndrange: Any) -> bool:
         return self.fn(args, ndrange)
@@ -101,7 +105,9 @@ def make_plan(cfg: Any, args: tuple, nd: tuple[int, ...], key: tuple, launcher: 
     filename = f"<tapegrad launch plan {len(plans)} of {cfg.kernel.name}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     exec(compile(source, filename, "exec"), scope)
-    plan = Plan(key, source, scope["plan"], scope["prepared"])
+    plain_scalars = all(type(a).__module__ in ("builtins", "numpy") for a in args
+                        if kind_of(a) is None)
+    plan = Plan(key, source, scope["plan"], scope["prepared"], plain_scalars)
     plans.append(plan)
     return plan
 

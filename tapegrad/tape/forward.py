@@ -15,7 +15,7 @@ from tapegrad.backends.registry import array_kind
 from tapegrad.errors import TapegradError
 from tapegrad.frontend import kernel_ir
 from tapegrad.runtime.arguments import access, check_args, ndrange_of
-from tapegrad.runtime.launch import interceptor, launch, launch_now
+from tapegrad.runtime.launch import interceptor, launch, launch_now, merging
 from tapegrad.runtime.tangent import run_tangent, tangent_variant
 from tapegrad.tape.arrays import is_array, zeros_like
 from tapegrad.tape.duals import TapedDual
@@ -47,7 +47,7 @@ class ForwardContext:
         if self.taped != bool(tapes_var.get()):
             raise TapegradError("forward mode cannot run inside a recording tg.Tape")
         self.tape_records = (tapes_var.get(), interceptor.get())
-        self.tokens = (forward_var.set((self,)), interceptor.set(self.launch))
+        self.tokens = (forward_var.set((self,)), interceptor.set(merging(self.launch)))
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -30,15 +30,12 @@ def array_key(x: Any) -> tuple:
 
 
 class _CupyTypes(dict):
-    """The array types that are CuPy's (their address ``x.data.ptr``, shape and strides
-    tuples, as ``array_key`` takes them), asked once per type."""
+    """Whether an array type is CuPy's (its address ``x.data.ptr``, shape and strides
+    tuples, as ``array_key`` takes them): ``_CUPY_TYPES[t]``, asked once per type."""
 
     def __missing__(self, t: type) -> bool:
         self[t] = found = t.__module__.startswith("cupy")
         return found
-
-    def __contains__(self, t: object) -> bool:
-        return self[t]
 
 
 _CUPY_TYPES = _CupyTypes()
@@ -140,7 +137,7 @@ class Identities:
         # (a new state of a simulation each step: the plain NumPy case without the helpers)
         t = type(x)
         key = (_numpy_address(x), shape, strides, x.dtype) if t is np.ndarray else \
-            (x.data.ptr, shape, strides, x.dtype) if t in _CUPY_TYPES else \
+            (x.data.ptr, shape, strides, x.dtype) if _CUPY_TYPES[t] else \
             (_address(x), shape, strides, x.dtype) if isinstance(x, np.ndarray) else \
             array_key(x)        # other array types may give shape and strides as lists
         ident = self.by_memory.get(key)

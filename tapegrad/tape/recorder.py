@@ -15,13 +15,12 @@ the work its plan needs (measured: docs/performance.md, 'Measurements behind the
 from __future__ import annotations
 
 import linecache
-import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from tapegrad.tape.arrays import allocate, repeats
-from tapegrad.tape.identity import Ident
+from tapegrad.tape.arrays import repeats
 from tapegrad.tape.records import LaunchRecord, launch_merged
+from tapegrad.tape.released import release
 
 
 @dataclass
@@ -41,14 +40,40 @@ class RecordPlan:
     float_at: tuple[int, ...] = ()
     tracked: tuple[int, ...] = ()
     n_args: int = 0
+    host_at: tuple[int, ...] = ()
     source: str = ""
     record: Any = None
+    record_stamped: Any = None
 
 
 def recorder(plan: RecordPlan) -> RecordPlan:
-    """``plan`` with its recording function: ``record(tape, cfg, args, plain, launcher, nd,
+    """``plan`` with its recording functions: ``record(tape, cfg, args, plain, launcher, nd,
     ndrange)`` (``plain``: the arguments with tracked scalars as floats; ``launcher`` None
-    records without launching)."""
+    records without launching), which stamps what a launch wrote into host arrays only (the
+    tape's ``sample`` of other arrays is None: reading device memory would synchronise), and
+    ``record_stamped``, which stamps every float array (a tape that ``verify``s fingerprints
+    arrays where they live)."""
+    plan.source = _source(plan, tuple(k for k in plan.float_at if k in plan.host_at))
+    plan.record = _compiled(plan, plan.source, f"<tapegrad recorder of {plan.name}>")
+    plan.record_stamped = plan.record if plan.host_at == plan.float_at else _compiled(
+        plan, _source(plan, plan.float_at), f"<tapegrad verifying recorder of {plan.name}>")
+    return plan
+
+
+def _compiled(plan: RecordPlan, source: str, filename: str) -> Any:
+    scope = dict(LaunchRecord=LaunchRecord, NAME=plan.name, PARAMS=plan.params,
+                 NEEDS=plan.needs, REPLAYS=plan.replays, FLOAT_AT=plan.float_at,
+                 TRACKED=plan.tracked, _repeats=repeats,
+                 _launch_merged=launch_merged, _release=release)
+    # (tracebacks through it show its lines)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), scope)
+    return scope["record"]
+
+
+def _source(plan: RecordPlan, stamped: tuple[int, ...]) -> str:
+    """The recording function's source; ``stamped``: the positions of the arrays whose
+    contents it stamps (what a launch wrote) and checks (unchanged when a launch reads)."""
     arrays = plan.arrays
     roles = []
     for pos, reads, writes, needed in arrays:
@@ -62,9 +87,10 @@ def recorder(plan: RecordPlan) -> RecordPlan:
              f"# Tracked scalars: {tracked}. NAME, PARAMS, NEEDS, REPLAYS, FLOAT_AT and "
              "TRACKED are the plan's.",
              "def record(tape, cfg, args, plain, launcher, nd, ndrange):",
-             "    track, readers = tape.ids.track, tape.readers",
-             "    stamps, sample = tape.stamps, tape.sample"]
+             "    track, readers = tape.ids.track, tape.readers"]
     emit = lines.append
+    if stamped:
+        emit("    stamps, sample = tape.stamps, tape.sample")
     for pos, *_ in arrays:
         emit(f"    a{pos} = args[{pos}]")
         emit(f"    i{pos} = track(a{pos})")
@@ -80,16 +106,13 @@ def recorder(plan: RecordPlan) -> RecordPlan:
         emit("        if launcher is not None:")
         emit(f"            _launch_merged(cfg, args, {_ids_tuple(plan)}, ndrange)")
         emit("        return")
-    checked = [(pos, reads, writes) for pos, reads, writes, _ in arrays if pos in plan.float_at]
+    checked = [(pos, reads, writes) for pos, reads, writes, _ in arrays if pos in stamped]
     for pos, reads, _ in checked:
         if reads:     # what a launch wrote is as it left it (not changed by host code since)
             emit(f"    s{pos} = stamps.get(i{pos})")
             emit(f"    if s{pos} is not None and s{pos} != sample(a{pos}):")
             emit(f"        tape.changed_by_host(a{pos}, s{pos}, NAME)")
     emit("    seen = list(plain)")
-    releasable = any(not needed for *_, needed in arrays)
-    if releasable:
-        emit("    released = []")
     for pos, reads, writes, needed in arrays:
         a, i = f"a{pos}", f"i{pos}"
         if writes and reads and needed:     # its contents now feed this launch's adjoint
@@ -97,12 +120,11 @@ def recorder(plan: RecordPlan) -> RecordPlan:
         elif writes:                        # ... or an earlier record's
             emit(f"    if readers.get({i}):")
             emit(f"        seen[{pos}] = tape.will_overwrite({a}, False, {i})")
-        if not needed:                      # contents no adjoint reads: do not keep them
+        if not needed and writes:           # contents no adjoint reads: do not keep them
             emit(f"    if seen[{pos}] is {a}:")
-            emit(f"        held = _release({a}, {i})")
-            emit(f"        if held is not {a}:")
-            emit(f"            seen[{pos}] = held")
-            emit(f"            released.append({pos})")
+            emit(f"        seen[{pos}] = _release({a}, {i})")
+        elif not needed:
+            emit(f"    seen[{pos}] = _release({a}, {i})")
     emit("    if launcher is not None and 0 not in nd:   # (None: an enclosing tape's copy)")
     emit("        launcher(plain, nd)")
     for pos, _, writes in checked:
@@ -116,72 +138,13 @@ def recorder(plan: RecordPlan) -> RecordPlan:
     emit(f"    record = LaunchRecord({_tuple(reads)}, {_tuple(writes)}, "
          f"{_tuple([f'n{k}' for k in plan.tracked])}, NAME, cfg, PARAMS, seen, "
          f"{_ids_tuple(plan)}, nd, {_tuple(nodes)}, NEEDS, REPLAYS, FLOAT_AT, TRACKED, "
-         f"{'tuple(released)' if releasable else '()'})")
+         f"{_tuple([str(pos) for pos, *_, needed in arrays if not needed])})")
     emit("    tape.records.append(record)")
     for pos, reads, writes, needed in arrays:
         if reads and needed and not writes:   # its contents feed the adjoint: a later launch
             emit(f"    readers.setdefault(i{pos}, []).append((record, {pos}, a{pos}))")
             # that overwrites it copies them first (an overwritten one was copied above)
-    plan.source = "\n".join(lines) + "\n"
-    scope = dict(LaunchRecord=LaunchRecord, NAME=plan.name, PARAMS=plan.params,
-                 NEEDS=plan.needs, REPLAYS=plan.replays, FLOAT_AT=plan.float_at,
-                 TRACKED=plan.tracked, _repeats=repeats,
-                 _launch_merged=launch_merged, _release=release)
-    filename = f"<tapegrad recorder of {plan.name}>"
-    # (tracebacks through it show its lines)
-    linecache.cache[filename] = (len(plan.source), None, plan.source.splitlines(True), filename)
-    exec(compile(plan.source, filename, "exec"), scope)
-    plan.record = scope["record"]
-    return plan
-
-
-def release(x: Any, ident: Ident) -> Any:
-    """What a record holds of argument ``x`` whose contents no adjoint reads: ``x`` held
-    weakly (one holder per identity, shared by the records that see it), or ``x`` itself
-    where it cannot be."""
-    known = ident.released
-    if known is None or known.ref() is not x:
-        known = Released.of(x, ident)
-        if type(known) is Released:
-            ident.released = known
-    return known
-
-
-class Released:
-    """A launch argument whose contents no adjoint reads, held weakly: the adjoint gets the
-    array itself while user code keeps it alive, else a stand-in of the same type and shape
-    (whose contents it does not read)."""
-
-    __slots__ = ("ref", "meta")
-
-    def __init__(self, ref: Any, meta: tuple):
-        self.ref = ref
-        self.meta = meta
-
-    @staticmethod
-    def of(x: Any, ident: Any) -> Any:
-        """``x`` held weakly, or ``x`` itself; ``ident``: its identity on the tape, whose weak
-        reference and metadata serve when ``x`` owns its memory (a new array, each step of
-        a simulation)."""
-        try:
-            flags = x.flags
-            contiguous = flags.c_contiguous and getattr(flags, "writeable", True)
-            if ident.weak and ident.owner() is x and ident.meta[0] is type(x):
-                released = Released(ident.owner, ident.meta)
-            else:
-                released = Released(weakref.ref(x), (type(x), tuple(x.shape), x.dtype))
-        except (AttributeError, TypeError):   # other flags, or no weak references
-            return x
-        # a stand-in of another layout would need another compiled kernel: keep the array
-        return released if contiguous else x
-
-    def get(self, stand_ins: dict) -> Any:
-        x = self.ref()
-        if x is None:
-            x = stand_ins.get(self.meta)
-            if x is None:
-                x = stand_ins[self.meta] = allocate(self.meta, zeroed=False)
-        return x
+    return "\n".join(lines) + "\n"
 
 
 def _ids_tuple(plan: RecordPlan) -> str:

@@ -11,6 +11,7 @@ from tapegrad.runtime.adjoint import adjoint_of, run_adjoint
 from tapegrad.runtime.launch import launch
 from tapegrad.runtime.replay import replay_for, run_replay
 from tapegrad.tape.arrays import repeats
+from tapegrad.tape.released import Released
 
 
 @dataclass
@@ -67,7 +68,7 @@ class LaunchRecord(Record):
         self.replays = replays           # runtime.replay.Replay per pattern (shared)
         self.float_at = float_at         # positions of float arrays (the plan's)
         self.tracked_at = tracked_at     # positions of tracked scalars
-        self.released_at = released_at   # positions of values held as Released
+        self.released_at = released_at   # positions of values that may be held as Released
 
     def redirect(self, pos: int, copy: Any) -> None:
         self.values[pos] = copy
@@ -80,8 +81,9 @@ class LaunchRecord(Record):
             values = list(values)
             for pos in self.released_at:
                 held = values[pos]
-                x = held.ref()
-                values[pos] = x if x is not None else held.get(sweep.stand_ins)
+                if type(held) is Released:
+                    x = held.ref()
+                    values[pos] = x if x is not None else held.get(sweep.stand_ins)
         pattern = [_CONST] * len(self.params)    # per parameter: activity, shadow's state
         shadows = {}
         active, fresh, current = sweep.active_ids, sweep.fresh, sweep.shadows

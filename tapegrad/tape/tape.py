@@ -21,7 +21,12 @@ from tapegrad.errors import TapegradError
 from tapegrad.frontend import kernel_ir
 from tapegrad.runtime.adjoint import values_read
 from tapegrad.runtime.arguments import access, groupsize_of
-from tapegrad.runtime.launch import checking_primal, interceptor, prepare
+from tapegrad.runtime.launch import (
+    checking_primal,
+    distinct,
+    interceptor,
+    prepare,
+)
 from tapegrad.runtime.nans import NANS
 from tapegrad.runtime.plans import make_plan
 from tapegrad.tape.arrays import empty_like, is_array, only_tape_holds
@@ -219,30 +224,20 @@ class Tape:
         recorded simulation: one pass over the array arguments, with what depends only on
         the kernel and the argument types worked out once); ``run=False`` records without
         launching (an enclosing tape's copy of a nested tape's launch)."""
-        kernel = cfg.kernel
-        tracked: tuple[int, ...] = ()
-        plain = args
-        if TrackedScalar in map(type, args):
-            plain = tuple(float.__float__(a) if type(a) is TrackedScalar else a for a in args)
-            tracked = tuple(k for k, a in enumerate(args) if type(a) is TrackedScalar
-                            and a.node_on(self) is not None)
-            if len(tracked) < sum(type(a) is TrackedScalar for a in args):
-                self.foreign_scalars = True     # (another tape's: a constant here)
-        for launch_plan in kernel.cache.get(("plans", cfg), ()):     # (runtime/plans.py)
-            found = launch_plan.prepared(plain, ndrange)
+        for launch_plan in cfg.kernel.cache.get(("plans", cfg), ()):     # (runtime/plans.py)
+            # (a plan's guards refuse an object passed twice; one written for plain numbers
+            # is never given a tape's scalar)
+            found = launch_plan.prepared(args, ndrange) if launch_plan.plain_scalars else None
             if found is not None:
                 launcher, nd, key = found
+                plain = args
+                plan = launch_plan.recording
+                if plan is None:
+                    plan = launch_plan.recording = self.record_plan(cfg, args, args, nd, key,
+                                                                    launcher, ())
                 break
         else:
-            launcher, nd, key = prepare(cfg, plain, ndrange)   # bad launches fail before copies
-            if 0 not in nd:
-                make_plan(cfg, plain, nd, key, launcher, kernel.cache[key][1])
-        # (under the launcher, which is one per key and hashes by identity: the key is a
-        # nested tuple that would be hashed a second time)
-        plan = kernel.cache.get(("record plan", launcher, tracked))
-        if plan is None:
-            plan = kernel.cache[("record plan", launcher, tracked)] = self.plan_record(
-                cfg, args, plain, nd, key, tracked)
+            cfg, args, plain, launcher, nd, plan = self.prepare_record(cfg, args, ndrange)
         # (a written-out launch where the backend has one: cuda/plan.py)
         run_it = getattr(launcher, "launch", launcher) if run else None
         if NANS.on:
@@ -253,6 +248,38 @@ class Tape:
             self.verified_record(plan, cfg, args, plain, run_it, nd, ndrange)
         if self.limit is not None:
             self.limit.check(self.records)
+
+    def prepare_record(self, cfg: Any, args: tuple, ndrange: Any) -> tuple:
+        """A launch no plan of its kernel takes (its first, a tape's scalar among its
+        arguments, one array object for several parameters, a bad launch): what
+        ``record_launch`` needs, by the general path (which raises for bad launches before
+        anything is copied)."""
+        cfg, args = distinct(cfg, args)
+        tracked: tuple[int, ...] = ()
+        plain = args
+        if TrackedScalar in map(type, args):
+            plain = tuple(float.__float__(a) if type(a) is TrackedScalar else a for a in args)
+            tracked = tuple(k for k, a in enumerate(args) if type(a) is TrackedScalar
+                            and a.node_on(self) is not None)
+            if len(tracked) < sum(type(a) is TrackedScalar for a in args):
+                self.foreign_scalars = True     # (another tape's: a constant here)
+        launcher, nd, key = prepare(cfg, plain, ndrange)
+        if 0 not in nd:
+            make_plan(cfg, plain, nd, key, launcher, cfg.kernel.cache[key][1])
+        plan = self.record_plan(cfg, args, plain, nd, key, launcher, tracked)
+        return cfg, args, plain, launcher, nd, plan
+
+    def record_plan(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...],
+                    key: tuple, launcher: Any, tracked: tuple[int, ...]) -> RecordPlan:
+        """The recording plan of launches by ``launcher`` with this tape's scalars at
+        ``tracked``, made the first time (kept under the launcher, which is one per launch
+        key and hashes by identity: the key is a nested tuple that would be hashed again)."""
+        cache = cfg.kernel.cache
+        plan = cache.get(("record plan", launcher, tracked))
+        if plan is None:
+            plan = cache[("record plan", launcher, tracked)] = self.plan_record(
+                cfg, args, plain, nd, key, tracked)
+        return plan
 
     def checked_record(self, plan: RecordPlan, cfg: Any, args: tuple, plain: tuple,
                        launcher: Any, nd: tuple[int, ...], ndrange: Any) -> None:
@@ -273,7 +300,7 @@ class Tape:
         """``plan.record`` under ``verify``, noting the launch's line and the arrays it reads
         that host code made during the recording (provenance.py)."""
         before = len(self.records)
-        plan.record(self, cfg, args, plain, launcher, nd, ndrange)
+        plan.record_stamped(self, cfg, args, plain, launcher, nd, ndrange)
         if len(self.records) > before:
             self.provenance.recorded(self, self.records[-1],
                                      [args[pos] for pos, reads, *_ in plan.arrays if reads])
@@ -291,8 +318,9 @@ class Tape:
                        for pos, (p, k) in enumerate(zip(params, key[2]))
                        if type(k) is tuple)          # an array's argument key (runtime.arguments.arg_key)
         float_at = tuple(pos for pos, *_ in arrays if np.dtype(plain[pos].dtype).kind == "f")
+        host_at = tuple(pos for pos, *_ in arrays if kind_of(plain[pos]).host)
         return recorder(RecordPlan(needs, arrays, params, kernel.name, {}, float_at, tracked,
-                                   len(args)))
+                                   len(args), host_at))
 
     def values_needed(self, cfg: Any, args: tuple, plain: tuple, nd: tuple[int, ...]
                       ) -> frozenset[str]:

@@ -199,6 +199,25 @@ def test_a_plans_guards_leave_refusals_to_the_general_path(cpu_scaled):
     np.testing.assert_array_equal(F, 2.0)
 
 
+def test_a_tape_records_through_plans_and_never_takes_one_for_its_scalar(cpu_scaled):
+    A = np.arange(1.0, 9.0)
+    with tg.Tape() as old:
+        s = old.watch(2.0)
+    B = np.zeros(8)
+    cpu_scaled(B, A, s, ndrange=8)      # (a tape scalar outside its tape: a plan for its type)
+    assert not all(p.plain_scalars for p in plans_of(cpu_scaled))
+    with tg.Tape() as tape:
+        a = tape.watch(3.0)
+        B, C = np.zeros(8), np.zeros(8)
+        cpu_scaled(B, A, a, ndrange=8)            # the tape's scalar: recorded
+        cpu_scaled(C, B, 2.0, ndrange=8)          # a plan's launch, recorded through it
+        cpu_scaled(C, C, 0.5, ndrange=8)          # one array twice: merged, recorded in place
+        loss = tg.dot(C, A)
+    assert plans_of(cpu_scaled)[0].recording is not None
+    (ga,) = tape.gradient(loss, [a])
+    np.testing.assert_allclose(ga, A @ A, rtol=1e-12)       # d/da (a A * 2 * 0.5) . A
+
+
 def test_a_kernel_keeps_at_most_max_plans(monkeypatch):
     monkeypatch.setattr(scaled, "cache", {})
     monkeypatch.setattr(scaled, "_configured", {})
