@@ -53,9 +53,10 @@ def recorder(plan: RecordPlan) -> RecordPlan:
     tape's ``sample`` of other arrays is None: reading device memory would synchronise), and
     ``record_stamped``, which stamps every float array (a tape that ``verify``s fingerprints
     arrays where they live)."""
-    plan.source = _source(plan, tuple(k for k in plan.float_at if k in plan.host_at))
+    host_floats = tuple(k for k in plan.float_at if k in plan.host_at)
+    plan.source = _source(plan, host_floats)
     plan.record = _compiled(plan, plan.source, f"<tapegrad recorder of {plan.name}>")
-    plan.record_stamped = plan.record if plan.host_at == plan.float_at else _compiled(
+    plan.record_stamped = plan.record if host_floats == plan.float_at else _compiled(
         plan, _source(plan, plan.float_at), f"<tapegrad verifying recorder of {plan.name}>")
     return plan
 
@@ -125,11 +126,14 @@ def _source(plan: RecordPlan, stamped: tuple[int, ...]) -> str:
             emit(f"        seen[{pos}] = _release({a}, {i})")
         elif not needed:
             emit(f"    seen[{pos}] = _release({a}, {i})")
+    written = [pos for pos, _, writes in checked if writes]
     emit("    if launcher is not None and 0 not in nd:   # (None: an enclosing tape's copy)")
     emit("        launcher(plain, nd)")
-    for pos, _, writes in checked:
-        if writes:
-            emit(f"        stamps[i{pos}] = sample(a{pos})")
+    for pos in written:
+        emit(f"        stamps[i{pos}] = sample(a{pos})")
+    if written:     # (stamped once the innermost tape has run it: _record_on_each)
+        emit("    elif launcher is None:")
+        emit(f"        tape.unstamped.extend(({_tuple([f'(i{pos}, a{pos})' for pos in written])}))")
     for k in plan.tracked:
         emit(f"    n{k} = args[{k}].node_on(tape)")
     nodes = [f"n{k}" if k in plan.tracked else "None" for k in range(plan.n_args)]

@@ -77,13 +77,13 @@ class LaunchRecord(Record):
         # (the reverse sweep's hot path: once per recorded launch; the sweep's sets and dicts
         # looked up directly rather than through Tape's methods)
         values = self.values
-        if self.released_at:
-            values = list(values)
-            for pos in self.released_at:
-                held = values[pos]
-                if type(held) is Released:
-                    x = held.ref()
-                    values[pos] = x if x is not None else held.get(sweep.stand_ins)
+        for pos in self.released_at:
+            held = values[pos]
+            if type(held) is Released:
+                if values is self.values:
+                    values = list(values)
+                x = held.ref()
+                values[pos] = x if x is not None else held.get(sweep.stand_ins)
         pattern = [_CONST] * len(self.params)    # per parameter: activity, shadow's state
         shadows = {}
         active, fresh, current = sweep.active_ids, sweep.fresh, sweep.shadows

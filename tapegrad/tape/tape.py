@@ -49,8 +49,13 @@ def _record_on_each(tapes: tuple[Tape, ...]) -> Any:
 
     def record(cfg: Any, args: tuple, ndrange: Any) -> None:
         for tape in outer:
+            tape.unstamped.clear()
             tape.record_launch(cfg, args, ndrange, run=False)
         inner.record_launch(cfg, args, ndrange)
+        for tape in outer:      # what the launch wrote, as it left it (recorder.py's stamps)
+            for ident, x in tape.unstamped:
+                tape.stamps[ident] = tape.sample(x)
+            tape.unstamped.clear()
     return record
 
 
@@ -89,6 +94,7 @@ class Tape:
         # identity -> what a recorded launch left in that array (``sample``): compared when
         # a recorded operation reads it, so host code changing it in between is refused
         self.stamps: dict[Any, Any] = {}
+        self.unstamped: list[tuple[Any, Any]] = []    # an enclosing tape's, until the launch ran
         self.sample = fingerprint if self.verify else sample
         self.records: list[Record] = []
         self.ids = Identities()

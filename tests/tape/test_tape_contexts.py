@@ -49,6 +49,24 @@ def test_an_outer_tape_sees_what_a_nested_tape_recorded():
     assert np.allclose(gy, 2 * np.sin(x))
 
 
+def test_an_array_an_inner_tape_overwrites_is_not_taken_for_a_host_change():
+    x = np.array([0.1, 0.7, 1.3])
+    Y, Z = np.zeros(3), np.zeros(3)
+    with tg.Tape() as outer:
+        scale_k(CPU)(Y, x, 1.0, ndrange=3)
+        with tg.Tape():
+            scale_k(CPU)(Y, x, 2.0, ndrange=3)      # Y overwritten by a launch both record
+            sq_k(CPU)(Z, Y, ndrange=3)              # ... and read: as that launch left it
+        loss = tg.sum(Z)
+    (g,) = outer.gradient(loss, [x])
+    assert np.allclose(g, 8 * x)                # d/dx (2x)^2
+    with tg.Tape(), pytest.raises(tg.TapegradError, match="changed"):
+        with tg.Tape():
+            scale_k(CPU)(Y, x, 2.0, ndrange=3)
+            Y *= 3.0                                # a real change by host code
+            sq_k(CPU)(Z, Y, ndrange=3)
+
+
 def test_scalars_made_inside_a_nested_tape_stay_differentiable_outside_it():
     x = np.array([0.3, 0.4])
     Y = np.zeros(2)
