@@ -8,6 +8,7 @@ import pytest
 
 import tapegrad as tg
 from tapegrad.backends.cpu import passes
+from tapegrad.bench.problems import matmul_k
 from tapegrad.bench.problems import stencil2d_k as diffuse
 from tests.ad.test_reverse import TILE
 from tests.ad.test_reverse import matmul as tiled_matmul
@@ -58,6 +59,16 @@ def long_rows(backend):
     return scale_rows.passes(backend=backend), (Y,)
 
 
+def float32_product(backend):
+    rng = np.random.default_rng(5)
+    A, B = rng.random((32, 16), np.float32), rng.random((16, 48), np.float32)
+    C = np.zeros((32, 48), np.float32)
+    matmul_k(backend, (16, 16))(C, A, B, ndrange=C.shape)     # (its tiles' size)
+    np.testing.assert_allclose(C, A.astype(np.float64) @ B, rtol=1e-5)
+    assert ("(jam.py)" in matmul_k.source(backend=backend)) == ("jam" not in backend.without)
+    return matmul_k.passes(backend=backend), (C,)
+
+
 # pass -> (a run that should use it, what its note says when it did something)
 CASES = {
     "transposed": (tiled_product, "reads "),
@@ -68,6 +79,7 @@ CASES = {
     "scaled_sums": (scaled_scatter, "H scaled by weight"),
     "versioning": (diffusion_adjoint, "index-range test(s) hold"),
     "edge_columns": (diffusion_adjoint, "split by index ranges"),
+    "jam": (float32_product, "rows in fours"),
     "outline": (scaled_scatter, "its own function"),
 }
 

@@ -29,6 +29,7 @@ from functools import partial
 from tapegrad.backends.cpu.definite import unassigned_locals
 from tapegrad.backends.cpu.expressions import CPULowering, vmath_version
 from tapegrad.backends.cpu.itemcode import additive, rename_assigned
+from tapegrad.backends.cpu.jam import jam_rows
 from tapegrad.backends.cpu.outline import outline_task
 from tapegrad.backends.cpu.passes import Plan, bounds_checked, is_integral, plan
 from tapegrad.backends.cpu.privatize import PrivateSums
@@ -429,6 +430,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         out, r, W = self.out, self.rank, self.W
         if not stmts:
             return len(out.lines)
+        start = len(out.lines)
         if last_loop is None:
             for d in range(r):
                 out.emit(f"for _l{d} in range(_lim{d}):", depth + d)
@@ -470,7 +472,24 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         for name in cached:
             if name in stored:
                 out.emit(f"{name}__items[_li] = {name}", inner)
+        if self.plan.jam and last_loop is None and guard is None and not needs_flag:
+            self.jam(start, depth)
         return body_at
+
+    def jam(self, start: int, depth: int) -> None:
+        """The work-item loop nest emitted from line ``start`` on, with a version for full
+        groups whose rows are jammed where its body allows it (jam.py)."""
+        out = self.out
+        block = [line[4 * depth:] for line in out.lines[start:]]
+        lines = jam_rows(block, self.rank, self.W)
+        if lines is None:
+            return
+        mapped = {n - start: out.user_line.pop(n) for n in range(start + 1, len(out.lines) + 1)
+                  if n in out.user_line}
+        del out.lines[start:]
+        out.lines.extend("    " * depth + line for line in lines)
+        shift = start + len(lines) - len(block)     # (the loop as written: the else branch)
+        out.user_line.update({n + shift: line for n, line in mapped.items()})
 
     # -- kernels with barriers ----------------------------------------------------------
     def write_with_barriers(self, body: list[ast.stmt], decls: list[ast.stmt]) -> None:

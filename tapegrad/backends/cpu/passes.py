@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import partial
 from types import MappingProxyType
 
+from tapegrad.backends.cpu.jam import JAM
 from tapegrad.backends.cpu.phases import merged_phases
 from tapegrad.backends.cpu.scaledsums import ScaledSum, scaled_sums
 from tapegrad.backends.cpu.transposed import derived_params
@@ -58,6 +59,8 @@ PASSES = (
                        "rows are split where index-range tests all hold (versioning.py)"),
     Pass("edge_columns", "a 2-D stencil's few edge columns run column by column after the "
                          "groups, where their tests are uniform", ("versioning",)),
+    Pass("jam", "a float32 2-D kernel's full groups run four rows of work-items at a time "
+                "where their values go through loops of known length (jam.py)"),
     Pass("outline", "each parallel task's body is a function of its own, so that Numba's "
                     "parallel lowering sees a small loop (outline.py)"),
 )
@@ -88,6 +91,7 @@ class Plan:
     scaled: Mapping[str, ScaledSum]
     versioning: bool
     edge_columns: bool
+    jam: bool
     outline: bool
     notes: tuple[tuple[str, str], ...]         # (pass, what it did here, or why not)
 
@@ -150,12 +154,27 @@ def plan(tk: TypedKernel, off: frozenset[str] = frozenset()) -> Plan:
     note("edge_columns", "2-D stencils split by index ranges" if edge_columns else
          "needs a 2-D kernel without barriers, group sums, bands or scaled sums")
 
+    # (float64 rows, two vectors each, ran slower jammed: jam.py)
+    jam = ("jam" not in off and tk.rank == 2 and tk.groupsize[0] % JAM == 0
+           and tk.groupsize[1] >= 8 and _float32_only(tk))
+    note("jam", f"full groups' rows in fours where a loop's values allow (if _lim0 == "
+                f"{tk.groupsize[0]} ...)" if jam else
+         "needs a float32 2-D kernel whose groups have rows in fours")
+
     outline = "outline" not in off and not debug
     note("outline", "the task's body is its own function" if outline else
          "off: bounds checks" if debug else "off")
     return Plan(body=tuple(body), private_sums=MappingProxyType(private), banded=banded,
                 scaled=MappingProxyType(scaled), versioning=versioning,
-                edge_columns=edge_columns, outline=outline, notes=tuple(notes))
+                edge_columns=edge_columns, jam=jam, outline=outline, notes=tuple(notes))
+
+
+def _float32_only(tk: TypedKernel) -> bool:
+    """Whether ``tk`` computes in float32 and in no float64 (its literals aside)."""
+    types = [*tk.argtypes, *tk.locals.values()]
+    return any(getattr(t, "dtype", None) == "float32" for t in types) and not any(
+        getattr(t, "dtype", None) == "float64" and not getattr(t, "weak", False)
+        for t in types)
 
 
 def _barriers(body: list[ast.stmt]) -> int:

@@ -1,0 +1,188 @@
+"""Rows of a full workgroup jammed: several work-items' bodies interleaved in one loop.
+
+The CPU runs a workgroup as a loop nest whose innermost loop, along one row of the group, LLVM
+vectorises.  A work-item whose body carries a value through a loop of known length (a tiled
+product's ``acc += tile_a[li, k] * tile_b[k, lj]``) then makes one chain of dependent
+additions per row: one vector of the row waits on the latency of each addition in turn, and
+a float32 row of 16 work-items is one AVX-512 vector.  With the rows jammed, ``JAM`` rows'
+work-items run in one iteration, their chains independent, each ``tile_b[k, lj]`` loaded
+once for them (measured: docs/performance.md, 'Measurements behind the code').  LLVM does
+this only with constant loop bounds, so the jammed loop runs full groups (``_lim... ==``
+the group size) and the loop as written runs the others.
+
+Only bodies that cannot tell the order of work-items apart are jammed: assignments to names
+and loops of a constant number of trips over them, reads of any memory, and stores only into
+the work-item's own slots (``x__items[_li]``); every name the body assigns is the work-item's
+own (assigned before it is read).  Each work-item computes exactly what it computed before,
+in the same order: the results are the same bits.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+
+JAM = 4                       # rows per jammed iteration
+_PURE_MODULES = {"np", "vmath", "math"}
+_PURE_NAMES = {"min", "max", "abs", "int", "float"}
+
+
+def jam_rows(block: list[str], rank: int, groupsize: tuple[int, ...]) -> list[str] | None:
+    """``block``: the lines of a 2-D work-item loop nest (``for _l0 in range(_lim0):`` ...,
+    without indentation of its own); the same nest with a jammed version for full groups,
+    or None where the body does not qualify."""
+    if rank != 2 or groupsize[0] % JAM or groupsize[1] < 8:
+        return None
+    try:
+        tree = ast.parse("\n".join(block))
+    except SyntaxError:
+        return None
+    node = tree.body
+    for d in range(rank):
+        if len(node) != 1 or not _is_item_loop(node[0], d):
+            return None
+        node = node[0].body
+    body = node
+    owned = _owned_names(body)
+    if owned is None or not any(isinstance(s, ast.For) for s in body):
+        return None
+    owned.add("_l0")
+    copies = []
+    for c in range(JAM):
+        start = ast.parse(f"_l0 = _lq + {c}").body[0]
+        copies.append([_renamed(s, owned, c) for s in [start, *body]])
+    rows, columns = groupsize
+    lines = [f"if _lim0 == {rows} and _lim1 == {columns}:",
+             f"    # a full group: {JAM} rows' work-items at a time, their chains independent "
+             "(jam.py)",
+             f"    for _lq in range(0, {rows}, {JAM}):",
+             f"        for _l1 in range({columns}):"]
+    for s in _interleaved(copies):
+        lines.extend("            " + line for line in ast.unparse(s).splitlines())
+    # (after the loop as written the names hold the last work-item's values, code after it
+    # may read them: the last copy's are the same work-item's)
+    lines.extend(f"    {name} = {name}__j{JAM - 1}" for name in sorted(owned))
+    lines.append("else:")
+    lines.extend("    " + line for line in block)
+    return lines
+
+
+def _is_item_loop(s: ast.stmt, d: int) -> bool:
+    return (isinstance(s, ast.For) and isinstance(s.target, ast.Name)
+            and s.target.id == f"_l{d}" and not s.orelse
+            and ast.unparse(s.iter) == f"range(_lim{d})")
+
+
+def _owned_names(body: list[ast.stmt]) -> set[str] | None:
+    """The names ``body`` assigns, each the work-item's own (stored before it is read); None
+    where the body is not one to jam."""
+    counters: set[str] = set()
+
+    def qualifies(stmts: list[ast.stmt]) -> bool:
+        for s in stmts:
+            if isinstance(s, ast.For):
+                if not (isinstance(s.target, ast.Name) and not s.orelse
+                        and _constant_range(s.iter)) or not qualifies(s.body):
+                    return False
+                counters.add(s.target.id)
+            elif isinstance(s, (ast.Assign, ast.AugAssign)):
+                targets = s.targets if isinstance(s, ast.Assign) else [s.target]
+                if not _pure(s.value) or not all(_target_ok(t) for t in targets):
+                    return False
+            else:
+                return False
+        return True
+
+    if not qualifies(body):
+        return None
+    owned: set[str] = set()
+    for s in body:
+        for n in _in_order(s):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                owned.add(n.id)
+    owned -= counters
+    seen: set[str] = set()
+    for s in body:              # (a name read before the body stores it would carry a value
+        for n in _in_order(s):  # from the work-item before)
+            if isinstance(n, ast.Name):
+                if isinstance(n.ctx, ast.Store):
+                    seen.add(n.id)
+                elif n.id in owned and n.id not in seen:
+                    return None
+    return owned
+
+
+def _in_order(s: ast.stmt):
+    """The names of ``s`` in execution order: an assignment's value before its targets, a
+    loop's body after its header (its counter a store)."""
+    if isinstance(s, ast.Assign):
+        yield from ast.walk(s.value)
+        for t in s.targets:
+            yield from ast.walk(t)
+    elif isinstance(s, ast.AugAssign):
+        yield from ast.walk(s.value)
+        yield ast.Name(id=s.target.id, ctx=ast.Load()) if isinstance(s.target, ast.Name) \
+            else s.target
+        yield from ast.walk(s.target)
+    elif isinstance(s, ast.For):
+        yield from ast.walk(s.iter)
+        yield s.target
+        for t in s.body:
+            yield from _in_order(t)
+    else:
+        yield from ast.walk(s)
+
+
+def _constant_range(e: ast.expr) -> bool:
+    return (isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "range"
+            and not e.keywords and 1 <= len(e.args) <= 3
+            and all(isinstance(a, ast.Constant) and type(a.value) is int for a in e.args))
+
+
+def _pure(e: ast.expr) -> bool:
+    """Whether ``e`` only reads: its calls are conversions and math."""
+    for n in ast.walk(e):
+        if isinstance(n, ast.Call):
+            f = n.func
+            ok = (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+                  and f.value.id in _PURE_MODULES) or (
+                isinstance(f, ast.Name) and f.id in _PURE_NAMES)
+            if not ok:
+                return False
+        elif isinstance(n, (ast.NamedExpr, ast.Lambda, ast.Await, ast.Yield)):
+            return False
+    return True
+
+
+def _target_ok(t: ast.expr) -> bool:
+    """A name, a tuple of names, or the work-item's own slot ``x__items[_li]``."""
+    if isinstance(t, ast.Name):
+        return True
+    if isinstance(t, ast.Tuple):
+        return all(isinstance(e, ast.Name) for e in t.elts)
+    return (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name)
+            and t.value.id.endswith("__items") and isinstance(t.slice, ast.Name)
+            and t.slice.id == "_li")
+
+
+def _renamed(s: ast.stmt, owned: set[str], c: int) -> ast.stmt:
+    """``s`` for the work-item of jammed copy ``c``: its own names suffixed."""
+    s = copy.deepcopy(s)
+    for n in ast.walk(s):
+        if isinstance(n, ast.Name) and n.id in owned:
+            n.id = f"{n.id}__j{c}"
+    return s
+
+
+def _interleaved(copies: list[list[ast.stmt]]) -> list[ast.stmt]:
+    """The copies' statements one statement at a time, each loop once with its bodies
+    interleaved the same way (the copies share its counter)."""
+    out: list[ast.stmt] = []
+    for group in zip(*copies):
+        if isinstance(group[0], ast.For):
+            loop = copy.copy(group[0])
+            loop.body = _interleaved([g.body for g in group])
+            out.append(loop)
+        else:
+            out.extend(group)
+    return out

@@ -1,0 +1,100 @@
+"""Rows of a full workgroup jammed (tapegrad/backends/cpu/jam.py): a float32 tiled product's
+work-items run four rows at a time in full groups, with the same bits as the loop as written
+(which still runs the groups the ndrange cuts), and bodies that could tell the order of
+work-items apart are left alone."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tapegrad as tg
+from tapegrad.backends.cpu.jam import jam_rows
+from tapegrad.bench.problems import TILE, matmul_k
+
+CPU, NO_JAM = tg.CPU(), tg.CPU(without=["jam"])
+
+
+@pytest.mark.parametrize("shape", [(64, 48, 32), (32, 16, 48)])
+def test_a_tiled_product_is_jammed_and_gives_the_same_bits(shape):
+    n, k, m = shape
+    rng = np.random.default_rng(4)
+    A = rng.standard_normal((n, k)).astype(np.float32)
+    B = rng.standard_normal((k, m)).astype(np.float32)
+    jammed = np.full((n, m), np.nan, np.float32)
+    matmul_k(CPU, (TILE, TILE))(jammed, A, B, ndrange=(n, m))
+    assert "(jam.py)" in matmul_k.source("primal", CPU)
+    np.testing.assert_allclose(jammed, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-5)
+    plain = np.full((n, m), np.nan, np.float32)
+    matmul_k(NO_JAM, (TILE, TILE))(plain, A, B, ndrange=(n, m))
+    assert "(jam.py)" not in matmul_k.source("primal", NO_JAM)
+    assert np.array_equal(jammed, plain)
+
+
+def test_a_float64_product_is_not_jammed():
+    A = np.ones((32, 32))
+    C = np.zeros((32, 32))
+    matmul_k(CPU, (TILE, TILE))(C, A, A, ndrange=C.shape)
+    assert (C == 32.0).all() and "(jam.py)" not in matmul_k.source("primal", CPU)
+
+
+@tg.kernel
+def smoothed(Out, X):
+    """Loops of known length over tiles the group loads, between barriers (as a tiled
+    product's): each work-item's value lives in its slot across them (a jammed phase)."""
+    i, j = tg.index(tg.Global, tg.NTuple)
+    li, lj = tg.index(tg.Local, tg.NTuple)
+    mine = tg.localmem(X.dtype, (16, 16))
+    s = X[i, j]
+    for u in range(2):
+        mine[li, lj] = X[i, j] * (u + 1)
+        tg.synchronize()
+        for t in range(5):       # (the rows of its block of four: there in every group here)
+            s = s * 0.5 + mine[(li // 4) * 4 + (li + t) % 4, lj]
+        tg.synchronize()
+    Out[i, j] = s
+
+
+@pytest.mark.parametrize("shape", [(48, 32), (40, 37)])
+def test_a_phase_is_jammed_in_full_groups_and_cut_groups_run_as_written(shape):
+    X = np.random.default_rng(5).random(shape).astype(np.float32)
+    results = []
+    for backend in (CPU, NO_JAM):
+        out = np.full_like(X, np.nan)
+        smoothed(backend, (16, 16))(out, X, ndrange=X.shape)
+        assert ("(jam.py)" in smoothed.source("primal", backend)) == (backend is CPU)
+        results.append(out)
+    rows = np.arange(shape[0])
+    expected = X.astype(np.float64)
+    for u in range(2):
+        for t in range(5):
+            expected = expected * 0.5 + (u + 1) * X[rows // 4 * 4 + (rows + t) % 4]
+    np.testing.assert_allclose(results[0], expected, rtol=1e-5)
+    assert np.array_equal(results[0], results[1])
+
+
+BODY = ["for _l0 in range(_lim0):",
+        "    for _l1 in range(_lim1):",
+        "        _li = _l0 * 16 + _l1",
+        "        acc = acc__items[_li]",
+        "        for k in range(16):",
+        "            acc = acc + A[np.uint64(_l0), np.uint64(k)] * B[np.uint64(k), np.uint64(_l1)]",
+        "        acc__items[_li] = acc"]
+
+
+def test_what_it_jams_and_what_it_leaves():
+    lines = jam_rows(BODY, 2, (16, 16))
+    assert lines is not None and lines[0] == "if _lim0 == 16 and _lim1 == 16:"
+    assert lines[lines.index("else:") + 1:] == ["    " + line for line in BODY]
+    left_alone = {
+        "a store another work-item may read": BODY[:-1] + ["        A[_l0, _l1] = acc"],
+        "a value carried from the work-item before": BODY[:3] + [
+            "        acc = acc + 1.0"] + BODY[4:],
+        "an atomic": BODY + ["        atomic_add(A, _l0, acc)"],
+        "a branch": BODY[:3] + ["        if _l1 > 2:", "            acc = 1.0"] + BODY[3:],
+        "a loop of unknown length": [line.replace("range(16)", "range(n)") for line in BODY],
+        "no loop": BODY[:4] + ["        acc__items[_li] = acc"],
+    }
+    for why, body in left_alone.items():
+        assert jam_rows(body, 2, (16, 16)) is None, why
+    assert jam_rows(BODY, 2, (6, 16)) is None          # rows not a multiple of four
