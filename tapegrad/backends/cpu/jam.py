@@ -6,9 +6,11 @@ product's ``acc += tile_a[li, k] * tile_b[k, lj]``) then makes one chain of depe
 additions per row: one vector of the row waits on the latency of each addition in turn, and
 a float32 row of 16 work-items is one AVX-512 vector.  With the rows jammed, ``JAM`` rows'
 work-items run in one iteration, their chains independent, each ``tile_b[k, lj]`` loaded
-once for them (measured: docs/performance.md, 'Measurements behind the code').  LLVM does
-this only with constant loop bounds, so the jammed loop runs full groups (``_lim... ==``
-the group size) and the loop as written runs the others.
+once for them: a float32 tiled product's primal took 2.3 ms instead of 3.3 (512², 2-core
+AVX-512 EPYC).  LLVM vectorises the jammed loop only with constant bounds (with the group's
+``_lim1`` it gained nothing), so it runs full groups (``_lim... ==`` the group size) and
+the loop as written runs the others.  float64 rows, two vectors each, ran slower jammed by
+four: float32 kernels only (``passes.py``).
 
 Only bodies that cannot tell the order of work-items apart are jammed: assignments to names
 and loops of a constant number of trips over them, reads of any memory, and stores only into
