@@ -16,27 +16,9 @@ import pytest
 
 import tapegrad as tg
 from tapegrad.backends.ordered import NOT_REACHED, apply
+from tests.backends.test_deterministic import axpy, gather_square, histogram
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-@tg.kernel
-def gather_square(out, X, idx):
-    i = tg.index()
-    v = X[idx[i]]
-    out[i] = v * v                       # its adjoint scatters into X's gradient
-
-
-@tg.kernel
-def axpy(Z, a, X, Y):
-    i = tg.index()
-    Z[i] = a * X[i] + Y[i]               # its adjoint sums a's gradient over work-items
-
-
-@tg.kernel
-def histogram(H, keys, w):
-    i = tg.index()
-    tg.atomic_add(H, keys[i], w[i])
 
 
 @tg.kernel
