@@ -13,7 +13,7 @@ primal stencil takes seven.  Written as one sum with ``alpha`` taken out once ::
     _acc = T_new_bar[_gi0, _gi1] + alpha * (T_new_bar[_gi0 + 1, _gi1] + ... - 4.0 * T_new_bar[_gi0, _gi1])
 
 the same sum takes eight, and the factor is applied once per element instead of once per
-term (measured: docs/performance.md, 'Measurements behind the code').  The sum is
+term (measured: CHANGELOG.md, 'the figures that moved').  The sum is
 reassociated, so it rounds differently (by an ulp or so of its terms), as any two orders
 of a gathered sum do.
 

@@ -264,7 +264,7 @@ def _neighbours_exist(own: list[str], offsets: list[tuple[int, ...]], nd: list[s
     """Range tests on the element's index ``own``: every neighbour ``e - o`` lies in the
     ndrange.  The CPU lowering decides them per row of a group and runs the rest of the row
     without them (backends/cpu/versioning.py), where LLVM vectorises a loop with no tests in
-    it (measured: docs/performance.md, 'Measurements behind the code')."""
+    it (measured: CHANGELOG.md, 'the figures that moved')."""
     tests: list[ast.expr] = []
     for d, (var, n) in enumerate(zip(own, nd)):
         hi = max(0, max(o[d] for o in offsets))

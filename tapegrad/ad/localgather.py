@@ -8,7 +8,7 @@ workgroup) adds, in every work-item and every ``k``, into two local-memory shado
 
 so the 16 work-items of a row (column) update the same elements: atomics on a GPU, and on
 the CPU a chain of read-modify-writes that no compiler vectorises, many times slower than the
-primal product (measured: docs/performance.md, 'Measurements behind the code').  Element
+primal product (measured: CHANGELOG.md, 'the figures that moved').  Element
 ``(p, q)`` of ``tile_a_bar`` receives exactly the values of the work-items ``(p, f)`` at
 ``k = q``, for every ``f``; so each work-item can *gather* the sum for its own element, once
 its neighbours' ``acc_bar`` is in local memory::

@@ -3,7 +3,7 @@
 A function that Numba compiles in this process keeps its optimised LLVM module in Numba's
 execution engine for the life of the process (Numba does not remove modules: LLVM's
 ``removeModule`` crashed for it), many times what the same function costs when loaded from
-Numba's on-disk cache (measured: docs/performance.md, 'Measurements behind the code').  A
+Numba's on-disk cache (measured: CHANGELOG.md, 'the figures that moved').  A
 long session, or a test suite, that compiles a thousand kernel variants would hold gigabytes.
 So the first launch of a generated function with new argument types asks a compiler process
 to compile it into the cache (:func:`main`), and then loads it from there as a later process

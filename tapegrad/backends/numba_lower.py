@@ -183,7 +183,7 @@ class ExprLowering:
         Kernel indices never wrap around (as on every GPU): ``A[-1]`` is out of bounds, not
         the last element.  Saying so to Numba with an unsigned index drops its wrap-around
         test, which otherwise keeps LLVM from vectorising the work-item loop (measured:
-        docs/performance.md, 'Measurements behind the code').
+        CHANGELOG.md, 'the figures that moved').
         """
         parts = node.elts if isinstance(node, ast.Tuple) else [node]
         flat: list[ast.expr] = []
@@ -279,7 +279,7 @@ class GridLowering(ExprLowering):
         indices, shapes, scalars) as ``(a) & (b)``: no branch per operand.  The tests that
         guard an adjoint's reads near the edges of an array are such chains; in the scalar
         loop over a stencil's edge work-items their branches cost a large part of the edges'
-        time (measured: docs/performance.md, 'Measurements behind the code')."""
+        time (measured: CHANGELOG.md, 'the figures that moved')."""
         if not all(self.eager_safe(v) for v in node.values):
             return super().expr_BoolOp(node)
         op = ast.BitAnd() if isinstance(node.op, ast.And) else ast.BitOr()

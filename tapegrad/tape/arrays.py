@@ -43,8 +43,8 @@ class Spares:
     """Finished shadows of NumPy type kept from one sweep for the next (at most
     ``limit_bytes`` in all, the most recent first): a gradient asked for in a loop would
     otherwise take fresh pages from the system for its temporaries' shadows on every call
-    and fault on each 4 KiB page (measured: docs/performance.md, 'Measurements behind the
-    code').  CuPy has a memory pool of its own.  Set
+    and fault on each 4 KiB page (measured: CHANGELOG.md, 'the figures that
+    moved').  CuPy has a memory pool of its own.  Set
     ``tapegrad.tape.arrays.spares.limit_bytes = 0`` to keep none."""
 
     def __init__(self, limit_bytes: int):

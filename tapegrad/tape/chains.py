@@ -7,7 +7,7 @@ once per step, on the same arguments but for two shadow buffers, which the sweep
 bookkeeping passes back and forth: launch j reads the shadow launch j + 1 stored, stores the
 shadow of its own input into the buffer launch j + 1 read (freed, and the first one the pool
 gives back), and so on.  Per step that bookkeeping costs about as much Python as the launch
-itself (measured: docs/performance.md, 'Measurements behind the code').
+itself (measured: CHANGELOG.md, 'the figures that moved').
 
 ``extend`` checks, per record below one the sweep has just replayed, the facts that make its
 replay that same launch with the two buffers swapped (same kernel plan, ndrange and scalars;

@@ -3,7 +3,7 @@
 A tape fingerprints each input it read that user code can still reach, once when the recording
 ends and once before the gradient, to catch arrays changed in between.  The check is paid on
 every gradient, so it must run at memory speed, which this compiled loop does and
-``zlib.crc32`` does not (measured: docs/performance.md, 'Measurements behind the code').
+``zlib.crc32`` does not (measured: CHANGELOG.md, 'the figures that moved').
 
 Each 8-byte word is mixed with its position through splitmix64's finaliser (every output bit
 depends on every input bit), then the results are summed.  The mixing is a bijection of the

@@ -65,7 +65,7 @@ def _address_by_struct() -> Any:
     """A NumPy array's data pointer read from its C struct, where it is the first field after
     the object header (NumPy's ``PyArrayObject_fields``): a single memory read, where
     ``__array_interface__`` builds a dict per call (a recorded launch asks once per new
-    array; measured: docs/performance.md, 'Measurements behind the code').  Checked here
+    array; measured: CHANGELOG.md, 'the figures that moved').  Checked here
     against ``__array_interface__`` on an array and a view; None where the layout differs."""
     if sys.implementation.name != "cpython":     # elsewhere id() is no address
         return None

@@ -8,7 +8,7 @@ its adjoint, depends only on the kernel and the argument types: the recording pl
 (``Tape.plan_record``).  ``recorder(plan)`` writes that work out for the plan, argument by
 argument, as the source of a small Python function (no loops over positions, no tests of
 flags known in advance) and compiles it once per plan, so that each launch pays only for
-the work its plan needs (measured: docs/performance.md, 'Measurements behind the code').
+the work its plan needs (measured: CHANGELOG.md, 'the figures that moved').
 ``RecordPlan.source`` shows what runs.
 """
 

@@ -109,8 +109,8 @@ class _ByLaunchSize:
     ``ROW_FROM`` or more run that variant; the others the launch's groupsize, where the
     grouping costs little (small launches) or a long row would be mostly empty (narrow
     arrays: an Active scalar's per-group sum of a (262144, 1) launch runs far slower in rows
-    than in its own (256, 1) groups; measured: docs/performance.md, 'Measurements behind the
-    code')."""
+    than in its own (256, 1) groups; measured: CHANGELOG.md, 'the figures that
+    moved')."""
 
     ROWS_FROM = 16384
     ROW_FROM = 256

@@ -55,7 +55,7 @@ _BLOCK = 32     # a 32 x 32 block of float32 is 4 KiB: both sides stay in L1 whi
 def transposed(a):  # noqa: ANN001, ANN201 (a Numba function)
     """A C-contiguous copy of ``a.T`` for a 2-D ``a``, moved in square blocks, each written
     along its rows: contiguous stores, where writing along the columns (as ``a.T.copy()``)
-    scatters them (measured: docs/performance.md, 'Measurements behind the code')."""
+    scatters them (measured: CHANGELOG.md, 'the figures that moved')."""
     n, m = a.shape
     out = np.empty((m, n), a.dtype)
     for c in numba.prange((m + _BLOCK - 1) // _BLOCK):

@@ -26,7 +26,7 @@ class CPULowering(GridLowering):
         """``p[k]`` of a per-work-item private array is ``p__items[k, _li]``: indexing the
         slot directly, where a view per work-item would cost reference counting, with the
         work-item index last so that consecutive work-items touch consecutive elements
-        (measured: docs/performance.md, 'Measurements behind the code')."""
+        (measured: CHANGELOG.md, 'the figures that moved')."""
         base = node.value
         if isinstance(base, ast.Name) and base.id in self.per_item:
             idx = self.index(node.slice)

@@ -329,7 +329,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         tests each neighbour) the few edge columns of the rows where the row tests hold run
         after the task's groups, column by column down the rows (``column_pass``): there the
         column tests are the same for every element, and the branches cost next to nothing
-        (measured: docs/performance.md, 'Measurements behind the code')."""
+        (measured: CHANGELOG.md, 'the figures that moved')."""
         out, last = self.out, self.rank - 1
         for d in range(last):
             out.emit(f"for _l{d} in range(_lim{d}):", depth + d)

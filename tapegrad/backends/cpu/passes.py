@@ -134,7 +134,7 @@ def plan(tk: TypedKernel, off: frozenset[str] = frozenset()) -> Plan:
 
     local = any(memory_decl(s) == "localmem" for s in ir.body)
     # without per-thread copies, bands gain nothing and lose right after a gradient (a tiled
-    # product's primal; docs/performance.md, 'Measurements behind the code')
+    # product's primal; CHANGELOG.md, 'the figures that moved')
     banded = "bands" not in off and tk.rank == 2 and bool(private) and local
     note("bands", "groups in bands of rows" if banded else
          "needs a 2-D kernel with local memory adding into per-thread copies")

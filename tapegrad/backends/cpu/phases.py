@@ -16,7 +16,7 @@ work-item owns:
 The adjoint of a tiled product has this shape (the gathered tile shadows of
 ``tapegrad.ad.localgather`` are each written by their own work-item): merged, the shadow
 tile's element stays in a register between its update and its flush, and one loop over the
-group's work-items goes (measured: docs/performance.md, 'Measurements behind the code').
+group's work-items goes (measured: CHANGELOG.md, 'the figures that moved').
 
 A GPU keeps these barriers: there the end of a loop's body is no barrier, and the merged
 segment would race with the next iteration's first one.  On the CPU it is, which is also why

@@ -3,7 +3,7 @@
 On the CPU one thread runs a whole workgroup as a loop nest, and only the innermost loop, along
 one row of the group, is vectorised.  Workgroup sizes chosen for a GPU make short rows, and
 a kernel runs markedly slower in them than in long ones, its gradient more so (measured:
-docs/performance.md, 'Measurements behind the code').  A kernel that never asks for its
+CHANGELOG.md, 'the figures that moved').  A kernel that never asks for its
 local index, its group index or the group size, and shares nothing within a group (no local
 memory, no barriers), computes the same whatever the grouping, so the CPU runs it in groups
 of its own shape (``_ROWS``) instead, for launches large enough that it matters
@@ -29,7 +29,7 @@ _OBSERVE_GROUPS = {"local_index", "local_indices", "group_index", "group_indices
                    "localmem", "synchronize"}
 
 # the shape the CPU runs such kernels in, per rank, chosen among the shapes tried on a 2-D
-# stencil (measured: docs/performance.md, 'Measurements behind the code').  One row per group
+# stencil (measured: CHANGELOG.md, 'the figures that moved').  One row per group
 # streams through memory in order; arrays of rows much shorter than 1024 would rather have
 # several rows per group.  Rank 3 (not measured): rows of 256, four per group.
 _ROWS = {1: (1024,), 2: (1, 1024), 3: (1, 4, 256)}

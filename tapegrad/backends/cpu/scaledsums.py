@@ -5,8 +5,8 @@ value of the very element the term is added to (``Y[i] = X[idx[i]] ** 2``: ``g =
 Y_bar[i]``).  Per element, ``sum_i v * g_i = X[k] * sum_i g_i``: when the adds go into
 per-thread copies (lower.py's privatisation), the work-item loop can add ``g`` alone, with
 ``v`` set to one, which drops the random read of ``X`` per work-item, and the merge
-multiplies each element's sum by ``X[k]`` once (measured: docs/performance.md,
-'Measurements behind the code').
+multiplies each element's sum by ``X[k]`` once (measured: CHANGELOG.md, 'the figures
+that moved').
 
 It applies when the add's value is linear in ``v`` (every term has exactly one factor ``v``)
 and nothing else uses ``v`` or what is computed from it; this module only finds such adds, by

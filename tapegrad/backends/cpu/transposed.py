@@ -17,7 +17,7 @@ reading ``B__T``, the transpose of ``B``, along ``lj``: plain vector loads, no s
 ``B__T`` is one transposed copy per launch, which the CPU lowering makes before the groups
 run (``B__T`` is a parameter of the kernel the launcher does not pass; see
 ``derived_params``).  It costs one pass over ``B`` against one scattered store per element
-of every tile loaded (measured: docs/performance.md, 'Measurements behind the code').
+of every tile loaded (measured: CHANGELOG.md, 'the figures that moved').
 
 The rewrite applies to a store ``X[lj, li] = G[r, c]`` of a generated kernel launched in
 full, square workgroups (every work-item ``(lj, li)`` exists), where ``X`` is local memory,
