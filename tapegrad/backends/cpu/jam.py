@@ -123,8 +123,8 @@ def _in_order(s: ast.stmt):
             yield from ast.walk(t)
     elif isinstance(s, ast.AugAssign):
         yield from ast.walk(s.value)
-        yield ast.Name(id=s.target.id, ctx=ast.Load()) if isinstance(s.target, ast.Name) \
-            else s.target
+        if isinstance(s.target, ast.Name):          # (x += v reads x before it stores it)
+            yield ast.Name(id=s.target.id, ctx=ast.Load())
         yield from ast.walk(s.target)
     elif isinstance(s, ast.For):
         yield from ast.walk(s.iter)
