@@ -1,7 +1,8 @@
 """Rows of a full workgroup jammed (tapegrad/backends/cpu/jam.py): a float32 tiled product's
 work-items run four rows at a time in full groups, with the same bits as the loop as written
 (which still runs the groups the ndrange cuts), and bodies that could tell the order of
-work-items apart are left alone."""
+work-items apart are left alone; the adjoint's loop adding into per-thread copies gets
+constant bounds in full groups instead."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad.backends.cpu.jam import jam_rows
+from tapegrad.backends.cpu.jam import constant_bounds, jam_rows
 from tapegrad.bench.problems import TILE, matmul_k
 
 CPU, NO_JAM = tg.CPU(), tg.CPU(without=["jam"])
@@ -73,6 +74,30 @@ def test_a_phase_is_jammed_in_full_groups_and_cut_groups_run_as_written(shape):
     assert np.array_equal(results[0], results[1])
 
 
+@pytest.mark.parametrize("shape", [(64, 48, 32), (32, 64, 48)])
+def test_the_adjoint_adds_into_per_thread_copies_with_constant_bounds_and_the_same_bits(shape):
+    # (full groups: where the ndrange cuts a group the adjoint keeps its tiles' atomics, and
+    # the loop adding into the copies has no loop of known length)
+    n, k, m = shape
+    rng = np.random.default_rng(6)
+    A = rng.standard_normal((n, k)).astype(np.float32)
+    B = rng.standard_normal((k, m)).astype(np.float32)
+    W = rng.standard_normal((n, m)).astype(np.float32)
+    grads = []
+    for backend in (CPU, NO_JAM):
+        dA, dB = np.zeros_like(A), np.zeros_like(B)
+        tg.autodiff(tg.Reverse, matmul_k(backend, (TILE, TILE)), tg.Const,
+                    tg.DuplicatedNoNeed(np.empty((n, m), np.float32), W.copy()),
+                    tg.Duplicated(A, dA), tg.Duplicated(B, dB), ndrange=(n, m))
+        source = matmul_k.source("reverse", backend)
+        assert ("the loops' bounds constant" in source) == (backend is CPU)
+        grads.append((dA, dB))
+    (dA, dB), (plain_dA, plain_dB) = grads
+    np.testing.assert_allclose(dA, W.astype(np.float64) @ B.T, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(dB, A.T.astype(np.float64) @ W, rtol=1e-4, atol=1e-4)
+    assert np.array_equal(dA, plain_dA) and np.array_equal(dB, plain_dB)
+
+
 BODY = ["for _l0 in range(_lim0):",
         "    for _l1 in range(_lim1):",
         "        _li = _l0 * 16 + _l1",
@@ -98,3 +123,15 @@ def test_what_it_jams_and_what_it_leaves():
     for why, body in left_alone.items():
         assert jam_rows(body, 2, (16, 16)) is None, why
     assert jam_rows(BODY, 2, (6, 16)) is None          # rows not a multiple of four
+
+
+def test_constant_bounds_change_only_the_nest_headers_of_full_groups():
+    stores = BODY[:-1] + ["        A[_l0, _l1] = acc"]        # (not jammed: a store)
+    lines = constant_bounds(stores, 2, (16, 16))
+    assert lines[0] == "if _lim0 == 16 and _lim1 == 16:"
+    copy = [line for line in lines[2:lines.index("else:")]]
+    assert copy[:2] == ["    for _l0 in range(16):", "        for _l1 in range(16):"]
+    assert copy[2:] == ["    " + line for line in stores[2:]]
+    assert lines[lines.index("else:") + 1:] == ["    " + line for line in stores]
+    assert constant_bounds(BODY[:4] + ["        A[_l0, _l1] = acc"], 2, (16, 16)) is None
+    assert constant_bounds(BODY, 1, (16,)) is None

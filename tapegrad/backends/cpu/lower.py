@@ -29,7 +29,7 @@ from functools import partial
 from tapegrad.backends.cpu.definite import unassigned_locals
 from tapegrad.backends.cpu.expressions import CPULowering, vmath_version
 from tapegrad.backends.cpu.itemcode import additive, rename_assigned
-from tapegrad.backends.cpu.jam import jam_rows
+from tapegrad.backends.cpu.jam import constant_bounds, jam_rows
 from tapegrad.backends.cpu.outline import outline_task
 from tapegrad.backends.cpu.passes import Plan, bounds_checked, is_integral, plan
 from tapegrad.backends.cpu.privatize import PrivateSums
@@ -478,10 +478,13 @@ class _KernelWriter(PrivateSums, ModuleWriter):
 
     def jam(self, start: int, depth: int) -> None:
         """The work-item loop nest emitted from line ``start`` on, with a version for full
-        groups whose rows are jammed where its body allows it (jam.py)."""
+        groups whose rows are jammed where its body allows it, or, in the branch adding into
+        per-thread copies, whose loops have constant bounds (jam.py)."""
         out = self.out
         block = [line[4 * depth:] for line in out.lines[start:]]
         lines = jam_rows(block, self.rank, self.W)
+        if lines is None and self.known_private and all(self.known_private.values()):
+            lines = constant_bounds(block, self.rank, self.W)
         if lines is None:
             return
         mapped = {n - start: out.user_line.pop(n) for n in range(start + 1, len(out.lines) + 1)
