@@ -16,12 +16,17 @@ from tapegrad.bench.problems import TILE, matmul_k
 CPU, NO_JAM = tg.CPU(), tg.CPU(without=["jam"])
 
 
+def operands(shape: tuple[int, int, int], seed: int) -> list[np.ndarray]:
+    """Random float32 A (n x k), B (k x m) and W (n x m) for a product of ``shape``."""
+    n, k, m = shape
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(s).astype(np.float32) for s in ((n, k), (k, m), (n, m))]
+
+
 @pytest.mark.parametrize("shape", [(64, 48, 32), (32, 16, 48)])
 def test_a_tiled_product_is_jammed_and_gives_the_same_bits(shape):
-    n, k, m = shape
-    rng = np.random.default_rng(4)
-    A = rng.standard_normal((n, k)).astype(np.float32)
-    B = rng.standard_normal((k, m)).astype(np.float32)
+    n, _, m = shape
+    A, B, _ = operands(shape, 4)
     jammed = np.full((n, m), np.nan, np.float32)
     matmul_k(CPU, (TILE, TILE))(jammed, A, B, ndrange=(n, m))
     assert "(jam.py)" in matmul_k.source("primal", CPU)
@@ -78,11 +83,8 @@ def test_a_phase_is_jammed_in_full_groups_and_cut_groups_run_as_written(shape):
 def test_the_adjoint_adds_into_per_thread_copies_with_constant_bounds_and_the_same_bits(shape):
     # (full groups: where the ndrange cuts a group the adjoint keeps its tiles' atomics, and
     # the loop adding into the copies has no loop of known length)
-    n, k, m = shape
-    rng = np.random.default_rng(6)
-    A = rng.standard_normal((n, k)).astype(np.float32)
-    B = rng.standard_normal((k, m)).astype(np.float32)
-    W = rng.standard_normal((n, m)).astype(np.float32)
+    n, _, m = shape
+    A, B, W = operands(shape, 6)
     grads = []
     for backend in (CPU, NO_JAM):
         dA, dB = np.zeros_like(A), np.zeros_like(B)
