@@ -180,16 +180,24 @@ def autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, nd
         shadows = one_object_per_memory(kernel, shadows)
     else:
         _check_separate(kernel, shadows)
+    found = None
     if _primal_needed(kernel, params, annotated):
+        # (the adjoint found once for both uses where the launch sees these very arrays:
+        # copies below would be C-ordered, another signature; aliased shadows are separated
+        # by run_adjoint before it looks the adjoint up)
+        if accumulate and len({id(d) for d in shadows.values()}) == len(shadows):
+            found = adjoint_of(cfg, values, activity, nd)
         # arrays the kernel reads and overwrites: the adjoint needs their contents from before
         old = {p: values[params.index(p)].copy()
-               for p in overwritten_inputs(cfg, values, activity, nd)}
+               for p in overwritten_inputs(cfg, values, activity, nd, found)}
         cfg(*given, ndrange=nd)                                     # the primal launch
         seen = tuple(old.get(p, v) for p, v in zip(params, values))
+        if old:
+            found = None
     else:
         seen = values
     if accumulate:
-        scalars = run_adjoint(cfg, seen, shadows, activity, nd)   # the adjoint launch
+        scalars = run_adjoint(cfg, seen, shadows, activity, nd, found=found)  # the adjoint
     else:
         # the seeds' consumed elements need no zeros; if the adjoint still writes a seed
         # (stores twice, or reads the array), it gets a copy: the caller's stays as it was

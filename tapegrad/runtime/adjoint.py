@@ -255,10 +255,11 @@ def _launch(kernel: Any, adjoint: Any, launcher: Any, args: tuple, nd: tuple[int
         launch_adjoint(launcher, args, nd, fresh_at)
 
 
-def overwritten_inputs(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int, ...]
-                       ) -> list[str]:
+def overwritten_inputs(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int, ...],
+                       found: tuple | None = None) -> list[str]:
     """Parameters the kernel overwrites whose pre-launch contents the adjoint reads (the
     adjoint's scratch copies, and arrays it only reads once dead code is gone: a replayed
-    load of an array whose final store the adjoint no longer redoes)."""
-    adjoint = adjoint_of(cfg, values, activity, nd)[0].adjoint
+    load of an array whose final store the adjoint no longer redoes); ``found``: what
+    ``adjoint_of`` returned for these arguments, if the caller asked already."""
+    adjoint = (found or adjoint_of(cfg, values, activity, nd))[0].adjoint
     return sorted(adjoint.contents_read & access(cfg.kernel)[1])
