@@ -141,6 +141,16 @@ def private_dir() -> Path:
     return _private
 
 
+def adopt(folder: Path) -> None:
+    """Take ``folder``, the private folder of the process a compiler process serves, as one
+    of ours: its generated modules may be loaded and compiled code saved beside them.
+    :class:`~tapegrad.errors.CacheError` where it cannot be trusted."""
+    reason = untrusted(folder)
+    if reason:
+        raise CacheError(f"tapegrad's compile folder {folder} {reason}")
+    _handed_out.add(str(folder))
+
+
 def is_ours(folder: str) -> bool:
     """Whether ``folder`` is one that :func:`cache_dir` or :func:`write_dir` handed out."""
     return folder in _handed_out

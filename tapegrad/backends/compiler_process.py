@@ -47,8 +47,9 @@ def enabled() -> bool:
 def compile_elsewhere(dispatcher: Any, args: tuple) -> bool:
     """Have the compiler process put ``dispatcher``'s code for ``args`` in the on-disk cache,
     where the call that follows finds it; True if it is there.  False (compile here) for a
-    function that is not a generated module's, a cache this process cannot write, or any
-    failure in the compiler process."""
+    function that is not a generated module's, one in a cache this process cannot write
+    (a read-only cache's new modules are written to this process's private folder, and
+    compiled from there), or any failure in the compiler process."""
     if not enabled():
         return False
     module = sys.modules.get(getattr(dispatcher.py_func, "__module__", ""))
@@ -57,8 +58,7 @@ def compile_elsewhere(dispatcher: Any, args: tuple) -> bool:
     if not path.name.startswith(cache.PREFIX) or not hasattr(numba_cache, "holds"):
         return False
     try:
-        home = cachedir.cache_dir()
-        if path.parent != home or cachedir.write_dir() != home:
+        if path.parent != cachedir.write_dir():
             return False
         sig = tuple(dispatcher.typeof_pyval(a) for a in args)
         if numba_cache.holds(sig, dispatcher.targetctx):
@@ -134,10 +134,16 @@ class _GeneratedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(name, self)
 
     def create_module(self, spec: Any) -> ModuleType:
+        for folder in _folders:         # (the serving process's private folder first)
+            if (folder / f"{spec.name}.py").is_file():
+                return cache.load_file(folder / f"{spec.name}.py")
         return cache.load_file(cachedir.cache_dir() / f"{spec.name}.py")
 
     def exec_module(self, module: ModuleType) -> None:
         pass
+
+
+_folders: list[Path] = []     # private folders of the process served, adopted
 
 
 def _serve(requests: BinaryIO, replies: BinaryIO) -> None:
@@ -150,7 +156,13 @@ def _serve(requests: BinaryIO, replies: BinaryIO) -> None:
             return
         try:
             os.environ["TAPEGRAD_CACHE_DIR"] = root
-            cachedir.cache_dir()             # hands the folder out: its modules may be loaded
+            home = cachedir.cache_dir()      # hands the folder out: its modules may be loaded
+            folder = Path(path).parent
+            if folder != home and folder not in _folders:
+                # (a read-only cache: the module is in the served process's private folder,
+                # its compiled code is saved beside it, where that process loads it from)
+                cachedir.adopt(folder)
+                _folders.insert(0, folder)
             dispatcher = getattr(cache.load_file(Path(path)), symbol)
             dispatcher.compile(sig)          # saves to the cache (a checked one: adopt)
             ok = dispatcher._cache.holds(sig, dispatcher.targetctx)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad.backends import cache, compiler_process
+from tapegrad.backends import cache, cachedir, compiler_process
 
 KERNELS = '''
 import tapegrad as tg
@@ -77,6 +77,24 @@ def test_first_launches_compile_in_the_compiler_process(fresh):
     hits, misses = _stats(f"cube{tag}")
     assert misses == 0 and hits >= 2            # the kernel and its adjoint: loaded, not built
     assert compiler_process._compiler.proc is not None
+
+
+def test_a_read_only_cache_new_kernels_compile_in_the_compiler_process_too(fresh, monkeypatch):
+    """A cache this process cannot write (one baked into an image): new generated modules go
+    to its private folder, and the compiler process compiles them there (a kernel compiled
+    in the process that runs it can run slower there: docs/language.md)."""
+    module, tag = fresh()
+    root = Path(os.environ["TAPEGRAD_CACHE_DIR"])
+    # (tests may run as root, whom chmod does not stop: writability is asked of cachedir)
+    monkeypatch.setattr(cachedir, "writable", lambda folder: not folder.is_relative_to(root))
+    _check(module, tag)
+    hits, misses = _stats(f"cube{tag}")
+    assert misses == 0 and hits >= 2
+    generated = [m for name, m in sys.modules.items()
+                 if name.startswith(f"{cache.PREFIX}cube{tag}_")]
+    assert generated and all(Path(m.__file__).parent == cachedir.private_dir()
+                             for m in generated)
+    assert not list(root.rglob(f"*cube{tag}*"))         # nothing written into the cache
 
 
 def test_switched_off_compiles_here(fresh, monkeypatch):
