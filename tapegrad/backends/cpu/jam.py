@@ -52,19 +52,16 @@ def jam_rows(block: list[str], rank: int, groupsize: tuple[int, ...]) -> list[st
         start = ast.parse(f"_l0 = _lq + {c}").body[0]
         copies.append([_renamed(s, owned, c) for s in [start, *body]])
     rows, columns = groupsize
-    lines = [f"if _lim0 == {rows} and _lim1 == {columns}:",
-             f"    # a full group: {JAM} rows' work-items at a time, their chains independent "
-             "(jam.py)",
-             f"    for _lq in range(0, {rows}, {JAM}):",
-             f"        for _l1 in range({columns}):"]
+    full = [f"# a full group: {JAM} rows' work-items at a time, their chains independent "
+            "(jam.py)",
+            f"for _lq in range(0, {rows}, {JAM}):",
+            f"    for _l1 in range({columns}):"]
     for s in _interleaved(copies):
-        lines.extend("            " + line for line in ast.unparse(s).splitlines())
+        full.extend("        " + line for line in ast.unparse(s).splitlines())
     # (after the loop as written the names hold the last work-item's values, code after it
     # may read them: the last copy's are the same work-item's)
-    lines.extend(f"    {name} = {name}__j{JAM - 1}" for name in sorted(owned))
-    lines.append("else:")
-    lines.extend("    " + line for line in block)
-    return lines
+    full.extend(f"{name} = {name}__j{JAM - 1}" for name in sorted(owned))
+    return _full_groups_apart(full, block, groupsize)
 
 
 def constant_bounds(block: list[str], rank: int, groupsize: tuple[int, ...]) -> list[str] | None:
@@ -76,17 +73,20 @@ def constant_bounds(block: list[str], rank: int, groupsize: tuple[int, ...]) -> 
                                for st in body for s in ast.walk(st)):
         return None
     rows, columns = groupsize
-    lines = [f"if _lim0 == {rows} and _lim1 == {columns}:",
-             "    # a full group: the loops' bounds constant, so LLVM vectorises each row "
-             "at full width (jam.py)"]
     headers = {"for _l0 in range(_lim0):": f"for _l0 in range({rows}):",
                "    for _l1 in range(_lim1):": f"    for _l1 in range({columns}):"}
-    for line in block:
-        line = headers.pop(line, line)      # (each header once: the nest's own two)
-        lines.append("    " + line)
-    lines.append("else:")
-    lines.extend("    " + line for line in block)
-    return lines
+    full = ["# a full group: the loops' bounds constant, so LLVM vectorises each row at full "
+            "width (jam.py)"]
+    full.extend(headers.pop(line, line) for line in block)   # (each header once: the nest's)
+    return _full_groups_apart(full, block, groupsize)
+
+
+def _full_groups_apart(full: list[str], block: list[str], groupsize: tuple[int, ...]
+                       ) -> list[str]:
+    """``full`` for the groups the ndrange does not cut, ``block`` as written for the others."""
+    rows, columns = groupsize
+    return [f"if _lim0 == {rows} and _lim1 == {columns}:", *("    " + line for line in full),
+            "else:", *("    " + line for line in block)]
 
 
 def _item_body(block: list[str], rank: int) -> list[ast.stmt] | None:
