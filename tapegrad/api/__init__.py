@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.api.autodiff_plans import autodiff_by_plan
 from tapegrad.api.launches import (
     autodiff_kernel,
     batch_in_reverse,
@@ -82,10 +83,13 @@ def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = N
                             "tangents, it never adds into them")
     if not mode.reverse:
         refuse_nested()
-    # (a configured kernel's shadows meet in one_object_per_memory, by parameter name)
-    check_shadows_apart(f, args, between_shadows=not isinstance(f, ConfiguredKernel))
     if isinstance(f, ConfiguredKernel):
-        derivs = autodiff_kernel(mode, f, ret_activity, args, ndrange, accumulate)
+        derivs = autodiff_by_plan(mode, f, ret_activity, args, ndrange, accumulate) \
+            if mode.reverse else None
+        if derivs is None:
+            # (a configured kernel's shadows meet in one_object_per_memory, by parameter name)
+            check_shadows_apart(f, args, between_shadows=False)
+            derivs = autodiff_kernel(mode, f, ret_activity, args, ndrange, accumulate)
         ctx = current_forward()
         if mode.reverse and ctx is not None:   # (its primal launch carried tangents)
             ctx.unknown([a.dval for a in map(annotate, args) if isinstance(a, Duplicated)],
@@ -98,6 +102,7 @@ def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = N
     if not callable(f):
         raise TapegradError(f"tg.autodiff differentiates a function or a configured kernel, "
                             f"got {type(f).__name__}")
+    check_shadows_apart(f, args, between_shadows=True)
     if ndrange is not None:
         raise TapegradError("ndrange= is for configured kernels; a host function launches its "
                             "kernels itself")

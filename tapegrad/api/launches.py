@@ -8,10 +8,11 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.api.autodiff_plans import ReverseRun, derivatives, remember, run_reverse
 from tapegrad.errors import AdjointStackOverflow, LaunchError, TapegradError  # noqa: F401
 from tapegrad.frontend import kernel_ir
 from tapegrad.kernels import ConfiguredKernel
-from tapegrad.runtime.adjoint import adjoint_of, overwritten_inputs, run_adjoint
+from tapegrad.runtime.adjoint import adjoint_of, overwritten_inputs
 from tapegrad.runtime.arguments import access, check_args, ndrange_of
 from tapegrad.runtime.launch import check_indices, one_parameter_per_array
 from tapegrad.runtime.tangent import run_tangent
@@ -26,7 +27,7 @@ from tapegrad.tape.activity import (
     annotate,
 )
 from tapegrad.tape.arrays import is_array
-from tapegrad.tape.identity import array_key, extent
+from tapegrad.tape.identity import array_key, disjoint, extent
 from tapegrad.tape.scalars import plain
 
 
@@ -43,9 +44,8 @@ def check_shadows_apart(f: Any, args: tuple, between_shadows: bool) -> None:
         return
     values = [(k, plain(a.val if isinstance(a, Annotation) else a)) for k, a in enumerate(args)]
     arrays = [(k, x) for k, x in values if is_array(x)] + [(k, d) for k, _, d in pairs]
-    if len({id(x) for _, x in arrays}) == len(arrays) and all(
-            type(x) is np.ndarray and x.base is None for _, x in arrays):
-        return             # distinct arrays that each own their memory cannot overlap
+    if len({id(x) for _, x in arrays}) == len(arrays) and disjoint([x for _, x in arrays]):
+        return
     name = getattr(f, "__name__", None) or getattr(getattr(f, "kernel", None), "name", "f")
     for n, (k, x, d) in enumerate(pairs):
         for j, y in values:
@@ -171,7 +171,7 @@ def autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, nd
     activity = tuple(_check_annotation(kernel, backend, p, a) for p, a in zip(params, annotated))
     nd = ndrange_of(kernel, ndrange)
     check_args(kernel, backend, values)
-    check_indices(cfg, values, nd)
+    check = check_indices(cfg, values, nd)
     seeds: frozenset[str] = frozenset()
     if not accumulate:
         seeds = _seeds(kernel, params, annotated)
@@ -180,42 +180,23 @@ def autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, nd
         shadows = one_object_per_memory(kernel, shadows)
     else:
         _check_separate(kernel, shadows)
-    found = None
-    if _primal_needed(kernel, params, annotated):
-        # (the adjoint found once for both uses where the launch sees these very arrays:
-        # copies below would be C-ordered, another signature; aliased shadows are separated
-        # by run_adjoint before it looks the adjoint up)
-        if accumulate and len({id(d) for d in shadows.values()}) == len(shadows):
-            found = adjoint_of(cfg, values, activity, nd)
-        # arrays the kernel reads and overwrites: the adjoint needs their contents from before
-        old = {p: values[params.index(p)].copy()
-               for p in overwritten_inputs(cfg, values, activity, nd, found)}
-        cfg(*given, ndrange=nd)                                     # the primal launch
-        seen = tuple(old.get(p, v) for p, v in zip(params, values))
-        if old:
-            found = None
-    else:
-        seen = values
-    if accumulate:
-        scalars = run_adjoint(cfg, seen, shadows, activity, nd, found=found)  # the adjoint
-    else:
-        # the seeds' consumed elements need no zeros; if the adjoint still writes a seed
-        # (stores twice, or reads the array), it gets a copy: the caller's stays as it was
-        found = adjoint_of(cfg, seen, activity, nd, seeds)
-        adjoint = found[0].adjoint
-        for s, p in adjoint.shadow_of.items():
-            if p in seeds and s in adjoint.shadows_written:
-                shadows[p] = shadows[p].copy()
-        scalars = run_adjoint(cfg, seen, shadows, activity, nd, discard=seeds,
-                                fresh=frozenset(shadows) - seeds, found=found)
-    derivs = []
-    for p, a in zip(params, annotated):
-        if isinstance(a, Active):
-            value = scalars[p]
-            derivs.append(type(a.val)(value) if isinstance(a.val, np.floating) else value)
-        else:
-            derivs.append(None)
-    return (tuple(derivs),) if not mode.with_primal else (tuple(derivs), None)
+    # (the adjoint found once for all uses where it runs on these very arrays: copies of
+    # overwritten inputs would be C-ordered, another signature; aliased shadows are separated
+    # by run_adjoint before it looks the adjoint up)
+    found = adjoint_of(cfg, values, activity, nd, seeds) \
+        if len({id(d) for d in shadows.values()}) == len(shadows) else None
+    overwritten: tuple[str, ...] = ()
+    primal = _primal_needed(kernel, params, annotated)
+    if primal:
+        overwritten = tuple(overwritten_inputs(cfg, values, activity, nd,
+                                               found if accumulate else None))
+    how = ReverseRun(activity, primal, overwritten, seeds, None if overwritten else found)
+    scalars = run_reverse(cfg, how, given, values, shadows, nd, accumulate)
+    derivs = derivatives(tuple(a.val if isinstance(a, Active) else None for a in annotated),
+                         params, scalars)
+    if all(type(v).__module__ in ("builtins", "numpy") for v in given if not is_array(v)):
+        remember(cfg, accumulate, args, how, check, nd)
+    return (derivs,) if not mode.with_primal else (derivs, None)
 
 
 def _one_object_per_array(annotated: Any) -> list[Annotation]:
@@ -301,8 +282,9 @@ def one_object_per_memory(kernel: Any, shadows: dict[str, Any]) -> dict[str, Any
     separates shadows that are one array, see ``runtime.adjoint.run_adjoint``); views that share
     some of their elements are refused."""
     arrays = list(shadows.values())
-    if all(type(d) is np.ndarray and d.base is None for d in arrays):
-        return shadows          # arrays that own their memory share it only if identical
+    if all(type(d) is np.ndarray and d.base is None for d in arrays) or (
+            len({id(d) for d in arrays}) == len(arrays) and disjoint(arrays)):
+        return shadows          # (arrays that own their memory share it only if identical)
     seen: dict[tuple, Any] = {}
     shadows = {p: seen.setdefault(array_key(d), d) for p, d in shadows.items()}
     for p, q in _sharing_memory(shadows):
@@ -316,9 +298,8 @@ def _check_separate(kernel: Any, shadows: dict[str, Any]) -> None:
     """With ``accumulate=False`` results are written while seeds are read: no two shadows may
     share memory (checked before anything runs)."""
     arrays = list(shadows.values())
-    if all(type(d) is np.ndarray and d.base is None for d in arrays) and \
-            len({id(d) for d in arrays}) == len(arrays):
-        return                  # distinct arrays that each own their memory cannot overlap
+    if len({id(d) for d in arrays}) == len(arrays) and disjoint(arrays):
+        return
     for p, q in _sharing_memory(shadows):
         raise TapegradError(
             f"{kernel.name}: with accumulate=False the shadows of {q} and {p} share memory, "

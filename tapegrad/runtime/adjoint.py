@@ -42,6 +42,7 @@ class CompiledAdjoint:
     launcher: Any
     storing: StoringVariants | None = None
     fresh_plans: dict = dataclasses.field(default_factory=dict)
+    retired: bool = False         # compiled again with a deeper stack (see run_adjoint)
 
 
 def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
@@ -93,6 +94,23 @@ def adjoint_of(cfg: Any, values: tuple, activity: tuple[str, ...], nd: tuple[int
         entry = compile_adjoint(kernel, backend, argtypes, activity, len(nd), wgs, depth,
                                 discard, full)
         kernel.cache[key] = entry
+    return _shown(kernel, backend, entry, key)
+
+
+def adjoint_again(kernel: Any, backend: Any, found: tuple) -> tuple | None:
+    """What ``adjoint_of`` returned as ``found`` earlier, as it would return it now: the
+    adjoint compiled again with a deeper stack where that happened since (None where that
+    one is not compiled yet)."""
+    entry, key = found
+    if entry.retired:
+        entry = kernel.cache.get(key)
+        if entry is None:
+            return None
+    return _shown(kernel, backend, entry, key)
+
+
+def _shown(kernel: Any, backend: Any, entry: CompiledAdjoint, key: tuple
+           ) -> tuple[CompiledAdjoint, tuple]:
     adjoint = entry.adjoint
     show(kernel, "reverse", backend, entry.launcher,
          lambda: [g.ir for g in adjoint.gathers] + [adjoint.ir])
@@ -233,6 +251,7 @@ def _run_adjoint(cfg: Any, values: tuple, shadows: dict[str, Any], activity: tup
                 d[...] = 0
         depth = 1 << max(needed - 1, 1).bit_length()
         kernel.cache[("stack depth", key)] = depth
+        compiled.retired = True
         del kernel.cache[key]
         compiled, key = adjoint_of(cfg, values, activity, nd, discard)
         adjoint, launcher = compiled.adjoint, compiled.launcher

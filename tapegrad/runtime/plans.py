@@ -80,7 +80,7 @@ def make_plan(cfg: Any, args: tuple, nd: tuple[int, ...], key: tuple, launcher: 
             f"    {', '.join(f'a{k}' for k in range(n))}, = args"]
     tests, arrays = [], []
     for k, a in enumerate(args):
-        test = _guard(k, a, scope)
+        test = argument_guard(k, a, scope)
         if test is None:
             return None
         tests.append(test)
@@ -89,7 +89,7 @@ def make_plan(cfg: Any, args: tuple, nd: tuple[int, ...], key: tuple, launcher: 
     tests += [f"a{j} is not a{k}" for n_, j in enumerate(arrays) for k in arrays[n_ + 1:]]
     head += [f"    if not ({' and '.join(tests)}):",
              "        return @FAIL@"]
-    head += _ndrange_lines(len(nd))
+    head += ndrange_lines(len(nd))
     head += ["    if CHECK is not None and CHECK.failing(args, nd):",
              "        return @FAIL@",
              "    if KERNEL.shown.get('primal') is not LAUNCHER" + (
@@ -102,9 +102,7 @@ def make_plan(cfg: Any, args: tuple, nd: tuple[int, ...], key: tuple, launcher: 
               f"def prepared(args, ndrange):\n{body.replace('@FAIL@', 'None')}\n"
               f"    return LAUNCHER, nd, KEY\n")
     scope["KEY"] = key
-    filename = f"<tapegrad launch plan {len(plans)} of {cfg.kernel.name}>"
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    exec(compile(source, filename, "exec"), scope)
+    define(source, f"<tapegrad launch plan {len(plans)} of {cfg.kernel.name}>", scope)
     plain_scalars = all(type(a).__module__ in ("builtins", "numpy") for a in args
                         if kind_of(a) is None)
     plan = Plan(key, source, scope["plan"], scope["prepared"], plain_scalars)
@@ -112,7 +110,13 @@ def make_plan(cfg: Any, args: tuple, nd: tuple[int, ...], key: tuple, launcher: 
     return plan
 
 
-def _guard(k: int, a: Any, scope: dict) -> str | None:
+def define(source: str, filename: str, scope: dict) -> None:
+    """Run a plan's ``source`` in ``scope``, its lines shown in tracebacks under ``filename``."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    exec(compile(source, filename, "exec"), scope)
+
+
+def argument_guard(k: int, a: Any, scope: dict) -> str | None:
     """A test that argument ``a{k}`` has the launch key's part ``a`` has."""
     t = type(a)
     scope[f"T{k}"] = t
@@ -134,7 +138,7 @@ def _guard(k: int, a: Any, scope: dict) -> str | None:
     return f"type(a{k}) is T{k} and KIND{k}.launch_key(a{k}) == KEY{k}"
 
 
-def _ndrange_lines(rank: int) -> list[str]:
+def ndrange_lines(rank: int) -> list[str]:
     """``nd``, the ndrange as a tuple of ``rank`` positive ints, or a return to the general
     path (which also handles empty launches)."""
     if rank == 1:

@@ -238,21 +238,48 @@ class Identities:
             self.extents.pop(clash)[2] = None     # freed memory, now reused: not listed
 
 
+def disjoint(arrays: list) -> bool:
+    """Whether distinct array objects have no element in common: NumPy arrays that own their
+    memory cannot share it, others' byte ranges must lie apart (an interleaved pair of views
+    counts as overlapping here)."""
+    for x in arrays:
+        if type(x) is not np.ndarray or x.base is not None:
+            break
+    else:
+        return True
+    spans = sorted(map(extent, arrays))
+    end = spans[0][1]
+    for lo, hi in spans[1:]:
+        if lo < end:
+            return False
+        end = hi
+    return True
+
+
 def extent(x: Any, ptr: int | None = None) -> tuple[int, int]:
     """The byte range ``[lo, hi)`` an array's elements occupy (host and device addresses
     never meet: device arrays are shifted into their own range); ``ptr``: its address, if
     known."""
-    if ptr is None:
-        ptr = _address(x)
+    t = type(x)
+    if _CUPY_TYPES[t]:                      # (the common cases without the kinds' helpers)
+        ptr, strides, itemsize, device = x.data.ptr if ptr is None else ptr, x.strides, \
+            x.dtype.itemsize, True
+    elif isinstance(x, np.ndarray):
+        ptr, strides, itemsize, device = _address(x) if ptr is None else ptr, x.strides, \
+            x.dtype.itemsize, False
+    else:
+        ptr = _address(x) if ptr is None else ptr
+        strides, itemsize = byte_strides(x), array_kind(x).dtype(x).itemsize
+        device = not kind_of(x).host
     lo = hi = ptr
-    for n, st in zip(x.shape, byte_strides(x)):
+    for n, st in zip(x.shape, strides):
         if n == 0:
             return ptr, ptr
         if st < 0:
             lo += (n - 1) * st
         else:
             hi += (n - 1) * st
-    hi += x.dtype.itemsize if isinstance(x, np.ndarray) else array_kind(x).dtype(x).itemsize
-    if not isinstance(x, np.ndarray) and not kind_of(x).host:   # device memory: apart
+    hi += itemsize
+    if device:                              # device memory: apart from the host's
         lo, hi = lo + (1 << 64), hi + (1 << 64)
     return lo, hi

@@ -1,0 +1,207 @@
+"""Autodiff plans: ``tg.autodiff`` in reverse mode of one configured kernel on one argument
+signature, written out as a small Python function once the general path
+(``launches.autodiff_kernel``) has checked such a call and found how it runs.
+
+A plan's guards, per argument: its annotation's class (a bare value is a ``Const``), its
+value's and its shadow's type, dtype, rank and what else their kind keys on (as a launch
+plan's, ``runtime/plans.py``), the shadow's shape equal to its array's and the shadow on the
+kernel's backend; no object passed twice; an ndrange of the same rank.  Then, per call: the
+arrays and shadows in memory apart, the launch's index check.  A call that fails any of
+them takes the general path, which says what is wrong; one that passes runs what the general
+path found (``ReverseRun``): the primal launch where its results are wanted, then the adjoint.
+So a loop that calls ``tg.autodiff`` on the same kinds of arrays pays the checks' full cost
+once.
+
+>>> import numpy as np, tapegrad as tg
+>>> @tg.kernel
+... def square(B, A):
+...     i = tg.index()
+...     B[i] = A[i] * A[i]
+>>> cfg = square(tg.CPU())
+>>> A, dA, B, dB = np.arange(3.0), np.zeros(3), np.zeros(3), np.ones(3)
+>>> for _ in range(2):
+...     _ = tg.autodiff(tg.Reverse, cfg, tg.Const, tg.Duplicated(B, dB.copy()),
+...                     tg.Duplicated(A, dA), ndrange=3)
+>>> dA.tolist(), len(plans_of(cfg, True))
+([0.0, 4.0, 8.0], 1)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tapegrad.frontend import kernel_ir
+from tapegrad.runtime.adjoint import adjoint_again, adjoint_of, run_adjoint
+from tapegrad.runtime.arguments import groupsize_of
+from tapegrad.runtime.plans import argument_guard, define, ndrange_lines
+from tapegrad.tape.activity import Annotation, Const
+from tapegrad.tape.arrays import is_array
+from tapegrad.tape.identity import disjoint
+
+MAX_PLANS = 4          # signatures per configured kernel and accumulate= written out
+
+
+@dataclasses.dataclass(frozen=True)
+class ReverseRun:
+    """How a reverse-mode ``tg.autodiff`` of a launch runs, as its checks found it."""
+
+    activity: tuple[str, ...]
+    primal: bool                  # the primal launch runs first (its results are wanted)
+    overwritten: tuple[str, ...]  # inputs it overwrites whose old contents the adjoint reads
+    seeds: frozenset[str]         # accumulate=False: the shadows that are seeds
+    found: tuple | None           # the adjoint (adjoint_of), where it runs on the given arrays
+
+
+def run_reverse(cfg: Any, how: ReverseRun, given: tuple, values: tuple,
+                shadows: dict[str, Any], nd: tuple[int, ...], accumulate: bool
+                ) -> dict[str, float]:
+    """The primal launch (if needed), then the adjoint; the Active scalars' derivatives.
+    ``given``: the arguments as passed (a tape or forward mode around the call records the
+    primal launch on them), ``values``: as plain values."""
+    found, seeds = how.found, how.seeds
+    seen = values
+    if how.primal:
+        # arrays the kernel reads and overwrites: the adjoint needs their contents from before
+        params = kernel_ir(cfg.kernel).params
+        old = {p: values[params.index(p)].copy() for p in how.overwritten}
+        cfg(*given, ndrange=nd)                                     # the primal launch
+        if old:
+            seen = tuple(old.get(p, v) for p, v in zip(params, values))
+    if accumulate:
+        return run_adjoint(cfg, seen, shadows, how.activity, nd, found=found)   # the adjoint
+    # the seeds' consumed elements need no zeros; if the adjoint still writes a seed (stores
+    # twice, or reads the array), it gets a copy: the caller's stays as it was
+    found = found or adjoint_of(cfg, seen, how.activity, nd, seeds)
+    adjoint = found[0].adjoint
+    for s, p in adjoint.shadow_of.items():
+        if p in seeds and s in adjoint.shadows_written:
+            shadows[p] = shadows[p].copy()
+    return run_adjoint(cfg, seen, shadows, how.activity, nd, discard=seeds,
+                       fresh=frozenset(shadows) - seeds, found=found)
+
+
+def derivatives(active: tuple, params: list[str], scalars: dict[str, float]) -> tuple:
+    """One entry per argument: an Active scalar's derivative (of its value's type, where that
+    is a NumPy float; ``active[k]`` is the value), else None."""
+    return tuple(None if v is None else type(v)(scalars[p]) if isinstance(v, np.floating)
+                 else scalars[p] for v, p in zip(active, params))
+
+
+@dataclasses.dataclass
+class AutodiffPlan:
+    """``fn(args, ndrange)``: ``(values, shadows, nd)`` where the guards pass, else None."""
+
+    fn: Callable[[tuple, Any], tuple | None]
+    source: str
+    how: ReverseRun
+    shadow_params: tuple[str, ...]
+    active: tuple[bool, ...]
+    arrays: tuple[int, ...]       # the positions of the arguments that are arrays
+    check: Any                    # the launch's index check (runtime/bounds.py), or None
+
+
+def plans_of(cfg: Any, accumulate: bool) -> list[AutodiffPlan]:
+    """The autodiff plans of ``cfg`` (kept in its kernel's cache, which forgets them with the
+    kernels compiled for it)."""
+    return cfg.kernel.cache.setdefault(("autodiff plans", cfg, accumulate), [])
+
+
+def autodiff_by_plan(mode: Any, cfg: Any, ret: Any, args: tuple, ndrange: Any,
+                     accumulate: bool) -> tuple | None:
+    """``tg.autodiff(mode, cfg, ret, *args, ...)`` in reverse mode by a plan, or None where no
+    plan's guards pass (then the general path runs)."""
+    plans = cfg.kernel.cache.get(("autodiff plans", cfg, accumulate))
+    if not plans or not (ret is Const or type(ret) is Const):
+        return None
+    for plan in plans:
+        got = plan.fn(args, ndrange)
+        if got is not None:
+            break
+    else:
+        return None
+    values, shadows, nd = got
+    if not disjoint([values[k] for k in plan.arrays] + shadows):
+        return None
+    if plan.check is not None and plan.check.failing(values, nd):
+        return None
+    how = plan.how
+    if how.found is not None:           # (the adjoint is compiled again for a deeper stack)
+        found = adjoint_again(cfg.kernel, cfg.backend, how.found)
+        if found is None or found[0] is not how.found[0]:
+            how = dataclasses.replace(how, found=found)
+            if found is not None:
+                plan.how = how
+    params = kernel_ir(cfg.kernel).params
+    scalars = run_reverse(cfg, how, values, values, dict(zip(plan.shadow_params, shadows)), nd,
+                          accumulate)
+    derivs = derivatives(tuple(v if a else None for v, a in zip(values, plan.active)), params,
+                         scalars)
+    return (derivs,) if not mode.with_primal else (derivs, None)
+
+
+def remember(cfg: Any, accumulate: bool, args: tuple, how: ReverseRun, check: Any,
+             nd: tuple[int, ...]) -> None:
+    """Write the plan of a call the general path has just run over ``nd`` (``check``: its
+    launch's index check).  Nothing where an argument cannot be guarded by type (a PyTorch
+    tensor), an object is passed twice, or ``MAX_PLANS`` are written."""
+    plans = plans_of(cfg, accumulate)
+    if len(plans) >= MAX_PLANS:
+        return
+    n = len(args)
+    scope: dict[str, Any] = {"OWNS": cfg.backend.owns}
+    lines = [f"    if len(args) != {n}:",
+             "        return None",
+             f"    {', '.join(f'r{k}' for k in range(n))}, = args"]
+    arrays, shadows, shadow_params, active, held = [], [], [], [], []
+    params = kernel_ir(cfg.kernel).params
+    for k, raw in enumerate(args):
+        value = raw.val if isinstance(raw, Annotation) else raw
+        if isinstance(raw, Annotation):
+            scope[f"A{k}"] = type(raw)
+            lines += [f"    if type(r{k}) is not A{k}:",
+                      "        return None",
+                      f"    a{k} = r{k}.val"]
+        else:
+            lines.append(f"    a{k} = r{k}")
+        tests = [argument_guard(k, value, scope)]
+        if is_array(value):
+            arrays.append(k)
+            held.append(value)
+        shadow = getattr(raw, "dval", None) if is_array(value) else None
+        if shadow is not None:
+            j = n + len(shadows)
+            lines.append(f"    a{j} = r{k}.dval")
+            tests += [argument_guard(j, shadow, scope), f"a{j}.shape == a{k}.shape"]
+            if not (type(shadow) is np.ndarray or type(shadow).__module__.startswith("cupy")):
+                tests.append(f"OWNS(a{j})")       # (NumPy's: the CPU's; CuPy's: device guarded)
+            shadows.append(f"a{j}")
+            held.append(shadow)
+            shadow_params.append(params[k])
+        if None in tests:
+            return
+        lines += [f"    if not ({' and '.join(tests)}):",
+                  "        return None"]
+        active.append(how.activity[k] == "active")
+    objects = [f"a{k}" for k in arrays] + shadows
+    if len({id(x) for x in held}) < len(held):
+        return
+    distinct = [f"{x} is not {y}" for m, x in enumerate(objects) for y in objects[m + 1:]]
+    if distinct:
+        lines += [f"    if not ({' and '.join(distinct)}):",
+                  "        return None"]
+    lines += [line.replace("@FAIL@", "None") for line in ndrange_lines(len(nd))]
+    # (an adjoint is compiled for whole workgroups or for an ndrange that cuts one)
+    wgs = groupsize_of(cfg, len(nd))
+    whole = " and ".join(f"nd[{d}] % {w} == 0" for d, w in enumerate(wgs))
+    lines += [f"    if {'not ' if all(n % w == 0 for n, w in zip(nd, wgs)) else ''}({whole}):",
+              "        return None"]
+    lines.append(f"    return ({''.join(f'a{k}, ' for k in range(n))}), "
+                 f"[{', '.join(shadows)}], nd")
+    source = "def plan(args, ndrange):\n" + "\n".join(lines) + "\n"
+    define(source, f"<tapegrad autodiff plan {len(plans)} of {cfg.kernel.name}>", scope)
+    plans.append(AutodiffPlan(scope["plan"], source, how, tuple(shadow_params), tuple(active),
+                              tuple(arrays), check))

@@ -1,0 +1,161 @@
+"""Autodiff plans (tapegrad/api/autodiff_plans.py): a reverse-mode ``tg.autodiff`` of a
+configured kernel on a signature it has seen runs by the plan the general path wrote, with
+the same results; whatever the plan's guards and per-call checks do not cover takes the
+general path, which refuses it before anything runs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyopencl.array as cla
+import pytest
+
+import tapegrad as tg
+import tapegrad.api
+from tapegrad.api.autodiff_plans import plans_of
+from tapegrad.bench.standin_cupy import installed
+
+rng = np.random.default_rng(11)
+
+
+@tg.kernel
+def decay(X, Y, a):
+    i = tg.index()
+    X[i] = a * math.sin(X[i]) * Y[i]
+
+
+@tg.kernel
+def square(B, A):
+    i = tg.index()
+    B[i] = A[i] * A[i]
+
+
+@pytest.fixture
+def general_path_off(monkeypatch):
+    """Turns the general path into an error: a call it would have run fails the test."""
+    def refused(*args, **kwargs):
+        raise AssertionError("the general path ran where a plan should have")
+    return lambda: monkeypatch.setattr(tapegrad.api, "autodiff_kernel", refused)
+
+
+def run_decay(cfg, X, Y, W, n):
+    dX, dY = W.copy(), np.zeros_like(Y)
+    (derivs,) = tg.autodiff(tg.Reverse, cfg, tg.Const, tg.Duplicated(X, dX),
+                            tg.Duplicated(Y, dY), tg.Active(0.7), ndrange=n)
+    return dX, dY, derivs[2]
+
+
+def test_a_second_call_runs_by_its_plan_with_the_general_paths_results(backend,
+                                                                      general_path_off):
+    """An in-place kernel (its old X copied for the adjoint), an Active scalar, one plan."""
+    n = 37
+    X0, Y, W = rng.uniform(-2, 2, n), rng.uniform(0.5, 1.5, n), rng.uniform(-1, 1, n)
+    cfg = decay(backend, 8)
+    results = []
+    for k in range(2):
+        if k == 1:
+            general_path_off()
+        X = X0.copy()
+        results.append(run_decay(cfg, X, Y, W, n) + (X,))
+    assert len(plans_of(cfg, True)) == 1
+    for dX, dY, da, X in results:                                  # closed forms
+        np.testing.assert_allclose(X, 0.7 * np.sin(X0) * Y, rtol=1e-14)
+        np.testing.assert_allclose(dX, W * 0.7 * np.cos(X0) * Y, rtol=1e-13)
+        np.testing.assert_allclose(dY, W * 0.7 * np.sin(X0), rtol=1e-13)
+        assert math.isclose(da, float(np.sum(W * np.sin(X0) * Y)), rel_tol=1e-12)
+    assert [r[0].tolist() for r in results[:1]] == [r[0].tolist() for r in results[1:]]
+
+
+def test_accumulate_false_by_its_plan_leaves_the_seed_and_overwrites_the_result(
+        backend, general_path_off):
+    n = 16
+    A, B, w = rng.uniform(-1, 1, n), np.zeros(n), rng.uniform(-1, 1, n)
+    cfg = square(backend, 4)
+    for k in range(2):
+        if k == 1:
+            general_path_off()
+        dA = np.full(n, np.nan)                  # overwritten: its contents do not matter
+        seed = w.copy()
+        tg.autodiff(tg.Reverse, cfg, tg.Const, tg.DuplicatedNoNeed(B, seed),
+                    tg.Duplicated(A, dA), ndrange=n, accumulate=False)
+        np.testing.assert_array_equal(seed, w)
+        np.testing.assert_allclose(dA, 2 * A * w, rtol=1e-15)
+    assert len(plans_of(cfg, False)) == 1
+
+
+def test_calls_outside_a_plans_guards_are_refused_as_before_with_arrays_untouched():
+    n = 16
+    cfg = square(tg.CPU(), 4)
+    A, B, dB = rng.uniform(-1, 1, n), np.zeros(n), np.ones(n)
+    tg.autodiff(tg.Reverse, cfg, tg.Const, tg.Duplicated(B, dB.copy()),
+                tg.Duplicated(A, np.zeros(n)), ndrange=n)
+    assert len(plans_of(cfg, True)) == 1
+    before = A.copy()
+    buffer = np.zeros(2 * n)
+    calls = {
+        "must match it": (tg.Duplicated(B, dB.copy()), tg.Duplicated(A, np.zeros(n + 1)), n),
+        "is its own array": (tg.Duplicated(B, dB.copy()), tg.Duplicated(A, A), n),
+        "share some of their elements": (tg.Duplicated(B, buffer[4:4 + n]),
+                                         tg.Duplicated(A, buffer[:n]), n),
+        "would index A from 0 to 19": (tg.Duplicated(B, dB.copy()), tg.Duplicated(A, np.zeros(n)),
+                                       n + 4),
+    }
+    for message, (b, a, nd) in calls.items():
+        with pytest.raises(tg.TapegradError, match=message):
+            tg.autodiff(tg.Reverse, cfg, tg.Const, b, a, ndrange=nd)
+        np.testing.assert_array_equal(A, before)
+    assert not buffer.any()
+
+
+def test_an_ndrange_that_cuts_a_workgroup_gets_its_own_adjoint():
+    """The adjoint is compiled for whole workgroups or for cut ones: a plan written for one
+    does not run the other."""
+    cfg = decay(tg.CPU(), 8)
+    for n in (32, 29, 32, 29):
+        X0, Y, W = rng.uniform(-2, 2, n), rng.uniform(0.5, 1.5, n), rng.uniform(-1, 1, n)
+        X = X0.copy()
+        dX, dY, da = run_decay(cfg, X, Y, W, n)
+        np.testing.assert_allclose(dX, W * 0.7 * np.cos(X0) * Y, rtol=1e-13)
+        assert math.isclose(da, float(np.sum(W * np.sin(X0) * Y)), rel_tol=1e-12)
+    assert len(plans_of(cfg, True)) == 2
+
+
+def test_pyopencl_arrays_run_by_a_plan(general_path_off):
+    cl = tg.OpenCL()
+    n = 24
+    A = rng.uniform(-1, 1, n)
+    cfg = square(cl, 8)
+    for k in range(2):
+        if k == 1:
+            general_path_off()
+        a, b = cla.to_device(cl.queue, A), cla.zeros(cl.queue, n, np.float64)
+        da, db = cla.zeros(cl.queue, n, np.float64), cla.to_device(cl.queue, np.ones(n))
+        tg.autodiff(tg.Reverse, cfg, tg.Const, tg.Duplicated(b, db), tg.Duplicated(a, da),
+                    ndrange=n)
+        np.testing.assert_allclose(da.get(), 2 * A, rtol=1e-15)
+        np.testing.assert_allclose(b.get(), A * A, rtol=1e-15)
+
+
+def test_cuda_launches_by_a_plan_hand_the_driver_what_the_general_path_did(
+        monkeypatch, tmp_path, general_path_off):
+    """On the stand-in CuPy (tapegrad/bench/standin_cupy.py): the same kernels, grids and
+    argument bytes, the primal launch and the adjoint's."""
+    monkeypatch.setenv("TAPEGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(square, "cache", {})
+    monkeypatch.setattr(square, "_configured", {})
+    n = 40
+    with installed() as cupy:
+        driver = cupy.cuda.driver
+        cfg = square(tg.CUDA(), 8)
+        A, B, dA, dB = (cupy.asarray(rng.uniform(0.5, 1.5, n)) for _ in range(4))
+        handed = []
+        for k in range(2):
+            if k == 1:
+                general_path_off()
+            driver.keep, driver.kept = True, []
+            tg.autodiff(tg.Reverse, cfg, tg.Const, tg.Duplicated(B, dB), tg.Duplicated(A, dA),
+                        ndrange=n)
+            handed.append([(f, grid, block, b"".join(got))
+                           for f, grid, block, _, _, got in driver.kept])
+        assert len(handed[0]) == 2 and handed[0] == handed[1]
