@@ -72,6 +72,24 @@ def test_sin_and_its_adjoint_on_the_gpu(cp):
     assert not bool(dB.any())
 
 
+def test_autodiff_by_its_plan_on_cupy_arrays_matches_the_general_path(cp, monkeypatch):
+    """The second tg.autodiff on the same kinds of arrays runs by its autodiff plan
+    (tapegrad/api/autodiff_plans.py), the general path turned into an error."""
+    import tapegrad.api
+    from tapegrad.api.autodiff_plans import plans_of
+    cfg = sin_kernel(tg.CUDA(0), 256)
+    A = cp.random.rand(100_003)
+    for k in range(2):
+        if k == 1:
+            monkeypatch.setattr(tapegrad.api, "autodiff_kernel", None)
+        B, dA, dB = cp.zeros_like(A), cp.zeros_like(A), cp.ones_like(A)
+        tg.autodiff(tg.Reverse, cfg, tg.Const, tg.Duplicated(B, dB), tg.Duplicated(A, dA),
+                    ndrange=A.size)
+        cp.testing.assert_allclose(B, cp.sin(A), rtol=1e-12)
+        cp.testing.assert_allclose(dA, cp.cos(A), rtol=1e-12)
+    assert len(plans_of(cfg, True)) == 1
+
+
 def test_tiled_matmul_and_adjoint_on_the_gpu(cp):
     A, B = cp.random.rand(64, 48), cp.random.rand(48, 32)
     C = cp.zeros((64, 32))
