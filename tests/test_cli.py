@@ -43,7 +43,8 @@ def test_bench_quick_prints_the_table_and_writes_json(tmp_path):
     assert isinstance(overhead.pop("captured_overhead"), float)
     assert set(overhead) == {"kernel_call", "launch", "launch_check", "recorded_launch",
                              "allocation", "replayed_adjoint",
-                             "replayed_one_by_one", "autodiff", "captured_replay",
+                             "replayed_one_by_one", "autodiff", "autodiff_forward",
+                             "captured_replay",
                              "captured_gradient", "nonlinear_gradient",
                              "captured_nonlinear_gradient", "compiled_kernels"}
     assert all(v > 0 for v in overhead.values())

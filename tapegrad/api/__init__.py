@@ -84,8 +84,7 @@ def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = N
     if not mode.reverse:
         refuse_nested()
     if isinstance(f, ConfiguredKernel):
-        derivs = autodiff_by_plan(mode, f, ret_activity, args, ndrange, accumulate) \
-            if mode.reverse else None
+        derivs = autodiff_by_plan(mode, f, ret_activity, args, ndrange, accumulate)
         if derivs is None:
             # (a configured kernel's shadows meet in one_object_per_memory, by parameter name)
             check_shadows_apart(f, args, between_shadows=False)

@@ -22,7 +22,7 @@ once.
 >>> for _ in range(2):
 ...     _ = tg.autodiff(tg.Reverse, cfg, tg.Const, tg.Duplicated(B, dB.copy()),
 ...                     tg.Duplicated(A, dA), ndrange=3)
->>> dA.tolist(), len(plans_of(cfg, True))
+>>> dA.tolist(), len(plans_of(cfg))
 ([0.0, 4.0, 8.0], 1)
 """
 
@@ -38,7 +38,8 @@ from tapegrad.frontend import kernel_ir
 from tapegrad.runtime.adjoint import adjoint_again, adjoint_of, run_adjoint
 from tapegrad.runtime.arguments import groupsize_of
 from tapegrad.runtime.plans import argument_guard, define, ndrange_lines
-from tapegrad.tape.activity import Annotation, Const
+from tapegrad.runtime.tangent import launch_tangent
+from tapegrad.tape.activity import Active, Annotation, BatchDuplicated, Const, Duplicated
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.identity import disjoint
 
@@ -93,28 +94,31 @@ def derivatives(active: tuple, params: list[str], scalars: dict[str, float]) -> 
 
 @dataclasses.dataclass
 class AutodiffPlan:
-    """``fn(args, ndrange)``: ``(values, shadows, nd)`` where the guards pass, else None."""
+    """``fn(args, ndrange)``: ``(values, dvals, nd)`` where the guards pass, else None (the
+    ``dvals``: the shadows, or in forward mode the tangents, of the Duplicated arguments)."""
 
     fn: Callable[[tuple, Any], tuple | None]
     source: str
-    how: ReverseRun
-    shadow_params: tuple[str, ...]
-    active: tuple[bool, ...]
-    arrays: tuple[int, ...]       # the positions of the arguments that are arrays
+    dval_params: tuple[str, ...]  # the Duplicated parameters, in order
+    arrays: tuple[int, ...]       # positions of the values that are arrays
+    dval_arrays: tuple[int, ...]  # positions in dvals of those that are arrays
+    active: tuple[bool, ...]      # per argument: Active
     check: Any                    # the launch's index check (runtime/bounds.py), or None
+    how: ReverseRun | None        # reverse mode: how it runs
+    tangent: tuple | None         # forward mode: the compiled tangent (run_tangent's)
 
 
-def plans_of(cfg: Any, accumulate: bool) -> list[AutodiffPlan]:
-    """The autodiff plans of ``cfg`` (kept in its kernel's cache, which forgets them with the
-    kernels compiled for it)."""
-    return cfg.kernel.cache.setdefault(("autodiff plans", cfg, accumulate), [])
+def plans_of(cfg: Any, reverse: bool = True, accumulate: bool = True) -> list[AutodiffPlan]:
+    """The autodiff plans of ``cfg`` for one mode (kept in its kernel's cache, which forgets
+    them with the kernels compiled for it)."""
+    return cfg.kernel.cache.setdefault(("autodiff plans", cfg, reverse, accumulate), [])
 
 
 def autodiff_by_plan(mode: Any, cfg: Any, ret: Any, args: tuple, ndrange: Any,
                      accumulate: bool) -> tuple | None:
-    """``tg.autodiff(mode, cfg, ret, *args, ...)`` in reverse mode by a plan, or None where no
-    plan's guards pass (then the general path runs)."""
-    plans = cfg.kernel.cache.get(("autodiff plans", cfg, accumulate))
+    """``tg.autodiff(mode, cfg, ret, *args, ...)`` by a plan, or None where no plan's guards
+    pass (then the general path runs)."""
+    plans = cfg.kernel.cache.get(("autodiff plans", cfg, mode.reverse, accumulate))
     if not plans or not (ret is Const or type(ret) is Const):
         return None
     for plan in plans:
@@ -123,11 +127,15 @@ def autodiff_by_plan(mode: Any, cfg: Any, ret: Any, args: tuple, ndrange: Any,
             break
     else:
         return None
-    values, shadows, nd = got
-    if not disjoint([values[k] for k in plan.arrays] + shadows):
+    values, dvals, nd = got
+    if not disjoint([values[k] for k in plan.arrays] + [dvals[k] for k in plan.dval_arrays]):
         return None
     if plan.check is not None and plan.check.failing(values, nd):
         return None
+    if not mode.reverse:
+        launch_tangent(cfg, plan.tangent, values,
+                       {p: (d,) for p, d in zip(plan.dval_params, dvals)}, nd)
+        return (None,) if mode.with_primal else ()
     how = plan.how
     if how.found is not None:           # (the adjoint is compiled again for a deeper stack)
         found = adjoint_again(cfg.kernel, cfg.backend, how.found)
@@ -136,19 +144,21 @@ def autodiff_by_plan(mode: Any, cfg: Any, ret: Any, args: tuple, ndrange: Any,
             if found is not None:
                 plan.how = how
     params = kernel_ir(cfg.kernel).params
-    scalars = run_reverse(cfg, how, values, values, dict(zip(plan.shadow_params, shadows)), nd,
+    scalars = run_reverse(cfg, how, values, values, dict(zip(plan.dval_params, dvals)), nd,
                           accumulate)
     derivs = derivatives(tuple(v if a else None for v, a in zip(values, plan.active)), params,
                          scalars)
     return (derivs,) if not mode.with_primal else (derivs, None)
 
 
-def remember(cfg: Any, accumulate: bool, args: tuple, how: ReverseRun, check: Any,
-             nd: tuple[int, ...]) -> None:
-    """Write the plan of a call the general path has just run over ``nd`` (``check``: its
-    launch's index check).  Nothing where an argument cannot be guarded by type (a PyTorch
-    tensor), an object is passed twice, or ``MAX_PLANS`` are written."""
-    plans = plans_of(cfg, accumulate)
+def remember(cfg: Any, args: tuple, check: Any, nd: tuple[int, ...], *,
+             how: ReverseRun | None = None, accumulate: bool = True,
+             tangent: tuple | None = None) -> None:
+    """Write the plan of a call the general path has just run over ``nd``: in reverse mode
+    (``how``, ``accumulate``) or forward mode (``tangent``); ``check``: the launch's index
+    check.  Nothing where an argument cannot be guarded by type (a PyTorch tensor, several
+    tangents), an object is passed twice, or ``MAX_PLANS`` are written."""
+    plans = plans_of(cfg, how is not None, accumulate)
     if len(plans) >= MAX_PLANS:
         return
     n = len(args)
@@ -156,9 +166,11 @@ def remember(cfg: Any, accumulate: bool, args: tuple, how: ReverseRun, check: An
     lines = [f"    if len(args) != {n}:",
              "        return None",
              f"    {', '.join(f'r{k}' for k in range(n))}, = args"]
-    arrays, shadows, shadow_params, active, held = [], [], [], [], []
+    arrays, dvals, dval_params, dval_arrays, active, held = [], [], [], [], [], []
     params = kernel_ir(cfg.kernel).params
     for k, raw in enumerate(args):
+        if isinstance(raw, BatchDuplicated):
+            return
         value = raw.val if isinstance(raw, Annotation) else raw
         if isinstance(raw, Annotation):
             scope[f"A{k}"] = type(raw)
@@ -171,37 +183,40 @@ def remember(cfg: Any, accumulate: bool, args: tuple, how: ReverseRun, check: An
         if is_array(value):
             arrays.append(k)
             held.append(value)
-        shadow = getattr(raw, "dval", None) if is_array(value) else None
-        if shadow is not None:
-            j = n + len(shadows)
+        if isinstance(raw, Duplicated):
+            j, dval = n + len(dvals), raw.dval
             lines.append(f"    a{j} = r{k}.dval")
-            tests += [argument_guard(j, shadow, scope), f"a{j}.shape == a{k}.shape"]
-            if not (type(shadow) is np.ndarray or type(shadow).__module__.startswith("cupy")):
-                tests.append(f"OWNS(a{j})")       # (NumPy's: the CPU's; CuPy's: device guarded)
-            shadows.append(f"a{j}")
-            held.append(shadow)
-            shadow_params.append(params[k])
+            tests.append(argument_guard(j, dval, scope))
+            if is_array(dval):
+                tests.append(f"a{j}.shape == a{k}.shape")
+                if not (type(dval) is np.ndarray or type(dval).__module__.startswith("cupy")):
+                    tests.append(f"OWNS(a{j})")   # (NumPy's: the CPU's; CuPy's: device guarded)
+                dval_arrays.append(len(dvals))
+                held.append(dval)
+            dvals.append(f"a{j}")
+            dval_params.append(params[k])
         if None in tests:
             return
         lines += [f"    if not ({' and '.join(tests)}):",
                   "        return None"]
-        active.append(how.activity[k] == "active")
-    objects = [f"a{k}" for k in arrays] + shadows
+        active.append(isinstance(raw, Active))
     if len({id(x) for x in held}) < len(held):
         return
+    objects = [f"a{k}" for k in arrays] + [dvals[m] for m in dval_arrays]
     distinct = [f"{x} is not {y}" for m, x in enumerate(objects) for y in objects[m + 1:]]
     if distinct:
         lines += [f"    if not ({' and '.join(distinct)}):",
                   "        return None"]
     lines += [line.replace("@FAIL@", "None") for line in ndrange_lines(len(nd))]
-    # (an adjoint is compiled for whole workgroups or for an ndrange that cuts one)
-    wgs = groupsize_of(cfg, len(nd))
-    whole = " and ".join(f"nd[{d}] % {w} == 0" for d, w in enumerate(wgs))
-    lines += [f"    if {'not ' if all(n % w == 0 for n, w in zip(nd, wgs)) else ''}({whole}):",
-              "        return None"]
+    if how is not None:     # (an adjoint is compiled for whole workgroups or a cut one)
+        wgs = groupsize_of(cfg, len(nd))
+        whole = " and ".join(f"nd[{d}] % {w} == 0" for d, w in enumerate(wgs))
+        lines += [f"    if {'not ' if all(n % w == 0 for n, w in zip(nd, wgs)) else ''}"
+                  f"({whole}):",
+                  "        return None"]
     lines.append(f"    return ({''.join(f'a{k}, ' for k in range(n))}), "
-                 f"[{', '.join(shadows)}], nd")
+                 f"[{', '.join(dvals)}], nd")
     source = "def plan(args, ndrange):\n" + "\n".join(lines) + "\n"
     define(source, f"<tapegrad autodiff plan {len(plans)} of {cfg.kernel.name}>", scope)
-    plans.append(AutodiffPlan(scope["plan"], source, how, tuple(shadow_params), tuple(active),
-                              tuple(arrays), check))
+    plans.append(AutodiffPlan(scope["plan"], source, tuple(dval_params), tuple(arrays),
+                              tuple(dval_arrays), tuple(active), check, how, tangent))

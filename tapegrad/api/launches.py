@@ -79,8 +79,9 @@ def _overlapping(a: Any, b: Any) -> bool:
 
 
 def _forward_kernel(mode: Mode, cfg: ConfiguredKernel, annotated: list[Annotation],
-                    ndrange: Any) -> tuple:
-    """Forward mode on a kernel: one launch computes its outputs and their tangents."""
+                    ndrange: Any, args: tuple) -> tuple:
+    """Forward mode on a kernel: one launch computes its outputs and their tangents (``args``:
+    as given, for its plan)."""
     kernel, backend = cfg.kernel, cfg.backend
     params = kernel_ir(kernel).params
     if len(annotated) != len(params):
@@ -96,8 +97,11 @@ def _forward_kernel(mode: Mode, cfg: ConfiguredKernel, annotated: list[Annotatio
     values = tuple(plain(a.val) for a in annotated)
     nd = ndrange_of(kernel, ndrange)
     check_args(kernel, backend, values)
-    check_indices(cfg, values, nd)
-    run_tangent(cfg, values, tangents, tuple(activity), nd)
+    check = check_indices(cfg, values, nd)
+    entry = run_tangent(cfg, values, tangents, tuple(activity), nd)
+    if all(type(a.val).__module__ in ("builtins", "numpy") for a in annotated
+           if not is_array(a.val)):
+        remember(cfg, args, check, nd, tangent=entry)
     return (None,) if mode.with_primal else ()
 
 
@@ -163,7 +167,7 @@ def autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, nd
         if merged is not None:
             return merged
     if not mode.reverse:
-        return _forward_kernel(mode, cfg, annotated, ndrange)
+        return _forward_kernel(mode, cfg, annotated, ndrange, args)
     params = kernel_ir(kernel).params
     if len(annotated) != len(params):
         raise LaunchError(f"{kernel.name} takes {len(params)} argument(s) ({', '.join(params)}), "
@@ -195,7 +199,7 @@ def autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, nd
     derivs = derivatives(tuple(a.val if isinstance(a, Active) else None for a in annotated),
                          params, scalars)
     if all(type(v).__module__ in ("builtins", "numpy") for v in given if not is_array(v)):
-        remember(cfg, accumulate, args, how, check, nd)
+        remember(cfg, args, check, nd, how=how, accumulate=accumulate)
     return (derivs,) if not mode.with_primal else (derivs, None)
 
 

@@ -49,6 +49,10 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
         return tg.autodiff(tg.Reverse, cfg, tg.Const, tg.DuplicatedNoNeed(z, w), 0.5,
                            tg.Duplicated(x, dx), y, ndrange=n, accumulate=False)
 
+    def autodiff_forward() -> Any:
+        return tg.autodiff(tg.Forward, cfg, tg.Const, tg.Duplicated(z, w), 0.5,
+                           tg.Duplicated(x, dx), y, ndrange=n)
+
     def replay_one_by_one() -> Any:
         chains.enabled = False
         try:
@@ -68,6 +72,7 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
     tape, loss = record()
     tape.gradient(loss, x)
     autodiff()
+    autodiff_forward()
     for _ in range(3):      # records, then compiles its replay (and its reverse)
         captured(x)
         tg.gradient(captured, x)
@@ -86,6 +91,8 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
         "replayed_adjoint": _median_ms(lambda: tape.gradient(loss, x), repeats) * 1e3 / steps,
         "replayed_one_by_one": _median_ms(replay_one_by_one, repeats) * 1e3 / steps,
         "autodiff": _median_ms(lambda: [autodiff() for _ in range(steps)], repeats) * 1e3 / steps,
+        "autodiff_forward": _median_ms(lambda: [autodiff_forward() for _ in range(steps)],
+                                       repeats) * 1e3 / steps,
         "captured_replay": _median_ms(lambda: captured(x), repeats) * 1e3 / steps,
         "captured_gradient": _median_ms(lambda: tg.gradient(captured, x), repeats) * 1e3 / steps,
         "nonlinear_gradient": _median_ms(lambda: tg.gradient(sines, x), repeats) * 1e3 / steps,
@@ -100,7 +107,7 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
           f"takes {us['allocation']:.1f} us), adjoint replayed {us['replayed_adjoint']:.1f} us "
           f"({us['replayed_one_by_one']:.1f} us record by record, where the launches are not "
           "one chain: tapegrad/tape/chains.py), "
-          f"tg.autodiff {us['autodiff']:.1f} us")
+          f"tg.autodiff {us['autodiff']:.1f} us (forward mode {us['autodiff_forward']:.1f} us)")
     split = (f", of which the compiled kernels themselves {us['compiled_kernels']:.2f} us: "
              f"{us['captured_overhead']:.2f} us of replay overhead per launch"
              if "compiled_kernels" in us else "")

@@ -54,8 +54,9 @@ def tangent_variant(cfg: Any, values: tuple, activity: tuple[str, ...], rank: in
 
 
 def run_tangent(cfg: Any, values: tuple, tangents: dict[str, tuple], activity: tuple[str, ...],
-                nd: tuple[int, ...]) -> None:
-    """One launch computing the kernel's outputs and their tangents in ``width`` directions.
+                nd: tuple[int, ...]) -> tuple[Any, Any]:
+    """One launch computing the kernel's outputs and their tangents in ``width`` directions;
+    returns the compiled tangent it ran (``launch_tangent`` runs it again).
 
     ``tangents[p]`` holds one tangent per direction for every ``dup``/``active`` parameter:
     arrays (read for inputs, written for outputs) or floats (for scalars).
@@ -71,11 +72,21 @@ def run_tangent(cfg: Any, values: tuple, tangents: dict[str, tuple], activity: t
         argtypes = check_args(kernel, backend, values)
         entry = compile_tangent(kernel, backend, argtypes, activity, len(nd), wgs, width)
         kernel.cache[key] = entry
+    launch_tangent(cfg, entry, values, tangents, nd)
+    return entry
+
+
+def launch_tangent(cfg: Any, entry: tuple[Any, Any], values: tuple, tangents: dict[str, tuple],
+                   nd: tuple[int, ...]) -> None:
+    """Launch a compiled tangent (``run_tangent``'s) on ``values`` and ``tangents``."""
+    kernel, backend = cfg.kernel, cfg.backend
     tangent, launcher = entry
     show(kernel, "forward", backend, launcher, lambda: tangent.ir)
     args = list(values) + [tangents[p][j] for p, j in tangent.tangent_params]
     if 0 not in nd:
         if NANS.on:
+            params = kernel_ir(kernel).params
+            width = max((len(t) for t in tangents.values()), default=1)
             names = list(params) + [f"the tangent of {p}" + (f" (direction {j})" if width > 1
                                                                else "")
                                     for p, j in tangent.tangent_params]

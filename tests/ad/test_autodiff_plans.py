@@ -58,7 +58,7 @@ def test_a_second_call_runs_by_its_plan_with_the_general_paths_results(backend,
             general_path_off()
         X = X0.copy()
         results.append(run_decay(cfg, X, Y, W, n) + (X,))
-    assert len(plans_of(cfg, True)) == 1
+    assert len(plans_of(cfg)) == 1
     for dX, dY, da, X in results:                                  # closed forms
         np.testing.assert_allclose(X, 0.7 * np.sin(X0) * Y, rtol=1e-14)
         np.testing.assert_allclose(dX, W * 0.7 * np.cos(X0) * Y, rtol=1e-13)
@@ -81,7 +81,30 @@ def test_accumulate_false_by_its_plan_leaves_the_seed_and_overwrites_the_result(
                     tg.Duplicated(A, dA), ndrange=n, accumulate=False)
         np.testing.assert_array_equal(seed, w)
         np.testing.assert_allclose(dA, 2 * A * w, rtol=1e-15)
-    assert len(plans_of(cfg, False)) == 1
+    assert len(plans_of(cfg, accumulate=False)) == 1
+
+
+def test_forward_mode_by_its_plan_matches_the_closed_form(backend, general_path_off):
+    """Tangents of arrays and of a scalar; BatchDuplicated calls take the general path."""
+    n = 21
+    X0, Y = rng.uniform(-2, 2, n), rng.uniform(0.5, 1.5, n)
+    dX, dY = rng.uniform(-1, 1, n), rng.uniform(-1, 1, n)
+    tB = (np.zeros(n), np.zeros(n))
+    tg.autodiff(tg.Forward, square(backend, 8), tg.Const, tg.BatchDuplicated(np.zeros(n), tB),
+                tg.BatchDuplicated(X0, (dX, 2 * dX)), ndrange=n)
+    np.testing.assert_allclose(tB[1], 4 * X0 * dX, rtol=1e-14)
+    assert not plans_of(square(backend, 8), reverse=False)
+    cfg = decay(backend, 8)
+    for k in range(3):
+        if k == 2:
+            general_path_off()
+        X, tX = X0.copy(), dX.copy()
+        tg.autodiff(tg.Forward, cfg, tg.Const, tg.Duplicated(X, tX), tg.Duplicated(Y, dY),
+                    tg.Duplicated(0.7, 0.3), ndrange=n)
+        np.testing.assert_allclose(X, 0.7 * np.sin(X0) * Y, rtol=1e-14)
+        np.testing.assert_allclose(tX, 0.7 * np.cos(X0) * Y * dX + 0.7 * np.sin(X0) * dY
+                                   + 0.3 * np.sin(X0) * Y, rtol=1e-12, atol=1e-15)
+    assert len(plans_of(cfg, reverse=False)) == 1
 
 
 def test_calls_outside_a_plans_guards_are_refused_as_before_with_arrays_untouched():
@@ -90,7 +113,7 @@ def test_calls_outside_a_plans_guards_are_refused_as_before_with_arrays_untouche
     A, B, dB = rng.uniform(-1, 1, n), np.zeros(n), np.ones(n)
     tg.autodiff(tg.Reverse, cfg, tg.Const, tg.Duplicated(B, dB.copy()),
                 tg.Duplicated(A, np.zeros(n)), ndrange=n)
-    assert len(plans_of(cfg, True)) == 1
+    assert len(plans_of(cfg)) == 1
     before = A.copy()
     buffer = np.zeros(2 * n)
     calls = {
@@ -118,7 +141,7 @@ def test_an_ndrange_that_cuts_a_workgroup_gets_its_own_adjoint():
         dX, dY, da = run_decay(cfg, X, Y, W, n)
         np.testing.assert_allclose(dX, W * 0.7 * np.cos(X0) * Y, rtol=1e-13)
         assert math.isclose(da, float(np.sum(W * np.sin(X0) * Y)), rel_tol=1e-12)
-    assert len(plans_of(cfg, True)) == 2
+    assert len(plans_of(cfg)) == 2
 
 
 def test_pyopencl_arrays_run_by_a_plan(general_path_off):

@@ -87,7 +87,7 @@ def test_autodiff_by_its_plan_on_cupy_arrays_matches_the_general_path(cp, monkey
                     ndrange=A.size)
         cp.testing.assert_allclose(B, cp.sin(A), rtol=1e-12)
         cp.testing.assert_allclose(dA, cp.cos(A), rtol=1e-12)
-    assert len(plans_of(cfg, True)) == 1
+    assert len(plans_of(cfg)) == 1
 
 
 def test_tiled_matmul_and_adjoint_on_the_gpu(cp):
