@@ -1,16 +1,17 @@
-"""Autodiff plans: ``tg.autodiff`` in reverse mode of one configured kernel on one argument
+"""Autodiff plans: ``tg.autodiff`` of one configured kernel in one mode on one argument
 signature, written out as a small Python function once the general path
 (``launches.autodiff_kernel``) has checked such a call and found how it runs.
 
 A plan's guards, per argument: its annotation's class (a bare value is a ``Const``), its
-value's and its shadow's type, dtype, rank and what else their kind keys on (as a launch
-plan's, ``runtime/plans.py``), the shadow's shape equal to its array's and the shadow on the
-kernel's backend; no object passed twice; an ndrange of the same rank.  Then, per call: the
-arrays and shadows in memory apart, the launch's index check.  A call that fails any of
-them takes the general path, which says what is wrong; one that passes runs what the general
-path found (``ReverseRun``): the primal launch where its results are wanted, then the adjoint.
-So a loop that calls ``tg.autodiff`` on the same kinds of arrays pays the checks' full cost
-once.
+value's and its shadow's (forward mode: tangent's) type, dtype, rank and what else their kind
+keys on (as a launch plan's, ``runtime/plans.py``), an array's shadow of its shape and on the
+kernel's backend; no object passed twice; an ndrange of the same rank (in reverse mode,
+cutting a workgroup exactly when the plan's did: the adjoint differs).  Then, per call: the
+arrays and shadows in memory apart, the launch's index check.  A call that fails any of them
+takes the general path, which says what is wrong; one that passes runs what the general path
+found: in reverse mode (``ReverseRun``) the primal launch where its results are wanted, then
+the adjoint; in forward mode the tangent's launch.  So a loop that calls ``tg.autodiff`` on
+the same kinds of arrays pays the checks' full cost once (docs/autodiff.md).
 
 >>> import numpy as np, tapegrad as tg
 >>> @tg.kernel
@@ -43,7 +44,7 @@ from tapegrad.tape.activity import Active, Annotation, BatchDuplicated, Const, D
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.identity import disjoint
 
-MAX_PLANS = 4          # signatures per configured kernel and accumulate= written out
+MAX_PLANS = 4          # signatures per configured kernel and mode written out
 
 
 @dataclasses.dataclass(frozen=True)
