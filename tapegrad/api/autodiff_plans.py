@@ -133,9 +133,10 @@ def autodiff_by_plan(mode: Any, cfg: Any, ret: Any, args: tuple, ndrange: Any,
         return None
     if plan.check is not None and plan.check.failing(values, nd):
         return None
-    if not mode.reverse:
+    if not mode.reverse:     # (a scalar's tangent as a float, as the general path passes it)
         launch_tangent(cfg, plan.tangent, values,
-                       {p: (d,) for p, d in zip(plan.dval_params, dvals)}, nd)
+                       {p: (d if m in plan.dval_arrays else float(d),)
+                        for m, (p, d) in enumerate(zip(plan.dval_params, dvals))}, nd)
         return (None,) if mode.with_primal else ()
     how = plan.how
     if how.found is not None:           # (the adjoint is compiled again for a deeper stack)

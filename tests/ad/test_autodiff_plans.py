@@ -10,6 +10,8 @@ import math
 import numpy as np
 import pyopencl.array as cla
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import tapegrad as tg
 import tapegrad.api
@@ -29,6 +31,19 @@ def decay(X, Y, a):
 def square(B, A):
     i = tg.index()
     B[i] = A[i] * A[i]
+
+
+def _plan_keys(kernel):
+    return [key for key in kernel.cache if isinstance(key, tuple)
+            and key[:1] == ("autodiff plans",)]
+
+
+@pytest.fixture(autouse=True)
+def no_plans_yet():
+    """Each test starts without the plans an earlier one left (its counts are its own)."""
+    for kernel in (decay, square):
+        for key in _plan_keys(kernel):
+            del kernel.cache[key]
 
 
 @pytest.fixture
@@ -182,3 +197,70 @@ def test_cuda_launches_by_a_plan_hand_the_driver_what_the_general_path_did(
             handed.append([(f, grid, block, b"".join(got))
                            for f, grid, block, _, _, got in driver.kept])
         assert len(handed[0]) == 2 and handed[0] == handed[1]
+
+
+calls = st.fixed_dictionaries({
+    "kernel": st.sampled_from(["decay", "square"]),
+    "mode": st.sampled_from(["reverse", "functional", "forward"]),
+    "n": st.sampled_from([16, 13]),                  # whole workgroups of 8, or a cut one
+    "dtype": st.sampled_from(["float64", "float32"]),
+    "shadows": st.sampled_from(["own", "views", "overlapping"]),
+    "scalar": st.sampled_from(["float", "numpy"]),
+})
+
+
+def _inputs(c, seed):
+    """The arrays of one call (shadows and tangents: separate arrays, views into one buffer,
+    or a view overlapping an argument's array), made afresh from ``seed``."""
+    r = np.random.default_rng(seed)
+    n, dtype = c["n"], np.dtype(c["dtype"])
+    X, Y = r.uniform(-2, 2, n).astype(dtype), r.uniform(0.5, 1.5, n).astype(dtype)
+    buffer = r.uniform(-1, 1, 3 * n).astype(dtype)
+    if c["shadows"] == "own":
+        dX, dY = buffer[:n].copy(), buffer[n:2 * n].copy()
+    elif c["shadows"] == "views":
+        dX, dY = buffer[:n], buffer[n:2 * n]
+    else:
+        both = np.concatenate([Y, buffer[:n]])
+        Y, dX, dY = both[:n], buffer[n:2 * n], both[n // 2:n // 2 + n]
+    scalar = 0.7 if c["scalar"] == "float" else dtype.type(0.7)
+    return X, Y, dX, dY, scalar
+
+
+def _call(cfg, c, X, Y, dX, dY, scalar):
+    n = c["n"]
+    if c["kernel"] == "square":
+        X, dX = Y, dY.copy() if c["shadows"] == "own" else dX
+    if c["mode"] == "forward":
+        rest = (tg.Duplicated(scalar, type(scalar)(0.3)),) if c["kernel"] == "decay" else ()
+        return tg.autodiff(tg.Forward, cfg, tg.Const, tg.Duplicated(X, dX), tg.Duplicated(Y, dY),
+                           *rest, ndrange=n)
+    rest = (tg.Active(scalar),) if c["kernel"] == "decay" else ()
+    first = tg.DuplicatedNoNeed(X, dX) if c["mode"] == "functional" else tg.Duplicated(X, dX)
+    return tg.autodiff(tg.Reverse, cfg, tg.Const, first, tg.Duplicated(Y, dY), *rest,
+                       ndrange=n, accumulate=c["mode"] != "functional")
+
+
+def _outcome(cfg, c, seed):
+    arrays = _inputs(c, seed)
+    try:
+        result = _call(cfg, c, *arrays)
+    except tg.TapegradError as e:
+        result = (type(e), str(e).split(": ", 1)[-1])
+    return result, [a.tolist() for a in arrays[:4]]
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(st.lists(calls, min_size=4, max_size=8), st.integers(0, 2**32 - 1))
+def test_calls_by_plans_equal_the_general_paths_bit_for_bit(backend, sequence, seed):
+    """A run of calls on one configured kernel, each compared, results, arrays and errors,
+    with the same call made on the general path (the kernel's plans set aside for it)."""
+    kernels = {"decay": decay(backend, 8), "square": square(backend, 8)}
+    for k, c in enumerate(sequence):
+        cfg = kernels[c["kernel"]]
+        cache = cfg.kernel.cache
+        kept = {key: cache.pop(key) for key in _plan_keys(cfg.kernel)}
+        expected = _outcome(cfg, c, seed + k)
+        cache.update(kept)
+        assert _outcome(cfg, c, seed + k) == expected
