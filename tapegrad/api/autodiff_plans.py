@@ -102,6 +102,7 @@ class AutodiffPlan:
     source: str
     dval_params: tuple[str, ...]  # the Duplicated parameters, in order
     arrays: tuple[int, ...]       # positions of the values that are arrays
+    floats: tuple[int, ...]       # positions of float subclasses (np.float64): passed plain
     dval_arrays: tuple[int, ...]  # positions in dvals of those that are arrays
     active: tuple[bool, ...]      # per argument: Active
     check: Any                    # the launch's index check (runtime/bounds.py), or None
@@ -128,7 +129,11 @@ def autodiff_by_plan(mode: Any, cfg: Any, ret: Any, args: tuple, ndrange: Any,
             break
     else:
         return None
-    values, dvals, nd = got
+    given, dvals, nd = got
+    values = given
+    if plan.floats:          # (as the general path: tape.scalars.plain)
+        values = tuple(float.__float__(v) if k in plan.floats else v
+                       for k, v in enumerate(given))
     if not disjoint([values[k] for k in plan.arrays] + [dvals[k] for k in plan.dval_arrays]):
         return None
     if plan.check is not None and plan.check.failing(values, nd):
@@ -146,9 +151,9 @@ def autodiff_by_plan(mode: Any, cfg: Any, ret: Any, args: tuple, ndrange: Any,
             if found is not None:
                 plan.how = how
     params = kernel_ir(cfg.kernel).params
-    scalars = run_reverse(cfg, how, values, values, dict(zip(plan.dval_params, dvals)), nd,
+    scalars = run_reverse(cfg, how, given, values, dict(zip(plan.dval_params, dvals)), nd,
                           accumulate)
-    derivs = derivatives(tuple(v if a else None for v, a in zip(values, plan.active)), params,
+    derivs = derivatives(tuple(v if a else None for v, a in zip(given, plan.active)), params,
                          scalars)
     return (derivs,) if not mode.with_primal else (derivs, None)
 
@@ -161,14 +166,15 @@ def remember(cfg: Any, args: tuple, check: Any, nd: tuple[int, ...], *,
     check.  Nothing where an argument cannot be guarded by type (a PyTorch tensor, several
     tangents), an object is passed twice, or ``MAX_PLANS`` are written."""
     plans = plans_of(cfg, how is not None, accumulate)
-    if len(plans) >= MAX_PLANS:
-        return
+    if len(plans) >= MAX_PLANS or cfg.kernel.merged_from is not None or any(
+            plan.fn(args, nd) is not None for plan in plans):
+        return       # (a merged variant's plans would never be looked up; covered already)
     n = len(args)
     scope: dict[str, Any] = {"OWNS": cfg.backend.owns}
     lines = [f"    if len(args) != {n}:",
              "        return None",
              f"    {', '.join(f'r{k}' for k in range(n))}, = args"]
-    arrays, dvals, dval_params, dval_arrays, active, held = [], [], [], [], [], []
+    arrays, dvals, dval_params, dval_arrays, active, held, floats = [], [], [], [], [], [], []
     params = kernel_ir(cfg.kernel).params
     for k, raw in enumerate(args):
         if isinstance(raw, BatchDuplicated):
@@ -189,7 +195,7 @@ def remember(cfg: Any, args: tuple, check: Any, nd: tuple[int, ...], *,
             j, dval = n + len(dvals), raw.dval
             lines.append(f"    a{j} = r{k}.dval")
             tests.append(argument_guard(j, dval, scope))
-            if is_array(dval):
+            if is_array(value):     # (a scalar's tangent may be a 0-d array: float() of it)
                 tests.append(f"a{j}.shape == a{k}.shape")
                 if not (type(dval) is np.ndarray or type(dval).__module__.startswith("cupy")):
                     tests.append(f"OWNS(a{j})")   # (NumPy's: the CPU's; CuPy's: device guarded)
@@ -202,6 +208,8 @@ def remember(cfg: Any, args: tuple, check: Any, nd: tuple[int, ...], *,
         lines += [f"    if not ({' and '.join(tests)}):",
                   "        return None"]
         active.append(isinstance(raw, Active))
+        if isinstance(value, float) and type(value) is not float:
+            floats.append(k)
     if len({id(x) for x in held}) < len(held):
         return
     objects = [f"a{k}" for k in arrays] + [dvals[m] for m in dval_arrays]
@@ -219,6 +227,9 @@ def remember(cfg: Any, args: tuple, check: Any, nd: tuple[int, ...], *,
     lines.append(f"    return ({''.join(f'a{k}, ' for k in range(n))}), "
                  f"[{', '.join(dvals)}], nd")
     source = "def plan(args, ndrange):\n" + "\n".join(lines) + "\n"
-    define(source, f"<tapegrad autodiff plan {len(plans)} of {cfg.kernel.name}>", scope)
+    mode = "forward" if how is None else "reverse" if accumulate else \
+        "reverse, accumulate=False"
+    define(source, f"<tapegrad autodiff plan {len(plans)} of {cfg.kernel.name} ({mode})>", scope)
     plans.append(AutodiffPlan(scope["plan"], source, tuple(dval_params), tuple(arrays),
-                              tuple(dval_arrays), tuple(active), check, how, tangent))
+                              tuple(floats), tuple(dval_arrays), tuple(active), check, how,
+                              tangent))

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pyopencl.array as cla
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import tapegrad as tg
@@ -146,6 +146,16 @@ def test_calls_outside_a_plans_guards_are_refused_as_before_with_arrays_untouche
     assert not buffer.any()
 
 
+def test_calls_a_plan_already_covers_write_no_second_one():
+    """An ndrange given as a NumPy integer fails the plan's guards; the general path runs the
+    call and finds the existing plan covers its arguments."""
+    cfg = square(tg.CPU(), 8)
+    for _ in range(6):
+        tg.autodiff(tg.Reverse, cfg, tg.Const, tg.Duplicated(np.zeros(16), np.ones(16)),
+                    tg.Duplicated(np.ones(16), np.zeros(16)), ndrange=np.int64(16))
+    assert len(plans_of(cfg)) == 1
+
+
 def test_an_ndrange_that_cuts_a_workgroup_gets_its_own_adjoint():
     """The adjoint is compiled for whole workgroups or for cut ones: a plan written for one
     does not run the other."""
@@ -205,7 +215,9 @@ calls = st.fixed_dictionaries({
     "n": st.sampled_from([16, 13]),                  # whole workgroups of 8, or a cut one
     "dtype": st.sampled_from(["float64", "float32"]),
     "shadows": st.sampled_from(["own", "views", "overlapping"]),
-    "scalar": st.sampled_from(["float", "numpy"]),
+    # a Python float, a NumPy float of the arrays' dtype, np.float64 whatever the arrays' (a
+    # float subclass: passed plain to the adjoint), a 0-d array as a scalar's tangent
+    "scalar": st.sampled_from(["float", "numpy", "float64", "0-d tangent"]),
 })
 
 
@@ -223,7 +235,7 @@ def _inputs(c, seed):
     else:
         both = np.concatenate([Y, buffer[:n]])
         Y, dX, dY = both[:n], buffer[n:2 * n], both[n // 2:n // 2 + n]
-    scalar = 0.7 if c["scalar"] == "float" else dtype.type(0.7)
+    scalar = {"numpy": dtype.type(0.7), "float64": np.float64(0.7)}.get(c["scalar"], 0.7)
     return X, Y, dX, dY, scalar
 
 
@@ -232,7 +244,8 @@ def _call(cfg, c, X, Y, dX, dY, scalar):
     if c["kernel"] == "square":
         X, dX = Y, dY.copy() if c["shadows"] == "own" else dX
     if c["mode"] == "forward":
-        rest = (tg.Duplicated(scalar, type(scalar)(0.3)),) if c["kernel"] == "decay" else ()
+        tangent = np.array(0.3) if c["scalar"] == "0-d tangent" else type(scalar)(0.3)
+        rest = (tg.Duplicated(scalar, tangent),) if c["kernel"] == "decay" else ()
         return tg.autodiff(tg.Forward, cfg, tg.Const, tg.Duplicated(X, dX), tg.Duplicated(Y, dY),
                            *rest, ndrange=n)
     rest = (tg.Active(scalar),) if c["kernel"] == "decay" else ()
@@ -244,7 +257,7 @@ def _call(cfg, c, X, Y, dX, dY, scalar):
 def _outcome(cfg, c, seed):
     arrays = _inputs(c, seed)
     try:
-        result = _call(cfg, c, *arrays)
+        result = repr(_call(cfg, c, *arrays))        # (the derivatives' types too)
     except tg.TapegradError as e:
         result = (type(e), str(e).split(": ", 1)[-1])
     return result, [a.tolist() for a in arrays[:4]]
@@ -253,6 +266,8 @@ def _outcome(cfg, c, seed):
 @settings(max_examples=12, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(calls, min_size=4, max_size=8), st.integers(0, 2**32 - 1))
+@example([{"kernel": "decay", "mode": m, "n": 16, "dtype": "float32", "shadows": "own",
+           "scalar": s} for m, s in (("reverse", "float64"), ("forward", "0-d tangent"))], 5)
 def test_calls_by_plans_equal_the_general_paths_bit_for_bit(backend, sequence, seed):
     """A run of calls on one configured kernel, each compared, results, arrays and errors,
     with the same call made on the general path (the kernel's plans set aside for it)."""
