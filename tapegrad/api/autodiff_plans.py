@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -47,9 +47,9 @@ from tapegrad.tape.identity import disjoint
 MAX_PLANS = 4          # signatures per configured kernel and mode written out
 
 
-@dataclasses.dataclass(frozen=True)
-class ReverseRun:
-    """How a reverse-mode ``tg.autodiff`` of a launch runs, as its checks found it."""
+class ReverseRun(NamedTuple):
+    """How a reverse-mode ``tg.autodiff`` of a launch runs, as its checks found it (a named
+    tuple: the general path makes one per call)."""
 
     activity: tuple[str, ...]
     primal: bool                  # the primal launch runs first (its results are wanted)
@@ -147,7 +147,7 @@ def autodiff_by_plan(mode: Any, cfg: Any, ret: Any, args: tuple, ndrange: Any,
     if how.found is not None:           # (the adjoint is compiled again for a deeper stack)
         found = adjoint_again(cfg.kernel, cfg.backend, how.found)
         if found is None or found[0] is not how.found[0]:
-            how = dataclasses.replace(how, found=found)
+            how = how._replace(found=found)
             if found is not None:
                 plan.how = how
     params = kernel_ir(cfg.kernel).params
@@ -166,9 +166,14 @@ def remember(cfg: Any, args: tuple, check: Any, nd: tuple[int, ...], *,
     check.  Nothing where an argument cannot be guarded by type (a PyTorch tensor, several
     tangents), an object is passed twice, or ``MAX_PLANS`` are written."""
     plans = plans_of(cfg, how is not None, accumulate)
-    if len(plans) >= MAX_PLANS or cfg.kernel.merged_from is not None or any(
-            plan.fn(args, nd) is not None for plan in plans):
-        return       # (a merged variant's plans would never be looked up; covered already)
+    if len(plans) >= MAX_PLANS or cfg.kernel.merged_from is not None:
+        return       # (a merged variant's plans would never be looked up)
+    for raw in args:   # (a tape's or forward mode's scalar: each call is recorded)
+        value = raw.val if isinstance(raw, Annotation) else raw
+        if not is_array(value) and type(value).__module__ not in ("builtins", "numpy"):
+            return
+    if any(plan.fn(args, nd) is not None for plan in plans):
+        return       # (covered already: the call failed a per-call check)
     n = len(args)
     scope: dict[str, Any] = {"OWNS": cfg.backend.owns}
     lines = [f"    if len(args) != {n}:",

@@ -99,9 +99,7 @@ def _forward_kernel(mode: Mode, cfg: ConfiguredKernel, annotated: list[Annotatio
     check_args(kernel, backend, values)
     check = check_indices(cfg, values, nd)
     entry = run_tangent(cfg, values, tangents, tuple(activity), nd)
-    if all(type(a.val).__module__ in ("builtins", "numpy") for a in annotated
-           if not is_array(a.val)):
-        remember(cfg, args, check, nd, tangent=entry)
+    remember(cfg, args, check, nd, tangent=entry)
     return (None,) if mode.with_primal else ()
 
 
@@ -198,8 +196,7 @@ def autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, nd
     scalars = run_reverse(cfg, how, given, values, shadows, nd, accumulate)
     derivs = derivatives(tuple(a.val if isinstance(a, Active) else None for a in annotated),
                          params, scalars)
-    if all(type(v).__module__ in ("builtins", "numpy") for v in given if not is_array(v)):
-        remember(cfg, args, check, nd, how=how, accumulate=accumulate)
+    remember(cfg, args, check, nd, how=how, accumulate=accumulate)
     return (derivs,) if not mode.with_primal else (derivs, None)
 
 
