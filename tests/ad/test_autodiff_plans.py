@@ -227,6 +227,7 @@ def _inputs(c, seed):
     r = np.random.default_rng(seed)
     n, dtype = c["n"], np.dtype(c["dtype"])
     X, Y = r.uniform(-2, 2, n).astype(dtype), r.uniform(0.5, 1.5, n).astype(dtype)
+    X[:4] = [0.0, -0.0, np.inf, np.nan]             # (special values travel the same way)
     buffer = r.uniform(-1, 1, 3 * n).astype(dtype)
     if c["shadows"] == "own":
         dX, dY = buffer[:n].copy(), buffer[n:2 * n].copy()
@@ -260,7 +261,7 @@ def _outcome(cfg, c, seed):
         result = repr(_call(cfg, c, *arrays))        # (the derivatives' types too)
     except tg.TapegradError as e:
         result = (type(e), str(e).split(": ", 1)[-1])
-    return result, [a.tolist() for a in arrays[:4]]
+    return result, [repr(a.tolist()) for a in arrays[:4]]    # (repr: nan equals nan)
 
 
 @settings(max_examples=12, deadline=None,
