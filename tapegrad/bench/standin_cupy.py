@@ -53,6 +53,7 @@ class ndarray:
     flags = SimpleNamespace(c_contiguous=True, f_contiguous=False)
     _c_contiguous = True
     base = None           # (as CuPy's arrays that own their memory)
+    driver: Driver | None = None      # (the last module()'s: fill tells it, where asked)
 
     def __init__(self, host: np.ndarray):
         # (plain attributes: reading one costs about what reading CuPy's does)
@@ -75,6 +76,8 @@ class ndarray:
 
     def fill(self, value: Any) -> None:
         self._host.fill(value)
+        if self.driver is not None and self.driver.keep_fills:
+            self.driver.kept.append(("fill", self.data.ptr, self.nbytes, value))
 
     def astype(self, dtype: Any, copy: bool = True) -> ndarray:
         return ndarray(self._host.astype(dtype))
@@ -140,14 +143,15 @@ ndarray.__hash__ = object.__hash__     # (an array is hashed by identity, as CuP
 
 class Driver:
     """The driver calls tapegrad makes; ``launchKernel`` counts, and keeps the arguments'
-    bytes where ``keep`` is set (see :meth:`parameters`)."""
+    bytes where ``keep`` is set (see :meth:`parameters`); with ``keep_fills`` too, every
+    fill of an array (``ndarray.fill``, a graph's memset) is kept beside the launches."""
 
     class CUDADriverError(RuntimeError):
         pass
 
     def __init__(self) -> None:
         self.launches = 0
-        self.keep = False
+        self.keep = self.keep_fills = False
         self.kept: list[tuple] = []
         self.sizes: dict[int, tuple[int, ...]] = {}     # function pointer -> argument sizes
 
@@ -171,6 +175,102 @@ class Driver:
     @staticmethod
     def funcSetAttribute(f: int, attribute: int, value: int) -> None:
         pass
+
+
+class GraphDriver:
+    """The calls of ``cuda.bindings.driver`` that CUDA graphs make (``backends/cuda/graphs.py``):
+    a graph keeps its kernel nodes' parameters as the driver does (the values copied when a
+    node is added or updated), and a graph launch counts each node, in order, in ``driver``'s
+    launches (and keeps it there, as ``launchKernel`` does).  ``refuse``: names of calls that return an error instead; ``calls``
+    counts the calls by name."""
+
+    class CUDA_KERNEL_NODE_PARAMS(SimpleNamespace):
+        func = gridDimX = gridDimY = gridDimZ = blockDimX = blockDimY = blockDimZ = 0
+        sharedMemBytes = kernelParams = 0
+
+    class CUDA_MEMSET_NODE_PARAMS(SimpleNamespace):
+        dst = pitch = value = elementSize = width = height = 0
+
+    CUfunction = CUstream = int
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+        self.refuse: set[str] = set()
+        self.calls: dict[str, int] = {}
+        self.nodes: dict[tuple[int, int], tuple] = {}    # (graph, node) -> what it holds
+
+    def _result(self, call: str, *value: Any) -> tuple:
+        self.calls[call] = self.calls.get(call, 0) + 1
+        return (1,) if call in self.refuse else (0, *value)   # (1: CUDA_ERROR_INVALID_VALUE)
+
+    def _kept(self, p: Any) -> tuple:
+        if isinstance(p, self.CUDA_MEMSET_NODE_PARAMS):
+            assert p.height == 1 and p.elementSize in (1, 2, 4) and p.value == 0
+            return ("fill", p.dst, p.width * p.elementSize, p.value)
+        return (p.func, (p.gridDimX, p.gridDimY, p.gridDimZ),
+                (p.blockDimX, p.blockDimY, p.blockDimZ), p.sharedMemBytes,
+                self.driver.parameters(p.func, p.kernelParams))
+
+    def cuInit(self, flags: int) -> tuple:
+        return self._result("cuInit")
+
+    def cuCtxGetCurrent(self) -> tuple:
+        return self._result("cuCtxGetCurrent", 1)
+
+    def cuGraphCreate(self, flags: int) -> tuple:
+        return self._result("cuGraphCreate", [])
+
+    def cuGraphAddKernelNode(self, graph: list, before: list, count: int, p: Any) -> tuple:
+        assert before == graph[-1:] and count == len(before)      # (a chain)
+        graph.append(len(graph))
+        self.nodes[id(graph), graph[-1]] = self._kept(p)
+        return self._result("cuGraphAddKernelNode", graph[-1])
+
+    def cuGraphAddMemsetNode(self, graph: list, before: list, count: int, p: Any,
+                             ctx: int) -> tuple:
+        assert before == graph[-1:] and count == len(before) and ctx == 1
+        graph.append(len(graph))
+        self.nodes[id(graph), graph[-1]] = self._kept(p)
+        return self._result("cuGraphAddMemsetNode", graph[-1])
+
+    def cuGraphExecMemsetNodeSetParams(self, instance: list, node: int, p: Any,
+                                       ctx: int) -> tuple:
+        return self._set("cuGraphExecMemsetNodeSetParams", instance, node, p)
+
+    def cuGraphInstantiate(self, graph: list, flags: int) -> tuple:
+        return self._result("cuGraphInstantiate", [self.nodes[id(graph), k] for k in graph])
+
+    def cuGraphExecKernelNodeSetParams(self, instance: list, node: int, p: Any) -> tuple:
+        return self._set("cuGraphExecKernelNodeSetParams", instance, node, p)
+
+    def _set(self, call: str, instance: list, node: int, p: Any) -> tuple:
+        result = self._result(call)
+        if result[0] == 0:
+            instance[node] = self._kept(p)
+        return result
+
+    def cuGraphLaunch(self, instance: list, stream: int) -> tuple:
+        result = self._result("cuGraphLaunch")
+        if result[0] == 0:
+            driver = self.driver
+            for f, *rest in instance:
+                if f == "fill":
+                    address, nbytes, value = rest
+                    ctypes.memset(address, value, nbytes)
+                    if driver.keep_fills:
+                        driver.kept.append(("fill", address, nbytes, value))
+                    continue
+                grid, block, shared, slots = rest      # (the bytes copied when set)
+                driver.launches += 1
+                if driver.keep:
+                    driver.kept.append((f, grid, block, shared, stream, slots))
+        return result
+
+    def cuGraphExecDestroy(self, instance: list) -> tuple:
+        return (0,)
+
+    def cuGraphDestroy(self, graph: list) -> tuple:
+        return (0,)
 
 
 class Function:
@@ -230,6 +330,8 @@ def module() -> types.ModuleType:
 
     stream = SimpleNamespace(ptr=0, synchronize=lambda: None)
     cupy.ndarray = ndarray
+    cupy.graph_driver = GraphDriver(driver)     # (no CuPy name: installed() hands it over)
+    ndarray.driver = driver
     cupy.cuda = SimpleNamespace(
         runtime=runtime, driver=driver, Device=_Device, function=SimpleNamespace(Module=Module),
         get_current_stream=lambda device_id=-1: stream)
@@ -262,17 +364,22 @@ def _numpy_function(name: str) -> Any:
 
 @contextmanager
 def installed() -> Iterator[types.ModuleType]:
-    """The stand-in as ``cupy`` in ``sys.modules`` (and tapegrad's per-GPU caches emptied)
-    for the ``with`` block; what was there before comes back after."""
+    """The stand-in as ``cupy`` in ``sys.modules`` (its graph driver as CUDA graphs' driver,
+    tapegrad's per-GPU caches emptied) for the ``with`` block; what was there before comes
+    back after."""
     from tapegrad.backends import registry
     from tapegrad.backends.cuda import device as cuda_device
-    saved = sys.modules.get("cupy"), dict(cuda_device._LIMITS), dict(registry._BACKENDS)
+    from tapegrad.backends.cuda import graphs
+    saved = sys.modules.get("cupy"), dict(cuda_device._LIMITS), dict(registry._BACKENDS), \
+        graphs.DRIVER
     sys.modules["cupy"] = cupy = module()
     cuda_device._LIMITS.clear()
     registry._BACKENDS.clear()
+    graphs.DRIVER = cupy.graph_driver
     try:
         yield cupy
     finally:
+        graphs.DRIVER = saved[3]
         if saved[0] is None:
             sys.modules.pop("cupy", None)
         else:

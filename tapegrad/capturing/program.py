@@ -139,7 +139,7 @@ class Program:
         if self.compiled is None:
             # (its first run compiles its stretches: seconds, said as other compiles say it)
             with compiling(self.name, key=(self.name, id(self))):
-                self.compiled = cpu_plan(self, frame) or cuda_plan(self, frame) \
+                self.compiled = cpu_plan(self, frame) or cuda_plan(self) \
                     or cuda_launches(self) or opencl_plan(self, frame) or False
                 self.run_plan(frame)
             return

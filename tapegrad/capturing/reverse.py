@@ -23,8 +23,9 @@ Active scalar's gradient.  An adjoint that recomputes in place gets copies of th
 it writes (copy operations) and reports its stack's overflow in one status array, checked
 after the reverse (``Reverse.__call__``).  A sweep that needs anything else (another host
 operation, shadows given twice, arrays other than NumPy's, CuPy's or OpenCL's) stays a
-Python sweep, as before; on CUDA the reverse's launches are called from one list made in
-advance (``backends/cuda/launches.py``).
+Python sweep, as before; on CUDA each run of the reverse's launches is one CUDA graph
+(``backends/cuda/graphs.py``, where turned on) or called from one list made in advance
+(``backends/cuda/launches.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import numpy as np
 from tapegrad.backends import to_numpy
 from tapegrad.backends.cpu.driver import plan as cpu_plan
 from tapegrad.backends.cpu.driver import storage_of
+from tapegrad.backends.cuda.graphs import plan as cuda_graphs
 from tapegrad.backends.cuda.launches import plan as cuda_launches
 from tapegrad.backends.notice import compiling
 from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
@@ -194,7 +196,8 @@ class Reverse:
             # (its first run compiles its stretches: seconds, said as other compiles say it)
             with compiling(self.name, key=(self.name, id(self.program))):
                 self.compiled = cpu_plan(self, rframe, self.storage) \
-                    or cuda_launches(self) or opencl_plan(self, rframe) or False
+                    or cuda_graphs(self) or cuda_launches(self) or opencl_plan(self, rframe) \
+                    or False
                 return self.run_plan(rframe, seed)
         return self.run_plan(rframe, seed)
 

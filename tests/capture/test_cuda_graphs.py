@@ -1,168 +1,160 @@
-"""The CUDA-graph replay's bookkeeping (tapegrad/backends/cuda/graphs.py), without a GPU: a
-stand-in for CuPy whose "graph" keeps the calls made while it was recorded, with the arrays
-they were given (as a CUDA graph keeps addresses), and replays them.  A replay that forgot
-to copy a call's arrays into the stretch's own, or out of them, or reused a graph recorded
-for other scalars, gives other results than the function's Python.  (On a GPU,
-tests/gpu/test_gpu.py runs the real thing.)"""
+"""CUDA graphs of a captured program's runs of launches (tapegrad/backends/cuda/graphs.py),
+without a GPU: the stand-in CuPy (tapegrad/bench/standin_cupy.py), kernels compiled by the
+real NVRTC, whose graph driver keeps each node's parameters as the driver does (copied when
+set) and hands them to its ``launchKernel`` when the graph launches.  Every call's graph
+must hand the driver exactly what launching its run from the list does (kernels, grids,
+blocks, argument bytes), whatever changed since the last call, and update only the nodes
+that changed; a graph the driver refuses warns once and its run is launched from the list.
+(On a GPU, tests/gpu/test_gpu.py compares results and gradients.)"""
 
 from __future__ import annotations
 
-import sys
+import gc
 import types
 
 import numpy as np
 import pytest
 
 import tapegrad as tg
-from tapegrad.backends.cuda.graphs import GraphStretch
-from tests.capture.test_capture import diffuse, simulate
+from tapegrad.backends.cuda.backend import _Launcher
+from tapegrad.backends.cuda.graphs import LaunchGraph
+from tapegrad.bench.standin_cupy import installed
+from tests.capture.test_capture import diffuse
+from tests.tape.test_host_code import sq
 
-N = 12
-CPU = tg.CPU()
-_recording: list | None = None
-
-
-class _Graph:
-    def __init__(self, calls: list):
-        self.calls = calls
-
-    def upload(self) -> None:
-        pass
-
-    def launch(self) -> None:
-        for fn, args, nd in self.calls:
-            fn(args, nd)
-
-
-class _Stream:
-    def __init__(self, non_blocking: bool = False):
-        pass
-
-    def __enter__(self) -> _Stream:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        pass
-
-    def begin_capture(self) -> None:
-        global _recording
-        _recording = []
-
-    def end_capture(self) -> _Graph:
-        global _recording
-        graph, _recording = _Graph(_recording), None
-        return graph
-
-    def synchronize(self) -> None:
-        pass
-
-
-class _Recorded:
-    """A launcher that, while a graph records, is kept with its arguments instead of run."""
-
-    def __init__(self, run):
-        self.run = run
-
-    def __call__(self, args: tuple, nd: tuple) -> None:
-        if _recording is not None:
-            _recording.append((self.run, args, nd))
-        else:
-            self.run(args, nd)
+N, STEPS = 64, 6
 
 
 @pytest.fixture
-def fake_cupy(monkeypatch):
-    cuda = types.SimpleNamespace(Stream=_Stream, get_current_stream=lambda: _Stream())
-    module = types.SimpleNamespace(empty=np.empty, asarray=np.asarray, cuda=cuda)
-    monkeypatch.setitem(sys.modules, "cupy", module)
+def cupy(monkeypatch, tmp_path):
+    monkeypatch.setenv("TAPEGRAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TAPEGRAD_CAPTURE_CUDA_GRAPHS", "1")
+    for k in (diffuse, sq):
+        monkeypatch.setattr(k, "cache", {})
+        monkeypatch.setattr(k, "_configured", {})
+    with installed() as module:
+        yield module
 
 
-def _as_graphs(captured, args):
-    """Record ``captured`` on ``args``, then make its first run of launches one graph
-    stretch (as ``graphs.plan`` would; the other operations run one by one)."""
-    captured(*args)
-    (program,) = next(iter(captured.programs.values()))
-    ops = program.ops
-    start = next(k for k, op in enumerate(ops) if op.kind == "launch")
-    stop = start
-    while stop < len(ops) and ops[stop].kind == "launch":
-        ops[stop].fn = _Recorded(ops[stop].fn)
-        stop += 1
-    stretch = GraphStretch(program, start, stop, program.frame(args, fresh_kept=False))
-    program.compiled = [(False, j) for j in range(start)] + [(True, stretch)] + [
-        (False, j) for j in range(stop, len(ops))]
-    return stretch
+@pytest.fixture
+def compared(cupy, monkeypatch):
+    """Every graph call also runs its run one by one first; the driver must get the same
+    launches and fills from both.  Yields the (graph, launches and fills) of each call."""
+    driver, calls = cupy.cuda.driver, []
+    run = LaunchGraph.__call__
+
+    def both(self, frame):
+        driver.keep, driver.keep_fills, driver.kept = True, True, []
+        self.one_by_one(frame)
+        listed, driver.kept = driver.kept, []
+        run(self, frame)
+        driver.keep = driver.keep_fills = False
+        assert driver.kept == listed
+        calls.append((self, len(listed)))
+    monkeypatch.setattr(LaunchGraph, "__call__", both)
+    return calls
 
 
-def test_graphs_read_each_calls_arrays_and_scalars(fake_cupy):
-    def sim(u, kappa):
-        return simulate(u, kappa, 7)
+def _simulation(cupy):
+    gpu = tg.CUDA()
+    w = cupy.asarray(np.linspace(1.0, 2.0, N))
 
-    captured = tg.capture(sim)
-    rng = np.random.default_rng(1)
-    stretch = _as_graphs(captured, (rng.random(N), 0.2))
-    for kappa in (0.2, 0.1, 0.2, 0.3):
-        u = rng.random(N)
-        np.testing.assert_array_equal(captured(u, kappa), sim(u, kappa))
-    assert sorted(stretch.graphs) == [(0.1,), (0.2,), (0.3,)] and stretch.failed is None
-    w = rng.random(N)
-    g = tg.gradient(lambda u, k: tg.dot(captured(u, k), w), u, 0.25)
-    g_plain = tg.gradient(lambda u, k: tg.dot(sim(u, k), w), u, 0.25)
-    np.testing.assert_allclose(g[0], g_plain[0], rtol=1e-13)
-    assert g[1] == pytest.approx(g_plain[1], rel=1e-13)
-
-
-def test_an_input_written_in_place_is_copied_back(fake_cupy):
-    def smooth_in_place(u, v):
-        diffuse(CPU)(v, u, 0.25, ndrange=N)
-        diffuse(CPU)(u, v, 0.25, ndrange=N)
-        return tg.sum(u)
-
-    captured = tg.capture(smooth_in_place)
-    rng = np.random.default_rng(2)
-    _as_graphs(captured, (rng.random(N), np.empty(N)))
-    u = rng.random(N)
-    u_plain = u.copy()
-    assert float(captured(u, np.empty(N))) == float(smooth_in_place(u_plain, np.empty(N)))
-    np.testing.assert_array_equal(u, u_plain)
-
-
-def test_a_stretch_that_cannot_be_recorded_warns_and_runs_one_by_one(fake_cupy, monkeypatch):
-    def sim(u):
-        v = np.empty_like(u)
-        diffuse(CPU)(v, u, 0.2, ndrange=N)
-        w = np.empty_like(u)
-        diffuse(CPU)(w, v, 0.2, ndrange=N)
-        return w
-
-    captured = tg.capture(sim)
-    stretch = _as_graphs(captured, (np.ones(N),))
-
-    def refuse(self):
-        raise RuntimeError("operation not permitted when stream is capturing")
-    monkeypatch.setattr(_Stream, "begin_capture", refuse)
-    u = np.random.default_rng(3).random(N)
-    with pytest.warns(tg.errors.CaptureWarning, match="could not be recorded as a CUDA graph"):
-        np.testing.assert_array_equal(captured(u), sim(u))
-    np.testing.assert_array_equal(captured(u), sim(u))
-    assert stretch.failed.startswith("RuntimeError")
-
-
-def test_a_scalar_computed_before_the_stretch_picks_its_graph(fake_cupy):
-    def sim(u):
-        kappa = 0.1 + 0.2 * tg.mean(u)          # a tape scalar the launches read
-        for _ in range(4):
-            u_new = np.empty_like(u)
-            diffuse(CPU)(u_new, u, kappa, ndrange=N)
+    def simulate(u, kappa):
+        for _ in range(STEPS):
+            u_new = gpu.allocate(np.float64, (N,))
+            diffuse(gpu)(u_new, u, kappa, ndrange=N)
             u = u_new
-        return tg.dot(u, u)
+        y = gpu.allocate(np.float64, (N,))
+        sq(gpu)(y, u, ndrange=N)
+        return tg.dot(y, w)
+    return simulate
 
-    captured = tg.capture(sim)
-    rng = np.random.default_rng(4)
-    stretch = _as_graphs(captured, (rng.random(N),))
-    for _ in range(5):
-        u = rng.random(N)
-        assert float(captured(u)) == float(sim(u))
-        np.testing.assert_allclose(tg.gradient(captured, u)[0], tg.gradient(sim, u)[0],
-                                   rtol=1e-13)
-    assert len(stretch.graphs) == 4        # (MOST_GRAPHS: the oldest one went)
+
+def _prepared(cupy):
+    """A captured simulation, recorded and differentiated once (every kernel compiled, no
+    graph yet), the driver told each kernel's slots (so it keeps every argument's bytes)."""
+    captured = tg.capture(_simulation(cupy))
+    u = cupy.asarray(np.linspace(0.0, 1.0, N))
+    tg.gradient(captured, u, 0.1)
+    for launcher in [x for x in gc.get_objects() if isinstance(x, _Launcher) and x.cupy is cupy]:
+        for variant in launcher.variants.values():
+            cupy.cuda.driver.sizes[variant.function.ptr] = (8,) * launcher.code.slots
+    for _ in range(2):          # writes the reverse down, runs it
+        tg.gradient(captured, u, 0.1)
+    return captured, u
+
+
+def _graphs(captured):
+    """The forward's and the reverse's graphs."""
+    (program,) = next(iter(captured.programs.values()))
+    plans = [program.compiled] + [r.compiled for r in program.reverses.values()]
+    graphs = [what for plan in plans for listed, what in plan if listed]
+    assert all(isinstance(g, LaunchGraph) for g in graphs)
+    return graphs
+
+
+def test_each_call_hands_the_driver_its_lists_launches_updating_what_changed(cupy, compared):
+    captured, u = _prepared(cupy)
+    forward, reverse = _graphs(captured)
+    assert forward.failed is None and reverse.failed is None and reverse.ordered
+    compared.clear()
+
+    def updates(*args):
+        before = forward.updates
+        captured(*args)
+        return forward.updates - before
+    # outside a tape the states are the program's own memory (under one, new each call)
+    assert updates(u, 0.1) == STEPS + 1
+    assert updates(u, 0.1) == 0                 # nothing new
+    assert updates(u, 0.2) == STEPS             # the nodes that read kappa
+    assert updates(cupy.asarray(np.linspace(1.0, 2.0, N)), 0.2) == 1     # the first step's
+    def reverse_updates(*args):     # (tg.gradient runs the forward inside its reverse)
+        before = reverse.updates
+        tg.gradient(captured, *args)
+        return reverse.updates - before
+    assert reverse_updates(u, 0.3) > 0
+    assert reverse_updates(u, 0.3) == 0
+    assert reverse_updates(u, 0.2) > 0
+    assert [n for g, n in compared if g is forward] == [STEPS + 1] * 7
+    assert [n for g, n in compared if g is reverse] == [2 * STEPS + 1] * 3   # (7 launches, 6 zeroings)
+    assert cupy.graph_driver.calls["cuGraphInstantiate"] == 2
+
+
+@pytest.mark.parametrize("call", ["cuGraphInstantiate", "cuGraphExecKernelNodeSetParams",
+                                  "cuGraphLaunch"])
+def test_a_graph_the_driver_refuses_warns_once_then_launches_from_its_list(cupy, compared,
+                                                                        call):
+    captured, u = _prepared(cupy)
+    if call == "cuGraphInstantiate":        # (a new program: its first call builds)
+        captured = tg.capture(_simulation(cupy))
+        captured(u, 0.1)
+        (program,) = next(iter(captured.programs.values()))
+        program.compiled = None
+    cupy.graph_driver.refuse.add(call)
+    with pytest.warns(tg.errors.CaptureWarning, match=f"could not run as a CUDA graph.*{call}"):
+        captured(u, 0.25)
+    (program,) = next(iter(captured.programs.values()))
+    ((_, graph),) = [c for c in program.compiled if c[0]]
+    assert graph.failed.startswith(call)
+    compared.clear()
+    launches = cupy.graph_driver.calls.get("cuGraphLaunch", 0)
+    captured(u, 0.5)                            # (no second warning: pytest's filter errors)
+    assert cupy.graph_driver.calls.get("cuGraphLaunch", 0) == launches
+    assert [n for _, n in compared] == [STEPS + 1]
+
+
+def test_a_run_with_ordered_sums_runs_one_by_one_under_deterministic(cupy, compared,
+                                                                     monkeypatch):
+    """(tg.deterministic() runs a captured function uncaptured: this is the graphs' own guard,
+    turned on alone.)"""
+    from tapegrad.backends.cuda import graphs
+    captured, u = _prepared(cupy)
+    forward, reverse = _graphs(captured)
+    launches = cupy.graph_driver.calls["cuGraphLaunch"]
+    monkeypatch.setattr(graphs, "DETERMINISTIC", types.SimpleNamespace(on=True))
+    compared.clear()
+    tg.gradient(captured, u, 0.1)
+    # the forward's graph ran (no ordered sums in it), the reverse's (kappa's sum) did not
+    assert cupy.graph_driver.calls["cuGraphLaunch"] == launches + 1
+    assert not forward.ordered and reverse.ordered and reverse.failed is None
+    assert [g for g, _ in compared] == [forward, reverse]

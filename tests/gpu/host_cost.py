@@ -65,16 +65,22 @@ def main() -> None:
 
 def captured_heat() -> None:
     """The bench's heat simulation (100 steps of 256^2, float32) on the GPU: wall time per
-    step (to the GPU's finish) launched from Python and captured (CUDA graphs), the GPU's own
-    time per step, and both gradients."""
+    step (to the GPU's finish) launched from Python, captured with its runs of launches called
+    from lists and as CUDA graphs, the GPU's own time per step, and the gradients."""
     import os
 
     from tapegrad.bench.problems import heat_simulation
-    os.environ["TAPEGRAD_CAPTURE_CUDA_GRAPHS"] = "1"          # (off until run on a GPU)
     x = cupy.random.rand(256, 256, dtype=np.float32)
     w = cupy.random.rand(256, 256, dtype=np.float32)
     # (np.empty_like of a CuPy array is a CuPy array: NumPy hands it to CuPy)
     simulate = heat_simulation({"steps": 100, "alpha": 0.2}, tg.CUDA())
+    os.environ["TAPEGRAD_CAPTURE_CUDA_GRAPHS"] = "0"          # (launched from lists)
+    listed = tg.capture(simulate)
+    listed(x)
+    listed(x)
+    tg.gradient(lambda t: tg.dot(listed(t), w), x)
+    tg.gradient(lambda t: tg.dot(listed(t), w), x)
+    os.environ["TAPEGRAD_CAPTURE_CUDA_GRAPHS"] = "1"          # (off until run on a GPU)
     captured = tg.capture(simulate)
     stream = cupy.cuda.get_current_stream()
 
@@ -97,11 +103,14 @@ def captured_heat() -> None:
     gpu = cupy.cuda.get_elapsed_time(start, stop) * 1e3 / 100
     rows = {
         "launched from Python, per step": wall_us(lambda: simulate(x)) / 100,
+        "captured (launch lists), per step": wall_us(lambda: listed(x)) / 100,
         "captured (CUDA graphs), per step": wall_us(lambda: captured(x)) / 100,
         "the GPU's own time in a captured call, per step": gpu,
         "gradient, per step": wall_us(lambda: tg.gradient(lambda t: tg.dot(simulate(t), w),
                                                          x)) / 100,
-        "gradient captured, per step": wall_us(lambda: tg.gradient(
+        "gradient captured (launch lists), per step": wall_us(lambda: tg.gradient(
+            lambda t: tg.dot(listed(t), w), x)) / 100,
+        "gradient captured (CUDA graphs), per step": wall_us(lambda: tg.gradient(
             lambda t: tg.dot(captured(t), w), x)) / 100,
     }
     print("\nheat, 100 steps of 256^2 float32 on the GPU:")
@@ -109,6 +118,8 @@ def captured_heat() -> None:
         print(f"{label:<50} {us:7.2f} us")
     (program,) = next(iter(captured.programs.values()))
     print("replay plan:", [type(what).__name__ for graph, what in program.compiled or ()])
+    for r in program.reverses.values():
+        print("reverse plan:", r and [type(what).__name__ for graph, what in r.compiled or ()])
 
 
 if __name__ == "__main__":

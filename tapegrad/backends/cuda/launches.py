@@ -29,6 +29,9 @@ class LaunchList:
 def plan(program: Any) -> list[tuple[bool, Any]] | None:
     """``program``'s ops as (listed, what): a ``LaunchList`` for each run of two or more CUDA
     launches, else the op's index; None where there is none."""
-    return stretches(program.ops, lambda op: op.kind == "launch"
-                     and isinstance(op.fn, _Launcher) and 0 not in op.nd,
-                     lambda start, stop: LaunchList(program, start, stop))
+    return stretches(program.ops, listed, lambda start, stop: LaunchList(program, start, stop))
+
+
+def listed(op: Any) -> bool:
+    """Whether ``op`` is a launch of a compiled CUDA kernel on a nonempty ndrange."""
+    return op.kind == "launch" and isinstance(op.fn, _Launcher) and 0 not in op.nd

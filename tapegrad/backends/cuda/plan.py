@@ -13,7 +13,8 @@ per argument (CuPy's ``Function.__call__`` makes one per argument), the grid com
 
 Each argument has an 8-byte slot (a float32 or int32 in its first 4 bytes): the driver reads
 as many bytes from each slot as the kernel's parameter has.  One lock per kernel keeps two
-threads from packing into one buffer at once.
+threads from packing into one buffer at once.  ``chain`` launches it along a chain of states
+(a tape's sweep), ``stage`` packs a CUDA graph's node (``graphs.py``) without launching.
 """
 
 from __future__ import annotations
@@ -106,24 +107,32 @@ class LaunchCode:
             "                PACK('<Q', BUFFER, ox, px)",
             "                PACK('<Q', BUFFER, oy, py)",
             "            LAUNCH(f, gx, gy, gz, BX, BY, BZ, shared, stream, PARAMS, 0)"]
+        # a node of a CUDA graph (graphs.py): packed into the node's own buffer, not launched
+        lines += ["", "", "def stage(args, nd, buffer):"] + head[1:] + [
+            "    try:",
+            f"        PACK(FMT, buffer, 0, {', '.join(slots)})",
+            "    except (struct.error, OverflowError):",
+            "        PACK_EXACT(args, nd, buffer)",
+            "    return variant, gx, gy, gz"]
         self.source = "\n".join(lines) + "\n"
+        self.slots = len(slots)
         self.buffer = ctypes.create_string_buffer(max(self.size, 8))
         base = ctypes.addressof(self.buffer)           # (every slot 8 bytes: FMT pads)
         self.params = (ctypes.c_void_p * max(len(slots), 1))(
             *(base + 8 * n for n in range(len(slots))))
-        self.launch, self.chain = self._compile(launcher, arrays)
+        self.launch, self.chain, self.stage = self._compile(launcher, arrays)
 
     def _compile(self, launcher: Any, arrays: list[int]) -> Any:
         cupy, device = launcher.cupy, launcher.device
         block = (tuple(launcher.block) + (1, 1))[:3]
         pack = struct.pack_into
 
-        def pack_exact(args: tuple, nd: tuple) -> None:
+        def pack_exact(args: tuple, nd: tuple, buffer: Any = self.buffer) -> None:
             """The arguments as NumPy converts them (a float32 out of range is inf)."""
             values = launcher.pack(args, nd)
             data = b"".join(v.tobytes() if hasattr(v, "tobytes") else
                             struct.pack("<Q", int(v)) for v in values)
-            ctypes.memmove(self.buffer, data, len(data))
+            ctypes.memmove(buffer, data, len(data))
 
         scope = dict(
             CUPY=getattr(cupy, "ndarray", None), ADDRESS=launcher.address,
@@ -139,7 +148,7 @@ class LaunchCode:
         linecache.cache[filename] = (len(self.source), None, self.source.splitlines(True),
                                      filename)
         exec(compile(self.source, filename, "exec"), scope)
-        return scope["launch"], scope["chain"]
+        return scope["launch"], scope["chain"], scope["stage"]
 
 
 def _grid_lines(rank: int, launcher: Any) -> list[str]:
