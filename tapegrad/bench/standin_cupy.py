@@ -179,10 +179,10 @@ class Driver:
 
 class GraphDriver:
     """The calls of ``cuda.bindings.driver`` that CUDA graphs make (``backends/cuda/graphs.py``):
-    a graph keeps its kernel nodes' parameters as the driver does (the values copied when a
-    node is added or updated), and a graph launch counts each node, in order, in ``driver``'s
-    launches (and keeps it there, as ``launchKernel`` does).  ``refuse``: names of calls that return an error instead; ``calls``
-    counts the calls by name."""
+    a graph keeps its nodes' parameters as the driver does (the values copied when a node is
+    added or updated); a graph launch counts each kernel node, in order, in ``driver``'s
+    launches (and keeps it there, as ``launchKernel`` does) and sets each memset node's bytes.
+    ``refuse``: names of calls that return an error instead; ``calls``: calls by name."""
 
     class CUDA_KERNEL_NODE_PARAMS(SimpleNamespace):
         func = gridDimX = gridDimY = gridDimZ = blockDimX = blockDimY = blockDimZ = 0

@@ -98,6 +98,38 @@ def test_views_that_skip_elements_are_refused_with_the_way_out(cl):
     assert not Y.get().any()
 
 
+def _on_sub_buffer(x, start, n):
+    """Elements ``start .. start + n`` of ``x`` as an array on a sub-buffer of ``x``'s buffer:
+    the same memory, through another buffer object."""
+    size = x.dtype.itemsize
+    region = x.base_data.get_sub_region(x.offset + start * size, n * size)
+    return cla.Array(x.queue, n, x.dtype, data=region)
+
+
+@pytest.mark.parametrize("kernel_or_plan", [1, 2])
+def test_arrays_on_sub_buffers_are_the_memory_they_share(cl, kernel_or_plan):
+    """A shadow on a sub-buffer of its own array's buffer is its array, and two shadows on a
+    buffer and on a sub-buffer of it overlap: refused (by the general path and by the
+    autodiff plan a first call leaves), nothing changed."""
+    A, B = on(cl, np.linspace(0.1, 1.0, 64)), on(cl, np.zeros(64))
+    dA, dB = on(cl, np.zeros(64)), on(cl, np.ones(64))
+    for _ in range(kernel_or_plan - 1):     # (a plan for these types)
+        tg.autodiff(tg.Reverse, sin_times(cl), tg.Const, tg.Duplicated(B, dB.copy()),
+                    tg.Duplicated(A, dA.copy()), ndrange=64)
+    shared = on(cl, np.full(96, 3.0))
+    cases = [("its own array",
+              (tg.Duplicated(B, dB), tg.Duplicated(A, _on_sub_buffer(A, 0, 64)))),
+             ("share some of their elements",
+              (tg.Duplicated(B, shared[:64]), tg.Duplicated(A, _on_sub_buffer(shared, 32, 64))))]
+    for message, args in cases:
+        before = [(a.val.get(), a.dval.get()) for a in args]
+        with pytest.raises(tg.TapegradError, match=message):
+            tg.autodiff(tg.Reverse, sin_times(cl), tg.Const, *args, ndrange=64)
+        for a, (val, dval) in zip(args, before):
+            np.testing.assert_array_equal(a.val.get(), val)
+            np.testing.assert_array_equal(a.dval.get(), dval)
+
+
 def test_a_reverse_gradient_through_offset_views_matches_differences(cl):
     An = rng.uniform(0.1, 1.5, 20)
     w = rng.standard_normal(8)

@@ -76,7 +76,7 @@ def _prepared(cupy):
     captured = tg.capture(_simulation(cupy))
     u = cupy.asarray(np.linspace(0.0, 1.0, N))
     tg.gradient(captured, u, 0.1)
-    for launcher in [x for x in gc.get_objects() if isinstance(x, _Launcher) and x.cupy is cupy]:
+    for launcher in [x for x in gc.get_objects() if type(x) is _Launcher and x.cupy is cupy]:
         for variant in launcher.variants.values():
             cupy.cuda.driver.sizes[variant.function.ptr] = (8,) * launcher.code.slots
     for _ in range(2):          # writes the reverse down, runs it
@@ -116,7 +116,8 @@ def test_each_call_hands_the_driver_its_lists_launches_updating_what_changed(cup
     assert reverse_updates(u, 0.3) == 0
     assert reverse_updates(u, 0.2) > 0
     assert [n for g, n in compared if g is forward] == [STEPS + 1] * 7
-    assert [n for g, n in compared if g is reverse] == [2 * STEPS + 1] * 3   # (7 launches, 6 zeroings)
+    # (the reverse: 7 launches, 6 zeroings)
+    assert [n for g, n in compared if g is reverse] == [2 * STEPS + 1] * 3
     assert cupy.graph_driver.calls["cuGraphInstantiate"] == 2
 
 
