@@ -345,7 +345,9 @@ def _check_annotation(kernel: Any, backend: Any, name: str, a: Annotation) -> st
                               f"{x.shape}, dtype {x.dtype}); got {got}. Make one with "
                               f"tg.make_zero({name})")
         if not backend.owns(dx):
-            raise LaunchError(f"{kernel.name}: the shadow of {name} does not live on {backend!r}")
+            why = backend.not_here(f"d{name}", dx)
+            raise LaunchError(f"{kernel.name}: the shadow of {name} does not live on {backend!r}"
+                              + (f": {why}" if why else ""))
         if np.dtype(x.dtype).kind != "f":
             raise TapegradError(f"{kernel.name}: {name} has dtype {x.dtype}; only float arrays "
                                 "carry derivatives (pass integer arrays as Const)")

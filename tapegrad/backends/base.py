@@ -27,6 +27,11 @@ class Backend:
         """True if ``x`` is an array living on this backend."""
         return self.arrays.owns(x)
 
+    def not_here(self, name: str, x: Any) -> str | None:
+        """Why an array that ``owns`` refuses is not on this backend, and what to do, where
+        the general advice (``tg.asarray``, ``tg.get_backend``) would not help; else None."""
+        return None
+
     def allocate(self, dtype: Any, shape: tuple[int, ...]) -> Any:
         return self.arrays.new(shape, dtype, zeroed=False)
 

@@ -64,10 +64,10 @@ def argtype(kernel: Any, backend: Any, name: str, a: Any) -> Type:
             return FLOAT64
     if hasattr(a, "shape") and hasattr(a, "dtype"):
         if not backend.owns(a):
-            raise LaunchError(f"{kernel.name}: argument {name} is a {type(a).__name__}, which "
-                              f"does not live on {backend!r}; move it with "
-                              f"tg.asarray({backend!r}, {name}) or launch on "
-                              f"tg.get_backend({name})")
+            raise LaunchError(f"{kernel.name}: " + (backend.not_here(name, a) or (
+                f"argument {name} is a {type(a).__name__}, which does not live on "
+                f"{backend!r}; move it with tg.asarray({backend!r}, {name}) or launch on "
+                f"tg.get_backend({name})")))
         dtype = array_kind(a, "a kernel launch").dtype(a)     # (a torch dtype is not NumPy's)
         dt = dtype.name
         if not dtype.isnative:

@@ -132,6 +132,9 @@ def argument_guard(k: int, a: Any, scope: dict) -> str | None:
                        " and not a{k}.flags.writeable").format(k=k)
     if t.__module__.startswith("cupy"):
         return test + f" and a{k}.device.id == {a.device.id}"
+    if t.__module__.startswith("pyopencl"):       # (its launch key's queue: the same object)
+        scope[f"Q{k}"] = a.queue
+        return test + f" and a{k}.queue is Q{k}"
     if type(kind).launch_key is ArrayKind.launch_key:
         return test
     scope[f"KEY{k}"], scope[f"KIND{k}"] = kind.launch_key(a), kind

@@ -262,3 +262,30 @@ def test_forward_mode_follows_a_view_made_again(cl):
     x = np.array([1.0, 2.0, 3.0])
     _, tangent = tg.jvp(f, on(cl, x), on(cl, np.ones(3)))
     assert tangent == pytest.approx(float(np.sum(4 * x ** 3)), rel=1e-12)
+
+
+@pytest.mark.parametrize("context", ["its own", "tapegrad's"])
+def test_arrays_on_another_queue_are_refused_with_the_way_out(cl, context):
+    """tapegrad launches on its own queue, in its own context: an array on another queue
+    (of another context, whose buffers its kernels cannot use; or of its context, whose work
+    its launches would not wait for) is refused, before and after a launch plan exists for
+    those types, arrays untouched; the advice given works."""
+    import pyopencl
+    ctx = pyopencl.Context([cl.queue.device]) if context == "its own" else cl.queue.context
+    queue = pyopencl.CommandQueue(ctx)
+    X, Y = cla.to_device(queue, np.arange(8.0)), cla.zeros(queue, 8, np.float64)
+    for planned in (False, True):
+        if planned:
+            saxpy(cl)(on(cl, np.zeros(8)), 2.0, on(cl, np.ones(8)), ndrange=8)
+        with pytest.raises(tg.LaunchError, match=r"argument Y .* another queue.*"
+                                                 r"tg.asarray\(tg.OpenCL\(0\), Y\)"):
+            saxpy(cl)(Y, 2.0, X, ndrange=8)
+        assert not Y.get().any()
+    with pytest.raises(tg.LaunchError, match="shadow of X does not live on.*another queue"):
+        tg.autodiff(tg.Reverse, saxpy(cl), tg.Const, tg.Duplicated(on(cl, np.zeros(8)),
+                                                                   on(cl, np.ones(8))),
+                    2.0, tg.Duplicated(on(cl, np.ones(8)), cla.zeros(queue, 8, np.float64)),
+                    ndrange=8)
+    Y, X = tg.asarray(cl, Y), tg.asarray(cl, X)
+    saxpy(cl)(Y, 2.0, X, ndrange=8)
+    np.testing.assert_array_equal(Y.get(), 2.0 * np.arange(8.0))

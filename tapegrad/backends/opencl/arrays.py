@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from tapegrad.backends.registry import MARK, ArrayKind
+from tapegrad.errors import LaunchError
 
 
 class OpenCLArrays(ArrayKind):
@@ -20,7 +21,15 @@ class OpenCLArrays(ArrayKind):
 
     def device(self, x: Any) -> Any:
         """The OpenCL device ``x`` lives on (its queue's)."""
+        if x.queue is None:
+            raise LaunchError("a PyOpenCL array without a queue (queue=None) has no device "
+                              "to launch on; make it on tg.OpenCL(k).queue, or give it one: "
+                              "x.with_queue(tg.OpenCL(k).queue)")
         return x.queue.device
+
+    def launch_key(self, x: Any) -> tuple:
+        # (its queue: a launch plan's guards then refuse another queue's arrays)
+        return (type(x), np.dtype(x.dtype).num, x.ndim, x.queue)
 
     def module(self) -> Any:
         from tapegrad.backends.opencl.device import default_arrays

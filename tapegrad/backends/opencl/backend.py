@@ -52,7 +52,19 @@ class OpenCL(Backend):
         return f"OpenCL({self.device}: {self.queue.device.name.strip()})"
 
     def owns(self, x: Any) -> bool:
-        return OPENCL_ARRAYS.owns(x) and x.queue.device == self.queue.device
+        return OPENCL_ARRAYS.owns(x) and x.queue == self.queue
+
+    def not_here(self, name: str, x: Any) -> str | None:
+        if not OPENCL_ARRAYS.owns(x) or x.queue is not None and \
+                x.queue.device != self.queue.device:
+            return None
+        return (f"argument {name} is a PyOpenCL array on another queue than {self!r}'s "
+                f"(or on none): tapegrad builds and launches kernels in its own context, on "
+                f"tg.OpenCL({self.device}).queue, and could neither use another context's "
+                f"buffers nor order its launches after another queue's work. Make the array "
+                f"on that queue (cla.zeros(tg.OpenCL({self.device}).queue, shape, dtype), "
+                f"cla.to_device(tg.OpenCL({self.device}).queue, host)), or copy it there: "
+                f"tg.asarray(tg.OpenCL({self.device}), {name})")
 
     def allocate(self, dtype: Any, shape: Any) -> Any:
         return arrays_on(self.device).empty(shape, dtype)
