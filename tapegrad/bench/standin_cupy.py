@@ -192,6 +192,7 @@ class GraphDriver:
         dst = pitch = value = elementSize = width = height = 0
 
     CUfunction = CUstream = int
+    CU_STREAM_LEGACY = 1
 
     def __init__(self, driver: Driver) -> None:
         self.driver = driver
@@ -215,7 +216,7 @@ class GraphDriver:
         return self._result("cuInit")
 
     def cuCtxGetCurrent(self) -> tuple:
-        return self._result("cuCtxGetCurrent", 1)
+        return self._result("cuCtxGetCurrent", 1)       # (a context's handle, not 0)
 
     def cuGraphCreate(self, flags: int) -> tuple:
         return self._result("cuGraphCreate", [])
@@ -251,6 +252,7 @@ class GraphDriver:
 
     def cuGraphLaunch(self, instance: list, stream: int) -> tuple:
         result = self._result("cuGraphLaunch")
+        stream = 0 if stream == self.CU_STREAM_LEGACY else stream   # (the stand-in's own 0)
         if result[0] == 0:
             driver = self.driver
             for f, *rest in instance:
@@ -326,7 +328,7 @@ def module() -> types.ModuleType:
         pointerGetAttributes=lambda pointer: SimpleNamespace(device=0, type=2),
         memGetInfo=lambda: (80 << 30, 80 << 30),
         eventCreateWithFlags=lambda flags: 1, eventRecord=lambda event, stream: None,
-        streamWaitEvent=lambda stream, event, flags: None)
+        streamWaitEvent=lambda stream, event, flags: None, free=lambda pointer: None)
 
     stream = SimpleNamespace(ptr=0, synchronize=lambda: None)
     cupy.ndarray = ndarray

@@ -10,6 +10,7 @@ compiles, refuses or merges exactly as before."""
 
 from __future__ import annotations
 
+import struct
 import threading
 
 import numpy as np
@@ -109,6 +110,22 @@ def test_scalars_as_numpy_makes_them_bools_infinities_and_int32s(cupy, flag):
     slots = cupy.cuda.driver.kept[-1][-1]
     assert np.frombuffer(slots[-4], np.int32)[0] == bool(flag)     # (then c, then the ndrange)
     assert np.frombuffer(slots[-3], np.float32)[0] == np.inf
+
+
+def test_the_exact_packing_writes_the_slots_the_fast_one_does(cupy, monkeypatch):
+    """(Where ``struct`` refuses a value, a launch packs as NumPy converts: arrays their
+    addresses, 4-byte scalars padded to their 8-byte slots.)"""
+    X, Out = cupy.asarray(np.ones((4, 4), np.float32)), cupy.zeros((4, 4), np.float32)
+    args = (Out, X, np.int32(-7), -(2**40), True, np.float32(2.5))
+    _launch_and_compare(cupy, mixed(tg.CUDA()), args, (4, 4))
+    fast = cupy.cuda.driver.kept[-1]
+    launcher, _, _ = prepare(mixed(tg.CUDA()), args, (4, 4))
+
+    def refuse(*a):
+        raise struct.error("refused")
+    monkeypatch.setitem(launcher.code.launch.__globals__, "PACK", refuse)
+    mixed(tg.CUDA())(*args, ndrange=(4, 4))
+    assert cupy.cuda.driver.kept[-1] == fast
 
 
 def test_an_int_past_int64_is_refused_by_name(cupy):

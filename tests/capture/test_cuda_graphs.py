@@ -10,7 +10,9 @@ that changed; a graph the driver refuses warns once and its run is launched from
 from __future__ import annotations
 
 import gc
+import sys
 import types
+import warnings
 
 import numpy as np
 import pytest
@@ -122,10 +124,14 @@ def test_each_call_hands_the_driver_its_lists_launches_updating_what_changed(cup
 
 
 @pytest.mark.parametrize("call", ["cuGraphInstantiate", "cuGraphExecKernelNodeSetParams",
-                                  "cuGraphLaunch"])
+                                  "cuGraphLaunch", "cuda.bindings"])
 def test_a_graph_the_driver_refuses_warns_once_then_launches_from_its_list(cupy, compared,
-                                                                        call):
+                                                                        call, monkeypatch):
+    from tapegrad.backends.cuda import graphs
     captured, u = _prepared(cupy)
+    if call == "cuda.bindings":             # (not installed, or no driver it can load)
+        monkeypatch.setattr(graphs, "DRIVER", None)
+        monkeypatch.setitem(sys.modules, "cuda.bindings", None)
     if call == "cuGraphInstantiate":        # (a new program: its first call builds)
         captured = tg.capture(_simulation(cupy))
         captured(u, 0.1)
@@ -159,3 +165,18 @@ def test_a_run_with_ordered_sums_runs_one_by_one_under_deterministic(cupy, compa
     assert cupy.graph_driver.calls["cuGraphLaunch"] == launches + 1
     assert not forward.ordered and reverse.ordered and reverse.failed is None
     assert [g for g, _ in compared] == [forward, reverse]
+
+
+def test_a_thread_without_a_current_context_starts_the_runtimes_first(cupy, compared,
+                                                                      monkeypatch):
+    driver, contexts, freed = cupy.graph_driver, [0], []     # (0 once, then the context)
+    monkeypatch.setattr(driver, "cuCtxGetCurrent",
+                        lambda: (0, contexts.pop() if contexts else 1))
+    monkeypatch.setattr(cupy.cuda.runtime, "free", freed.append)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tg.errors.CaptureWarning)
+        captured, u = _prepared(cupy)
+        captured(u, 0.3)
+    assert freed == [0] and not contexts
+    (forward, reverse) = _graphs(captured)
+    assert forward.failed is None and forward.ctx == 1

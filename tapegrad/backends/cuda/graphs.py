@@ -19,8 +19,8 @@ raises.  A call runs the run one by one (each launch its written-out launch) whe
 array is not one stretch of bytes, and so does every call under ``tg.deterministic()`` where
 a kernel's atomics' order shows in its results (it then has a variant of its own), and of a
 run whose launches are on several GPUs.  Whatever the driver refuses (building,
-instantiating, an update, the launch) warns once (``CaptureWarning``), and that run runs one
-by one from then on.
+instantiating, an update, the launch), and a ``cuda.bindings`` missing or unable to reach the
+driver, warns once (``CaptureWarning``), and that run runs one by one from then on.
 
 Not yet run on a GPU (none was lent after it was written): off unless
 ``TAPEGRAD_CAPTURE_CUDA_GRAPHS=1``; without it each run of launches is called from one list
@@ -53,8 +53,13 @@ class _Refused(Exception):
 def _driver() -> Any:
     global DRIVER
     if DRIVER is None:
-        from cuda.bindings import driver
-        _checked(driver.cuInit(0), "cuInit")
+        try:
+            from cuda.bindings import driver
+            _checked(driver.cuInit(0), "cuInit")
+        except _Refused:
+            raise
+        except Exception as e:   # (no cuda-bindings; a driver it cannot load or call)
+            raise _Refused(f"cuda.bindings' driver calls are not available: {e}") from e
         DRIVER = driver
     return DRIVER
 
@@ -123,24 +128,31 @@ class _Zero:
 
     def __init__(self, op: Any):
         self.slot = op.refs[0][1]
-        self.nbytes, self.p = 0, None
+        self.size = 0                   # bytes set at a time: fixed by the first call
+        self.p: Any = None
 
     def staged(self, arrays: list, scalars: dict) -> tuple | None:
-        """(address, bytes); None where the array is not one stretch of bytes to set."""
+        """(address, bytes); None where the array is not one stretch of bytes to set in the
+        node's steps (a node's element size cannot change)."""
         a = arrays[self.slot]
         if not (a._c_contiguous and a.nbytes):
             return None
-        return a.data.ptr, a.nbytes
+        address, nbytes = a.data.ptr, a.nbytes
+        size = self.size or (4 if address % 4 == 0 and nbytes % 4 == 0 else 1)
+        if address % size or nbytes % size:
+            return None
+        self.size = size
+        return address, nbytes
 
     def params(self, driver: Any, staged: tuple) -> Any:
         address, nbytes = staged
-        if nbytes != self.nbytes:
-            size, self.nbytes = 4 if nbytes % 4 == 0 else 1, nbytes
+        p = self.p
+        if p is None or p.width * self.size != nbytes:
             p = self.p = driver.CUDA_MEMSET_NODE_PARAMS()
-            p.value, p.elementSize = 0, size
-            p.width, p.height, p.pitch = nbytes // size, 1, nbytes
-        self.p.dst = address
-        return self.p
+            p.value, p.elementSize = 0, self.size
+            p.width, p.height, p.pitch = nbytes // self.size, 1, nbytes
+        p.dst = address
+        return p
 
     def add(self, driver: Any, graph: Any, before: list, staged: tuple, ctx: Any) -> Any:
         return _checked(driver.cuGraphAddMemsetNode(graph, before, len(before),
@@ -172,6 +184,7 @@ class LaunchGraph:
         self.graph: Any = None
         self.exec: Any = None
         self.ctx: Any = None
+        self.driver: Any = None         # (the driver that made them, to destroy them)
         self.updates = 0
         self.failed = None if all(k.device == self.device for k in launchers) else \
             "its launches are on several GPUs"
@@ -218,13 +231,19 @@ class LaunchGraph:
                     node.update(driver, instance, self.handles[k], now, ctx)
                     held[k] = now
                     self.updates += 1
-        stream = driver.CUstream(self.cupy.cuda.get_current_stream().ptr)
-        _checked(driver.cuGraphLaunch(self.exec, stream), "cuGraphLaunch")
+        # (CuPy's handle 0 is the legacy default stream, as CuPy launches on it; to
+        # cuda.bindings 0 may mean the per-thread one: CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM)
+        ptr = self.cupy.cuda.get_current_stream().ptr or int(driver.CU_STREAM_LEGACY)
+        _checked(driver.cuGraphLaunch(self.exec, driver.CUstream(ptr)), "cuGraphLaunch")
         return True
 
     def build(self, driver: Any, staged: list) -> None:
         """The graph of every node as staged (a chain, in order) and its instance."""
+        self.driver = driver
         self.ctx = _checked(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        if not int(self.ctx):           # (a thread that has not used the runtime yet)
+            self.cupy.cuda.runtime.free(0)
+            self.ctx = _checked(driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
         self.graph = _checked(driver.cuGraphCreate(0), "cuGraphCreate")
         before: list = []
         for node, now in zip(self.nodes, staged):
@@ -236,9 +255,9 @@ class LaunchGraph:
     def __del__(self) -> None:
         try:
             if self.exec is not None:
-                DRIVER.cuGraphExecDestroy(self.exec)
+                self.driver.cuGraphExecDestroy(self.exec)
             if self.graph is not None:
-                DRIVER.cuGraphDestroy(self.graph)
+                self.driver.cuGraphDestroy(self.graph)
         except Exception:          # (at the interpreter's exit the driver may be gone)
             pass
 

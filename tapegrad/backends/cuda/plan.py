@@ -25,6 +25,8 @@ import struct
 import threading
 from typing import Any
 
+import numpy as np
+
 from tapegrad.backends.c.items import disjoint
 from tapegrad.frontend.types import Array
 
@@ -128,11 +130,10 @@ class LaunchCode:
         pack = struct.pack_into
 
         def pack_exact(args: tuple, nd: tuple, buffer: Any = self.buffer) -> None:
-            """The arguments as NumPy converts them (a float32 out of range is inf)."""
-            values = launcher.pack(args, nd)
-            data = b"".join(v.tobytes() if hasattr(v, "tobytes") else
-                            struct.pack("<Q", int(v)) for v in values)
-            ctypes.memmove(buffer, data, len(data))
+            """The arguments as NumPy converts them, each in its 8-byte slot (an array its
+            address, which ``launcher.pack`` gives as the CuPy array itself)."""
+            data = b"".join(_slot(v) for v in launcher.pack(args, nd))
+            ctypes.memmove(buffer, data, min(len(data), ctypes.sizeof(buffer)))
 
         scope = dict(
             CUPY=getattr(cupy, "ndarray", None), ADDRESS=launcher.address,
@@ -149,6 +150,15 @@ class LaunchCode:
                                      filename)
         exec(compile(self.source, filename, "exec"), scope)
         return scope["launch"], scope["chain"], scope["stage"]
+
+
+def _slot(v: Any) -> bytes:
+    """One packed value as its 8-byte slot."""
+    if hasattr(v, "data") and hasattr(v.data, "ptr"):       # (a CuPy array: its address)
+        return struct.pack("<Q", v.data.ptr)
+    if isinstance(v, np.generic):
+        return v.tobytes().ljust(8, b"\0")
+    return struct.pack("<Q", int(v))
 
 
 def _grid_lines(rank: int, launcher: Any) -> list[str]:
