@@ -4,6 +4,8 @@ results, compile errors at the user's line and bounds-checked runs are as before
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -92,3 +94,101 @@ def test_bounds_checked_kernels_are_not_outlined(monkeypatch):
     with pytest.raises(tg.KernelIndexError, match=r"A\[i \+ 1\] with index 8"):
         past_the_end(CPU, 4)(np.zeros(8), np.ones(8), ndrange=8)
     assert "__task" not in past_the_end.source(backend=CPU)
+
+
+# -- a launch of one workgroup: its task called in the launching thread -------------------
+
+@tg.kernel
+def block_sums(S, X, a):
+    """Local memory and barriers: each group's sum, and every element scaled in place."""
+    i = tg.index()
+    li = tg.index(tg.Local)
+    buf = tg.localmem(np.float64, (32,))
+    buf[li] = X[i] * a
+    tg.synchronize()
+    if li == 0:
+        s = 0.0
+        for k in range(32):
+            s += buf[k]
+        S[tg.index(tg.Group)] = s
+    X[i] = buf[(li + 1) % 32]
+
+
+@tg.kernel
+def plane(B, A, a):
+    i, j = tg.index(tg.Global, tg.NTuple)
+    B[i, j] = a * A[i, j] - math.sin(A[j % A.shape[0], i % A.shape[1]])
+
+
+def _launcher(kernel, ndrange):
+    found = kernel.cache[("last", "primal", CPU)]
+    return found.variant(ndrange) if hasattr(found, "variant") else found
+
+
+class _Refused:
+    """A dispatcher that must not be called (the launch was to call the task)."""
+
+    def __init__(self, dispatcher):
+        self.dispatcher = dispatcher
+
+    def __call__(self, *args):
+        raise AssertionError("the parallel kernel ran a launch of one workgroup")
+
+
+def _special(rng, shape):
+    x = rng.standard_normal(shape)
+    x.flat[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324]
+    return x
+
+
+def test_a_launch_of_one_workgroup_calls_its_task_here_with_the_parallel_kernels_results(
+        monkeypatch):
+    rng = np.random.default_rng(4)
+    cases = [(shifted_sum(CPU, 128), lambda: (np.zeros(100), _special(rng, 100), 2.0), 100),
+             (block_sums(CPU, 32), lambda: (np.zeros(1), _special(rng, 32), 0.5), 32),
+             (plane(CPU, (8, 16)), lambda: (np.zeros((8, 16)), _special(rng, (8, 16)), -1.5),
+              (8, 16))]
+    for cfg, make, nd in cases:
+        args = make()
+        cfg(*[a.copy() if isinstance(a, np.ndarray) else a for a in args], ndrange=nd)
+        launcher = _launcher(cfg.kernel, nd if isinstance(nd, tuple) else (nd,))
+        assert launcher.one_group is not None
+        direct = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        monkeypatch.setattr(launcher, "dispatcher", _Refused(launcher.dispatcher))
+        cfg(*direct, ndrange=nd)
+        monkeypatch.undo()
+        parallel = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
+        monkeypatch.setattr(launcher, "one_group", None)
+        cfg(*parallel, ndrange=nd)
+        monkeypatch.undo()
+        for d, p in zip(direct, parallel):   # (bit for bit, but a NaN's sign and payload:
+            if isinstance(d, np.ndarray):     # LLVM may inline the task into the kernel)
+                assert np.array_equal(d, p, equal_nan=True)
+                assert np.array_equal(np.signbit(d)[~np.isnan(d)], np.signbit(p)[~np.isnan(p)])
+
+
+def test_an_active_scalars_group_sum_and_deterministic_runs_take_the_parallel_kernel(
+        monkeypatch):
+    X = np.random.default_rng(5).random(64)
+    cfg = shifted_sum(CPU, 64)
+    (_, _, da) = tg.autodiff(tg.Reverse, cfg, tg.Const, tg.Duplicated(np.zeros(64),
+                                                                      np.ones(64)),
+                             tg.Duplicated(X, np.zeros(64)), tg.Active(2.0), ndrange=64)[0]
+    expect = sum(X[i:i + 3].sum() for i in range(64))
+    assert da == pytest.approx(expect, rel=1e-13)         # (one group: its task, here)
+    cfg(np.zeros(64), X, 2.0, ndrange=64)
+    launcher = _launcher(shifted_sum, (64,))
+    calls = []
+    run = launcher.dispatcher
+    monkeypatch.setattr(launcher, "dispatcher", lambda *a: calls.append(1) or run(*a))
+    with tg.deterministic():
+        cfg(np.zeros(64), X, 2.0, ndrange=64)
+    assert calls == [1]
+
+
+def test_a_kernel_adding_into_per_thread_copies_has_no_call_of_one_group():
+    X = np.random.default_rng(6).integers(0, 8, 64).astype(np.float64)
+    H = np.zeros(8)
+    histogram(CPU, 64)(H, X, ndrange=64)
+    np.testing.assert_array_equal(H, np.bincount(X.astype(int), minlength=8))
+    assert _launcher(histogram, (64,)).one_group is None

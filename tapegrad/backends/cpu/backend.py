@@ -100,7 +100,11 @@ class CPU(Backend):
 def _compile(tk: TypedKernel, without: frozenset[str]) -> _Launcher:
     lowered = lower_kernel(tk, without)
     module, path = load_source(lowered.source, tk.name)
-    return _Launcher(getattr(module, lowered.symbol), lowered, str(path), tk.groupsize)
+    launcher = _Launcher(getattr(module, lowered.symbol), lowered, str(path), tk.groupsize)
+    if lowered.one_group is not None:
+        task = getattr(module, f"{lowered.symbol}__task")
+        launcher.one_group = eval(f"lambda args, nd: {lowered.one_group}", {"TASK": task})
+    return launcher
 
 
 class _ByLaunchSize:
@@ -188,6 +192,11 @@ class _Launcher:
         self.checked = "boundscheck=True" in lowered.source
         self.pool_cache: dict[tuple, np.ndarray] = {}
         self.groups_of: dict[tuple[int, ...], tuple[int, ...]] = {}   # ndrange -> groups
+        # a launch of one workgroup: its task called here, in this thread, where Numba's
+        # parallel launch would wake the pool for one task (1.8-3.6 us on 2 idle cores,
+        # far more on busy ones); set by _compile where the task allows
+        self.one_group: Callable[[tuple, tuple], None] | None = None
+        self.single = (1,) * len(groupsize)
 
     @property
     def source(self) -> str:
@@ -213,8 +222,12 @@ class _Launcher:
             groups = tuple(-(-n // w) for n, w in zip(ndrange, self.groupsize))
             if len(self.groups_of) < 64:
                 self.groups_of[ndrange] = groups
+        alone = groups == self.single and self.one_group is not None and self.compiled
         if DETERMINISTIC.on:
             chunks, pools, serial = self.ordered(args, ndrange)
+            alone = False
+        elif alone:
+            chunks, pools, serial = 1, (), False
         else:
             chunks, serial = launch_threads(), False      # one parallel task per thread
             pools = self.pools(args, ndrange, chunks) if self.lowered.pools else ()
@@ -223,6 +236,9 @@ class _Launcher:
             threads = numba.get_num_threads()
             numba.set_num_threads(1)
         try:
+            if alone:
+                self.one_group(args, ndrange)
+                return
             if self.compiled and not self.checked:
                 self.dispatcher(*args, *ndrange, *groups, chunks, *pools)
                 return

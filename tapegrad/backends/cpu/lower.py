@@ -30,7 +30,7 @@ from tapegrad.backends.cpu.definite import unassigned_locals
 from tapegrad.backends.cpu.expressions import CPULowering, vmath_version
 from tapegrad.backends.cpu.itemcode import additive, rename_assigned
 from tapegrad.backends.cpu.jam import constant_bounds, jam_rows
-from tapegrad.backends.cpu.outline import outline_task
+from tapegrad.backends.cpu.outline import one_group_call, outline_task
 from tapegrad.backends.cpu.passes import Plan, bounds_checked, is_integral, plan
 from tapegrad.backends.cpu.privatize import PrivateSums
 from tapegrad.backends.cpu.sums import SUM_SLOTS
@@ -78,6 +78,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
     known_private: dict[str, bool] = {}
     # edge-column passes to emit after the group loop (split_item_loop), where they may run
     column_passes: list[Callable[[int], None]] | None = None
+    one_group: str | None = None      # the task's call for a launch of one group (outline.py)
 
     def __init__(self, tk: TypedKernel, plan: Plan):
         super().__init__(tk)
@@ -119,7 +120,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         self.write_kernel()
         pools = tuple((ir.params.index(a), nd) for a, nd in self.plan.private_sums.items())
         return Lowered(out.source(), ir.name, out.user_line, ir.filename, pools,
-                       self.unordered_atomics())
+                       self.unordered_atomics(), self.one_group if not pools else None)
 
     def unordered_atomics(self) -> bool:
         """Whether the kernel's result may depend on the order of its atomics on the CPU
@@ -202,7 +203,9 @@ class _KernelWriter(PrivateSums, ModuleWriter):
             out.emit(f"atomic_add({ast.unparse(low.expr(arr))}, np.uint64(_c % {SUM_SLOTS}), "
                      f"group_sum(_group_sum{k}[:_slots]))", 3)
         if self.plan.outline:
-            outline_task(out, loop, len(out.lines))
+            free = outline_task(out, loop, len(out.lines))
+            self.one_group = one_group_call(params, free, len(params) - 2 * r - 1 -
+                                            len(self.plan.private_sums))
         self.privatize_merge()
 
     def emit_unassigned(self, zeros: dict[str, str], suffix: str, depth: int) -> None:

@@ -35,11 +35,11 @@ from tapegrad.backends.numba_lower import Printer
 INDENT = "    "
 
 
-def outline_task(out: Printer, loop: int, end: int) -> None:
+def outline_task(out: Printer, loop: int, end: int) -> list[str]:
     """Rewrite ``out`` so that the body of the ``prange`` loop at line index ``loop`` (its
     block ends before line index ``end``) is a serial ``<kernel>__task`` function placed
-    before the kernel, called from the loop.  Which user line each generated line came from
-    moves with it."""
+    before the kernel, called from the loop; the task's parameters after ``_c``.  Which user
+    line each generated line came from moves with it."""
     lines = out.lines
     pairs = [(text, out.user_line.get(k + 1)) for k, text in enumerate(lines)]
     header = max(k for k in range(loop) if lines[k].startswith("def "))
@@ -65,6 +65,26 @@ def outline_task(out: Printer, loop: int, end: int) -> None:
     pairs = pairs[:decorator] + task + pairs[decorator:loop + 1] + call + pairs[end:]
     out.lines = [text for text, _ in pairs]
     out.user_line = {k + 1: user for k, (_, user) in enumerate(pairs) if user is not None}
+    return free
+
+
+def one_group_call(params: list[str], free: list[str], n_args: int) -> str | None:
+    """The task's call for a launch of one workgroup (``_Launcher.one_group``): ``args``
+    the launch's arguments (the kernel's first ``n_args`` parameters ``params``), ``nd``
+    its ndrange; one task (``_c`` 0 of 1) over the one group.  None where the task reads
+    what the kernel makes before its loop (per-thread copies, transposed arrays)."""
+    parts = ["0"]
+    for name in free:
+        k = params.index(name) if name in params else -1
+        if 0 <= k < n_args:
+            parts.append(f"args[{k}]")
+        elif name.startswith("_n") and name[2:].isdigit():
+            parts.append(f"nd[{name[2:]}]")
+        elif name in ("_nchunks", "_total") or name.startswith("_groups"):
+            parts.append("1")
+        else:
+            return None
+    return f"TASK({', '.join(parts)})"
 
 
 def _stored(tree: ast.AST) -> set[str]:
