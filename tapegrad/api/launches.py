@@ -27,7 +27,7 @@ from tapegrad.tape.activity import (
     annotate,
 )
 from tapegrad.tape.arrays import is_array
-from tapegrad.tape.identity import array_key, disjoint, extent
+from tapegrad.tape.identity import array_key, disjoint, overlapping
 from tapegrad.tape.scalars import plain
 
 
@@ -49,7 +49,7 @@ def check_shadows_apart(f: Any, args: tuple, between_shadows: bool) -> None:
     name = getattr(f, "__name__", None) or getattr(getattr(f, "kernel", None), "name", "f")
     for n, (k, x, d) in enumerate(pairs):
         for j, y in values:
-            if is_array(y) and _overlapping(d, y):
+            if is_array(y) and overlapping(d, y):
                 whose = "its own array" if j == k else f"argument {j}'s array"
                 raise TapegradError(
                     f"{name}: the shadow given for argument {k} is {whose} or shares memory "
@@ -59,23 +59,11 @@ def check_shadows_apart(f: Any, args: tuple, between_shadows: bool) -> None:
             if j == k or array_key(y) == array_key(x) or array_key(e) == array_key(d):
                 continue      # (one array passed twice, or one shadow for two read arrays:
                 # checked where the shadows meet, see one_object_per_memory)
-            if _overlapping(d, e):
+            if overlapping(d, e):
                 raise LaunchError(
                     f"{name}: the shadows given for arguments {k} and {j} share some of their "
                     "elements, so their derivatives would mix; give each array a shadow of "
                     "its own (tg.make_zero(x))")
-
-
-def _overlapping(a: Any, b: Any) -> bool:
-    """Whether two arrays have elements in common (byte ranges first; NumPy decides
-    interleaved views)."""
-    if a is b:
-        return True
-    (lo, hi), (lo2, hi2) = extent(a), extent(b)
-    if not (lo < hi2 and lo2 < hi):
-        return False
-    return not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or bool(
-        np.shares_memory(a, b))
 
 
 def _forward_kernel(mode: Mode, cfg: ConfiguredKernel, annotated: list[Annotation],
@@ -311,7 +299,7 @@ def _sharing_memory(shadows: dict[str, Any]) -> list[tuple[str, str]]:
     """The pairs of shadows with elements in common."""
     items = list(shadows.items())
     return [(p, q) for k, (p, a) in enumerate(items) for q, b in items[k + 1:]
-            if _overlapping(a, b)]
+            if overlapping(a, b)]
 
 
 def _primal_needed(kernel: Any, params: list[str], annotated: list[Annotation]) -> bool:

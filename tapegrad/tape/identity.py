@@ -256,6 +256,18 @@ def disjoint(arrays: list) -> bool:
     return True
 
 
+def overlapping(a: Any, b: Any) -> bool:
+    """Whether two arrays have elements in common (byte ranges first; NumPy decides
+    interleaved views)."""
+    if a is b:
+        return True
+    (lo, hi), (lo2, hi2) = extent(a), extent(b)
+    if not (lo < hi2 and lo2 < hi):
+        return False
+    return not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)) or bool(
+        np.shares_memory(a, b))
+
+
 def extent(x: Any, ptr: int | None = None) -> tuple[int, int]:
     """The byte range ``[lo, hi)`` an array's elements occupy (host and device addresses
     never meet: device arrays are shifted into their own range); ``ptr``: its address, if

@@ -70,3 +70,57 @@ def test_one_array_passed_twice_with_its_one_shadow_is_accepted():
     tg.autodiff(tg.Reverse, add_sq(CPU), tg.Const, tg.Duplicated(C, dC),
                 tg.Duplicated(A, dA), tg.Duplicated(A, dA), ndrange=3)
     assert np.allclose(dA, 2 * A)            # d(A*A)/dA
+
+
+@tg.kernel
+def stencil(B, A, s):
+    i = tg.index()
+    n = A.shape[0]
+    if 0 < i and i < n - 1:
+        B[i] = s * (A[i - 1] - 2.0 * A[i] + A[i + 1]) + A[i] * A[i]
+
+
+def _tangent_cases():
+    """(B's tangent, A's tangent, what is shared) where B's, which the kernel writes, shares
+    elements with A's: one object, and views of one array two elements apart."""
+    T, X = np.random.default_rng(1).random(16), np.random.default_rng(2).random(18)
+    return [(T, T), (X[2:], X[:16])]
+
+
+@pytest.mark.parametrize("case", [0, 1])
+@pytest.mark.parametrize("where", ["kernel", "host"])
+def test_forward_mode_refuses_a_written_tangent_that_shares_another_ones_elements(
+        backend, case, where):
+    """(The tangent kernel would write B's tangent while reading A's: a wrong tangent.)"""
+    TB, TA = _tangent_cases()[case]
+    A, B = np.linspace(0.1, 1.0, 16), np.zeros(16)
+    before = (A.copy(), B.copy(), TB.copy(), TA.copy())
+
+    def host(B, A, s):
+        stencil(backend, 4)(B, A, s, ndrange=16)
+        return tg.sum(B)
+    # (a host function's entry refuses partly shared tangents before any launch)
+    with pytest.raises(tg.LaunchError, match="tangent of B shares elements with the tangent "
+                       "of A, and the kernel writes B|shadows given for arguments 0 and 1 share"):
+        if where == "kernel":
+            tg.autodiff(tg.Forward, stencil(backend, 4), tg.Const, tg.Duplicated(B, TB),
+                        tg.Duplicated(A, TA), tg.Duplicated(0.3, 0.5), ndrange=16)
+        else:
+            tg.autodiff(tg.Forward, host, tg.Active, tg.Duplicated(B, TB),
+                        tg.Duplicated(A, TA), 0.3)
+    for x, x0 in zip((A, B, TB, TA), before):
+        np.testing.assert_array_equal(x, x0)
+
+
+def test_forward_mode_lets_two_read_arrays_share_one_direction(backend):
+    """A tangent the kernel only reads may be another's: the same direction for both."""
+    @tg.kernel
+    def product(C, A, B):
+        i = tg.index()
+        C[i] = A[i] * B[i]
+
+    A, B = np.linspace(0.5, 2.0, 8), np.linspace(-1.0, 1.0, 8)
+    T, TC = np.linspace(1.0, 3.0, 8), np.zeros(8)
+    tg.autodiff(tg.Forward, product(backend, 4), tg.Const, tg.Duplicated(np.zeros(8), TC),
+                tg.Duplicated(A, T), tg.Duplicated(B, T), ndrange=8)
+    np.testing.assert_allclose(TC, T * B + A * T, rtol=1e-15)     # d(AB) along (T, T)
