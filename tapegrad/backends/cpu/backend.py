@@ -9,6 +9,7 @@ from typing import Any
 import numba
 import numba.np.ufunc.parallel as _parallel
 import numpy as np
+from numba.core.errors import NumbaError
 
 from tapegrad.backends.base import Backend
 from tapegrad.backends.cache import load_source
@@ -103,7 +104,7 @@ def _compile(tk: TypedKernel, without: frozenset[str]) -> _Launcher:
     launcher = _Launcher(getattr(module, lowered.symbol), lowered, str(path), tk.groupsize)
     if lowered.one_group is not None:
         task = getattr(module, f"{lowered.symbol}__task")
-        launcher.one_group = eval(f"lambda args, nd: {lowered.one_group}", {"TASK": task})
+        launcher.one_group = eval(f"lambda args, nd, n: {lowered.one_group}", {"TASK": task})
     return launcher
 
 
@@ -195,7 +196,7 @@ class _Launcher:
         # a launch of one workgroup: its task called here, in this thread, where Numba's
         # parallel launch would wake the pool for one task (1.8-3.6 us on 2 idle cores,
         # far more on busy ones); set by _compile where the task allows
-        self.one_group: Callable[[tuple, tuple], None] | None = None
+        self.one_group: Callable[[tuple, tuple, int], None] | None = None
         self.single = (1,) * len(groupsize)
 
     @property
@@ -223,11 +224,16 @@ class _Launcher:
             if len(self.groups_of) < 64:
                 self.groups_of[ndrange] = groups
         alone = groups == self.single and self.one_group is not None and self.compiled
+        if alone and not DETERMINISTIC.on:
+            try:
+                self.one_group(args, ndrange, launch_threads())
+                return
+            except NumbaError:  # (its first call here met types that the kernel itself
+                pass            # turns away by name: an int past 64 bits; it says so below)
+            except BaseException as exc:
+                self.stopped(exc)
         if DETERMINISTIC.on:
             chunks, pools, serial = self.ordered(args, ndrange)
-            alone = False
-        elif alone:
-            chunks, pools, serial = 1, (), False
         else:
             chunks, serial = launch_threads(), False      # one parallel task per thread
             pools = self.pools(args, ndrange, chunks) if self.lowered.pools else ()
@@ -236,28 +242,30 @@ class _Launcher:
             threads = numba.get_num_threads()
             numba.set_num_threads(1)
         try:
-            if alone:
-                self.one_group(args, ndrange)
-                return
             if self.compiled and not self.checked:
                 self.dispatcher(*args, *ndrange, *groups, chunks, *pools)
                 return
             self.first_call(args, ndrange, groups, chunks, pools)
         except BaseException as exc:
-            self.pool_cache.clear()     # a launch cut short may leave its copies dirty
-            if isinstance(exc, (TapegradError, OverflowError)) or not isinstance(exc, Exception):
-                raise                   # (OverflowError: an int argument Numba could not pass)
-            # (generated code computes IEEE values and raises nothing; should anything still
-            # raise inside a parallel task, the launch says so rather than Numba's internals)
-            line = min(self.lowered.user_line.values(), default=None)
-            raise LaunchError(
-                f"{self.lowered.filename}:{line}: kernel {self.lowered.symbol} stopped with "
-                f"{type(exc).__name__}: {exc}. Its outputs are partly written: do not use them. "
-                f"This is a tapegrad bug; please report it with the generated code ({self.path})"
-            ) from exc
+            self.stopped(exc)
         finally:
             if threads:
                 numba.set_num_threads(threads)
+
+    def stopped(self, exc: BaseException) -> None:
+        """A launch raised ``exc``: ours and OverflowError (an int argument Numba could not
+        pass) as they are, anything else as a tapegrad bug."""
+        self.pool_cache.clear()     # a launch cut short may leave its copies dirty
+        if isinstance(exc, (TapegradError, OverflowError)) or not isinstance(exc, Exception):
+            raise exc
+        # (generated code computes IEEE values and raises nothing; should anything still
+        # raise inside a parallel task, the launch says so rather than Numba's internals)
+        line = min(self.lowered.user_line.values(), default=None)
+        raise LaunchError(
+            f"{self.lowered.filename}:{line}: kernel {self.lowered.symbol} stopped with "
+            f"{type(exc).__name__}: {exc}. Its outputs are partly written: do not use them. "
+            f"This is a tapegrad bug; please report it with the generated code ({self.path})"
+        ) from exc
 
     def ordered(self, args: tuple, ndrange: tuple[int, ...]) -> tuple[int, tuple, bool]:
         """Under ``tg.deterministic()`` (backends/determinism.py): the tasks, a number that

@@ -71,16 +71,20 @@ def outline_task(out: Printer, loop: int, end: int) -> list[str]:
 def one_group_call(params: list[str], free: list[str], n_args: int) -> str | None:
     """The task's call for a launch of one workgroup (``_Launcher.one_group``): ``args``
     the launch's arguments (the kernel's first ``n_args`` parameters ``params``), ``nd``
-    its ndrange; one task (``_c`` 0 of 1) over the one group.  None where the task reads
-    what the kernel makes before its loop (per-thread copies, transposed arrays)."""
-    parts = ["0"]
+    its ndrange, ``n`` the tasks the kernel would run; the task that would run the one
+    group (the last: ``_c`` n - 1 of n), so that it adds into the same slots of its sums.
+    None where the task reads what the kernel makes before its loop (per-thread copies,
+    transposed arrays)."""
+    parts = ["n - 1"]
     for name in free:
         k = params.index(name) if name in params else -1
         if 0 <= k < n_args:
             parts.append(f"args[{k}]")
         elif name.startswith("_n") and name[2:].isdigit():
             parts.append(f"nd[{name[2:]}]")
-        elif name in ("_nchunks", "_total") or name.startswith("_groups"):
+        elif name == "_nchunks":
+            parts.append("n")
+        elif name == "_total" or name.startswith("_groups"):
             parts.append("1")
         else:
             return None
