@@ -27,6 +27,7 @@ from tapegrad.tape.activity import (
     annotate,
 )
 from tapegrad.tape.arrays import is_array
+from tapegrad.tape.forward import check_written_tangents_apart
 from tapegrad.tape.identity import array_key, disjoint, overlapping
 from tapegrad.tape.scalars import plain
 
@@ -86,6 +87,7 @@ def _forward_kernel(mode: Mode, cfg: ConfiguredKernel, annotated: list[Annotatio
     nd = ndrange_of(kernel, ndrange)
     check_args(kernel, backend, values)
     check = check_indices(cfg, values, nd)
+    check_written_tangents_apart(kernel, params, values, tangents)
     entry = run_tangent(cfg, values, tangents, tuple(activity), nd)
     remember(cfg, args, check, nd, tangent=entry)
     return (None,) if mode.with_primal else ()

@@ -5,15 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from tapegrad.ad import Tangent, normalize, tangent_kernel
-from tapegrad.backends.registry import is_array
 from tapegrad.backends.structure import check_barrier_rules
-from tapegrad.errors import LaunchError
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import Type, specialize
-from tapegrad.runtime.arguments import access, arg_key, check_args, groupsize_of, write_only
+from tapegrad.runtime.arguments import arg_key, check_args, groupsize_of, write_only
 from tapegrad.runtime.nans import NANS, checked
 from tapegrad.runtime.show import show
-from tapegrad.tape.identity import array_key, disjoint, overlapping
 
 
 def compile_tangent(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
@@ -66,7 +63,6 @@ def run_tangent(cfg: Any, values: tuple, tangents: dict[str, tuple], activity: t
     """
     kernel, backend = cfg.kernel, cfg.backend
     params = kernel_ir(kernel).params
-    check_written_tangents_apart(kernel, params, values, tangents)
     width = max((len(t) for t in tangents.values()), default=1)
     wgs = groupsize_of(cfg, len(nd))
     plain = tuple(values) + tuple(t for p in params for t in tangents.get(p, ()))
@@ -78,30 +74,6 @@ def run_tangent(cfg: Any, values: tuple, tangents: dict[str, tuple], activity: t
         kernel.cache[key] = entry
     launch_tangent(cfg, entry, values, tangents, nd)
     return entry
-
-
-def check_written_tangents_apart(kernel: Any, params: list[str], values: tuple,
-                                 tangents: dict[str, tuple]) -> None:
-    """A tangent the kernel writes shares no element with another tangent: it would be
-    written while the other is read (one array passed for two parameters has one tangent).
-    Tangents of arrays the kernel only reads may share memory (one direction for two
-    inputs).  Checked before anything runs."""
-    arrays = [(p, d) for p, dirs in tangents.items() for d in dirs if is_array(d)]
-    if len({id(d) for _, d in arrays}) == len(arrays) and disjoint([d for _, d in arrays]):
-        return
-    _, written = access(kernel)
-    value = dict(zip(params, values))
-    for n, (p, d) in enumerate(arrays):
-        for m, (q, e) in enumerate(arrays):
-            if n == m or p not in written or p != q and d is e and \
-                    array_key(value[p]) == array_key(value[q]):
-                continue
-            if overlapping(d, e):
-                raise LaunchError(
-                    f"{kernel.name}: the tangent of {p} shares elements with "
-                    + ("another of its tangents" if p == q else f"the tangent of {q}")
-                    + f", and the kernel writes {p}, so its tangent would be written while "
-                    "the other is read; give each array a tangent of its own (tg.make_zero(x))")
 
 
 def launch_tangent(cfg: Any, entry: tuple[Any, Any], values: tuple, tangents: dict[str, tuple],

@@ -12,14 +12,14 @@ from typing import Any
 import numpy as np
 
 from tapegrad.backends.registry import array_kind
-from tapegrad.errors import TapegradError
+from tapegrad.errors import LaunchError, TapegradError
 from tapegrad.frontend import kernel_ir
 from tapegrad.runtime.arguments import access, check_args, ndrange_of
 from tapegrad.runtime.launch import interceptor, launch, launch_now, merging
 from tapegrad.runtime.tangent import run_tangent, tangent_variant
 from tapegrad.tape.arrays import is_array, zeros_like
 from tapegrad.tape.duals import TapedDual
-from tapegrad.tape.identity import Ident, Identities
+from tapegrad.tape.identity import Ident, Identities, array_key, disjoint, overlapping
 from tapegrad.tape.modes import forward_var, refuse_nested, tapes_var
 from tapegrad.tape.scalars import DualScalar, plain_value
 
@@ -148,6 +148,7 @@ class ForwardContext:
         elif "dup" not in activity and "active" not in activity:
             launch_now(cfg, plain, ndrange)      # nothing carries a tangent here
         else:
+            check_written_tangents_apart(kernel, params, plain, tangents)
             run_tangent(cfg, plain, tangents, tuple(activity), nd)
 
     def launch_on_tape(self, cfg: Any, args: tuple, ndrange: Any, nd: tuple[int, ...],
@@ -180,3 +181,27 @@ class _OnTape:
         forward_var.reset(self.tokens[0])
         tapes_var.reset(self.tokens[1])
         interceptor.reset(self.tokens[2])
+
+
+def check_written_tangents_apart(kernel: Any, params: list[str], values: tuple,
+                                 tangents: dict[str, tuple]) -> None:
+    """A tangent the kernel writes shares no element with another tangent: it would be
+    written while the other is read (one array passed for two parameters has one tangent).
+    Tangents of arrays the kernel only reads may share memory (one direction for two
+    inputs).  Checked before anything runs."""
+    arrays = [(p, d) for p, dirs in tangents.items() for d in dirs if is_array(d)]
+    if len({id(d) for _, d in arrays}) == len(arrays) and disjoint([d for _, d in arrays]):
+        return
+    _, written = access(kernel)
+    value = dict(zip(params, values))
+    for n, (p, d) in enumerate(arrays):
+        for m, (q, e) in enumerate(arrays):
+            if n == m or p not in written or p != q and d is e and \
+                    array_key(value[p]) == array_key(value[q]):
+                continue
+            if overlapping(d, e):
+                raise LaunchError(
+                    f"{kernel.name}: the tangent of {p} shares elements with "
+                    + ("another of its tangents" if p == q else f"the tangent of {q}")
+                    + f", and the kernel writes {p}, so its tangent would be written while "
+                    "the other is read; give each array a tangent of its own (tg.make_zero(x))")
