@@ -125,9 +125,9 @@ class TraceTape(Tape):
         self.arguments.left((x,))
 
     def record_host(self, record: Any, live_inputs: list[tuple[Any, int]],
-                    read: tuple = ()) -> None:
+                    read: tuple = (), wrote: tuple = ()) -> None:
         self.arguments.unchanged(tuple(x for x, _ in live_inputs) + tuple(read))
-        Tape.record_host(self, record, live_inputs, read)
+        Tape.record_host(self, record, live_inputs, read, wrote)
         arrays = tuple(x for x, _ in live_inputs) + tuple(read)
         self.steps.append(Step("host", record, args=arrays))
 

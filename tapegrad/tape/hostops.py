@@ -289,7 +289,7 @@ def copy(x: Any) -> Any:
                      for t in ctx.tangent_of(x)])
     for tape in recording_tapes():
         tape.record_host(CopyRecord(reads=[tape.track(x)], writes=[tape.track(y)], name="copy"),
-                         [], read=(x,))
+                         [], read=(x,), wrote=(y,))
     return y
 
 
@@ -311,7 +311,7 @@ def reshape(x: Any, shape: Any) -> Any:
                                         y.shape) for t in ctx.tangent_of(x)])
     for tape in recording_tapes():
         tape.record_host(CopyRecord(reads=[tape.track(x)], writes=[tape.track(y)],
-                                    name="reshape"), [], read=(x,))
+                                    name="reshape"), [], read=(x,), wrote=(y,))
     return y
 
 
@@ -346,7 +346,7 @@ def scale(x: Any, a: Any) -> Any:
         record = ScaleRecord(reads=[tape.track(x)], writes=[tape.track(y)], name="scale",
                              scalars_in=[] if node is None else [node], factor=value,
                              node=node, views=[x] if node is not None else [])
-        tape.record_host(record, [(x, 0)] if node is not None else [], read=(x,))
+        tape.record_host(record, [(x, 0)] if node is not None else [], read=(x,), wrote=(y,))
     return y
 
 
@@ -389,7 +389,8 @@ def _add(u: Any, w: Any) -> Any:
     y = u + w
     for tape in recording_tapes():
         tape.record_host(AddRecord(reads=[tape.track(u), tape.track(w)],
-                                   writes=[tape.track(y)], name="add"), [], read=(u, w))
+                                   writes=[tape.track(y)], name="add"), [], read=(u, w),
+                         wrote=(y,))
     return y
 
 

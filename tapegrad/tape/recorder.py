@@ -74,7 +74,8 @@ def _compiled(plan: RecordPlan, source: str, filename: str) -> Any:
 
 def _source(plan: RecordPlan, stamped: tuple[int, ...]) -> str:
     """The recording function's source; ``stamped``: the positions of the arrays whose
-    contents it stamps (what a launch wrote) and checks (unchanged when a launch reads)."""
+    contents it stamps (what a launch wrote, what it reads first) and checks (unchanged
+    since the last recorded use when a launch reads them)."""
     arrays = plan.arrays
     roles = []
     for pos, reads, writes, needed in arrays:
@@ -109,9 +110,11 @@ def _source(plan: RecordPlan, stamped: tuple[int, ...]) -> str:
         emit("        return")
     checked = [(pos, reads, writes) for pos, reads, writes, _ in arrays if pos in stamped]
     for pos, reads, _ in checked:
-        if reads:     # what a launch wrote is as it left it (not changed by host code since)
+        if reads:     # as the last recorded operation that used it left it: else stamped now
             emit(f"    s{pos} = stamps.get(i{pos})")
-            emit(f"    if s{pos} is not None and s{pos} != sample(a{pos}):")
+            emit(f"    if s{pos} is None:")
+            emit(f"        stamps[i{pos}] = sample(a{pos})")
+            emit(f"    elif s{pos} != sample(a{pos}):")
             emit(f"        tape.changed_by_host(a{pos}, s{pos}, NAME)")
     emit("    seen = list(plain)")
     for pos, reads, writes, needed in arrays:

@@ -350,13 +350,14 @@ class Tape:
             return everything
 
     def record_host(self, record: Record, live_inputs: list[tuple[Any, int]],
-                    read: tuple = ()) -> None:
+                    read: tuple = (), wrote: tuple = ()) -> None:
         """Append a host operation's ``record``; ``live_inputs``: (array, position) pairs it
-        keeps reading until its adjoint runs, ``read``: other arrays it read now."""
+        keeps reading until its adjoint runs, ``read``: other arrays it read now, ``wrote``:
+        the new arrays it made (stamped: later recorded uses find them as it left them)."""
         for x in (*(x for x, _ in live_inputs), *read):
-            stamp = self.stamps.get(self.ids.ident_of(x)) if self.stamps else None
-            if stamp is not None and stamp != self.sample(x):
-                self.changed_by_host(x, stamp, record.name)
+            self.unchanged_since_use(x, record.name)
+        for y in wrote:
+            self.unchanged_since_use(y, record.name)
         self.records.append(record)
         for x, pos in live_inputs:
             self.read_live(x, record, pos)
@@ -370,9 +371,7 @@ class Tape:
         as the last recorded operation left it, and records that still need its contents
         get a copy.  Returns ``x``'s identity, for ``after_host_write``."""
         ident = self.track(x)
-        stamp = self.stamps.get(ident) if self.stamps else None
-        if stamp is not None and stamp != self.sample(x):
-            self.changed_by_host(x, stamp, who)
+        self.unchanged_since_use(x, who, ident)
         self.will_overwrite(x, False, ident)
         return ident
 
@@ -381,18 +380,32 @@ class Tape:
         if np.dtype(x.dtype).kind == "f":
             self.stamps[ident] = self.sample(x)
 
+    def unchanged_since_use(self, x: Any, who: str, ident: Any = None) -> None:
+        """Before a recorded host operation (``who``) uses ``x``: as the last recorded
+        operation left it (``changed_by_host``); stamped here if none has used it yet."""
+        if type(x) is not np.ndarray and not self.verify or np.dtype(x.dtype).kind != "f":
+            return                # (the launches' rule: device arrays only under verify)
+        ident = self.track(x) if ident is None else ident
+        stamp = self.stamps.get(ident)
+        if stamp is None:
+            self.stamps[ident] = self.sample(x)
+        elif stamp != self.sample(x):
+            self.changed_by_host(x, stamp, who)
+
     def changed_by_host(self, x: Any, stamp: Any, reader: str) -> None:
-        """A recorded operation is about to read ``x``, which a recorded launch wrote, and
-        its contents differ from what that launch left (``stamp``): host code changed it."""
+        """A recorded operation is about to read ``x``, which an earlier recorded operation
+        read or wrote, and its contents differ from what it found or left (``stamp``): host
+        code changed it."""
         if _same_bits(stamp, self.sample(x)):
             return                # (NaN samples compare unequal to themselves)
         raise TapegradError(
-            f"an array of shape {tuple(x.shape)} that a recorded kernel launch wrote was "
-            f"changed by code the tape does not record before {reader} read it (NumPy "
-            "arithmetic in place, such as B *= 3.0 or B[0] = 1, is invisible to tapes), so the "
-            "gradient would not include that change. Do it in a kernel, or with tapegrad's "
-            "recorded host operations (B2 = tg.scale(B, 3.0), tg.copy, tg.reshape); to change "
-            "a result only for display, change a copy (B.copy())")
+            f"an array of shape {tuple(x.shape)} that the tape had seen (a recorded kernel "
+            f"launch or tapegrad host operation read or wrote it) was changed by code the tape "
+            f"does not record before {reader} read it (NumPy arithmetic in place, such as "
+            "B *= 3.0 or B[0] = 1, is invisible to tapes), so the gradient would not include "
+            "that change. Do it in a kernel, or with tapegrad's recorded host operations "
+            "(B2 = tg.scale(B, 3.0), tg.copy, tg.reshape); to change a result only for "
+            "display, change a copy (B.copy())")
 
     def memory(self) -> dict[str, int]:
         r"""Bytes this tape holds, by kind: ``arrays`` its records keep (launch arguments

@@ -130,3 +130,60 @@ def test_scale_and_reshape_in_forward_mode():
     y, y_dot = tg.jvp(lambda A: tg.sum(tg.scale(tg.reshape(base(A), (7, 1)), 3.0)), A, v)
     assert math.isclose(y, 3 * np.sum(A * A))
     assert math.isclose(y_dot, np.dot(6 * A, v))
+
+
+@pytest.mark.parametrize("verify", [False, True])
+@pytest.mark.parametrize("made_by", ["a launch", "tg.copy", "tg.scale", "the source itself"])
+def test_an_array_changed_in_place_between_two_recorded_reads_is_refused(made_by, verify):
+    """Whatever made the array (or if it is the source), a recorded operation read it and
+    host code changed it before the next read: the first read's derivative would see the new
+    contents (before, for all but a launch's result: a gradient 0.7 off, silently)."""
+    def f(A):
+        if made_by == "a launch":
+            T = np.empty_like(A)
+            sq(CPU)(T, A, ndrange=A.size)
+        elif made_by == "tg.copy":
+            T = tg.copy(A)
+        elif made_by == "tg.scale":
+            T = tg.scale(A, 1.0)
+        else:
+            T = A
+        B, C = np.empty_like(A), np.empty_like(A)
+        sin_k(CPU)(B, T, ndrange=A.size)
+        T *= 2.0                                     # invisible to the tape
+        sin_k(CPU)(C, T, ndrange=A.size)
+        return tg.dot(B, C)
+
+    with tg.Tape(verify=verify), pytest.raises(tg.TapegradError, match="B \\*= 3.0"):
+        f(A0.copy())
+
+
+def test_a_result_of_tg_copy_changed_before_its_first_read_is_refused():
+    def f(A):
+        T = tg.copy(A)
+        T *= 2.0                                     # between tg.copy and the launch
+        B = np.empty_like(A)
+        sin_k(CPU)(B, T, ndrange=A.size)
+        return tg.sum(B)
+
+    with tg.Tape(), pytest.raises(tg.TapegradError, match="B \\*= 3.0"):
+        f(A0.copy())
+
+
+def test_arrays_changed_before_the_tapes_first_use_or_after_its_last_are_fine():
+    """(Only a change between two recorded uses is refused; the gradients against closed
+    forms.)"""
+    def f(A):
+        w = np.ones_like(A)
+        w *= 3.0                                     # before any recorded use of w
+        B = base(A)
+        C = np.empty_like(A)
+        sin_k(CPU)(C, w, ndrange=A.size)
+        loss = tg.dot(B, w) + tg.sum(C)
+        B[...] = 0.0                                 # after its last recorded use
+        return loss
+
+    (g,) = tg.gradient(f, A0.copy())
+    np.testing.assert_allclose(g, 6.0 * A0, rtol=1e-14)        # d/dA 3 sum(A^2)
+    (g,) = tg.gradient(lambda A: tg.dot(base(A), base(A)), A0.copy())
+    np.testing.assert_allclose(g, 4 * A0 ** 3, rtol=1e-14)    # A read twice, unchanged
