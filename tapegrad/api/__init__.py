@@ -18,7 +18,13 @@ from tapegrad.api.launches import (
 )
 from tapegrad.api.second import hvp  # noqa: F401
 from tapegrad.capturing.captured import Captured
-from tapegrad.errors import AdjointStackOverflow, LaunchError, TapegradError  # noqa: F401
+from tapegrad.capturing.trace import TraceTape
+from tapegrad.errors import (  # noqa: F401
+    AdjointStackOverflow,
+    CaptureError,
+    LaunchError,
+    TapegradError,
+)
 from tapegrad.kernels import ConfiguredKernel, Kernel
 from tapegrad.tape.activity import (
     Active,
@@ -34,7 +40,7 @@ from tapegrad.tape.activity import (
 )
 from tapegrad.tape.arrays import is_array, zeros_like
 from tapegrad.tape.forward import ForwardContext
-from tapegrad.tape.modes import current_forward, refuse_nested
+from tapegrad.tape.modes import current_forward, recording_tapes, refuse_nested
 from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain, plain_value
 from tapegrad.tape.sweep import not_a_scalar
 from tapegrad.tape.tape import Tape
@@ -83,6 +89,15 @@ def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = N
                             "tangents, it never adds into them")
     if not mode.reverse:
         refuse_nested()
+    for tape in recording_tapes():
+        if isinstance(tape, TraceTape):
+            raise CaptureError(
+                "tg.autodiff inside a function that tg.capture records: a replay repeats the "
+                "recorded kernel launches and tapegrad host operations, not tg.autodiff's "
+                "derivative launches, so its shadows would be left as they were. Call "
+                "tg.autodiff outside the captured function (tg.autodiff(tg.Reverse, captured, "
+                "...) or tg.gradient(captured, ...) differentiate the captured function "
+                "itself)")
     if isinstance(f, ConfiguredKernel):
         derivs = autodiff_by_plan(mode, f, ret_activity, args, ndrange, accumulate)
         if derivs is None:

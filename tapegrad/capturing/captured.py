@@ -20,7 +20,7 @@ from tapegrad.capturing.trace import TraceTape
 from tapegrad.errors import CaptureError, LaunchError
 from tapegrad.runtime.nans import NANS
 from tapegrad.tape.arrays import is_array
-from tapegrad.tape.identity import array_key
+from tapegrad.tape.identity import array_key, extent
 from tapegrad.tape.memory import owner
 from tapegrad.tape.modes import current_forward, recording_tapes
 from tapegrad.tape.scalars import DualScalar, TrackedScalar
@@ -218,12 +218,18 @@ def signature(args: tuple, name: str) -> tuple:
     NumPy float32 too: kernels take it as float32, a parameter would be a float64)."""
     parts = []
     roots: dict[int, int] = {}        # the memory's owner -> the first argument that has it
+    spans: list[tuple[int, tuple[int, int]]] = []   # (position, bytes) of the other arrays
     for pos, a in enumerate(args):
         if is_array(a):
             flags = a.flags
             order = "C" if flags.c_contiguous else "F" if flags.f_contiguous else "strided"
             # (arguments sharing memory replay another program than distinct ones would)
             shares = roots.setdefault(id(owner(a)), pos)
+            if shares == pos and type(a) is not np.ndarray:
+                # (a PyOpenCL view knows no base: its bytes tell, as a tape's identities)
+                lo, hi = extent(a)
+                shares = next((p for p, (l2, h2) in spans if lo < h2 and l2 < hi), pos)
+                spans.append((pos, (lo, hi)))
             parts.append(("array", type(a), tuple(a.shape), a.dtype, order,
                           tuple(a.strides) if order == "strided" else (),
                           shares if shares != pos else None))

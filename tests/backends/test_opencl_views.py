@@ -289,3 +289,23 @@ def test_arrays_on_another_queue_are_refused_with_the_way_out(cl, context):
     Y, X = tg.asarray(cl, Y), tg.asarray(cl, X)
     saxpy(cl)(Y, 2.0, X, ndrange=8)
     np.testing.assert_array_equal(Y.get(), 2.0 * np.arange(8.0))
+
+
+def test_a_captured_function_sees_views_of_one_buffer_on_a_replay_too(cl):
+    """(A PyOpenCL view knows no base: a replay's key asks its bytes. After a first call on
+    distinct arrays, two views of one memory, or of memory they share in part, are refused
+    as in a first call; before, they replayed the distinct arrays' program.)"""
+    def f(X, Y):
+        saxpy(cl)(Y, 2.0, X, ndrange=8)
+        return tg.sum(Y)
+
+    captured = tg.capture(f)
+    captured(on(cl, np.ones(8)), on(cl, np.zeros(8)))          # recorded on distinct arrays
+    X = on(cl, np.arange(8.0))
+    with pytest.raises(tg.errors.CaptureError, match="arguments 0 and 1 are the same array"):
+        captured(X, X[:])
+    np.testing.assert_array_equal(X.get(), np.arange(8.0))
+    big = on(cl, np.arange(10.0))
+    with pytest.raises(tg.TapegradError, match="two different views of the same memory"):
+        captured(big[:8], big[2:10])
+    np.testing.assert_array_equal(big.get(), np.arange(10.0))

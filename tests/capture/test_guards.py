@@ -327,3 +327,23 @@ def test_checkpoint_loop_inside_a_capture_is_named_in_the_error():
     with pytest.raises(tg.CaptureError, match="uses tg.checkpoint_loop, which a captured "
                                               "function cannot replay"):
         tg.gradient(lambda u0: tg.sum(simulate(u0)), np.ones(N))
+
+
+@pytest.mark.parametrize("mode", ["reverse", "forward"])
+def test_tg_autodiff_inside_a_captured_function_is_refused_with_the_way_out(mode):
+    @tg.kernel
+    def squared(B, A):
+        i = tg.index()
+        B[i] = A[i] * A[i]
+
+    def f(B, dB, A, dA):
+        m = tg.Reverse if mode == "reverse" else tg.Forward
+        tg.autodiff(m, squared(CPU), tg.Const, tg.Duplicated(B, dB), tg.Duplicated(A, dA),
+                    ndrange=A.size)
+        return dA
+
+    A, dA = np.linspace(0.0, 1.0, 6), np.ones(6)
+    with pytest.raises(tg.errors.CaptureError, match="tg.autodiff inside a function that "
+                                                    "tg.capture records"):
+        tg.capture(f)(np.zeros(6), np.ones(6), A, dA)
+    np.testing.assert_array_equal(dA, 1.0)
