@@ -49,15 +49,18 @@ class RecordPlan:
 def recorder(plan: RecordPlan) -> RecordPlan:
     """``plan`` with its recording functions: ``record(tape, cfg, args, plain, launcher, nd,
     ndrange)`` (``plain``: the arguments with tracked scalars as floats; ``launcher`` None
-    records without launching), which stamps what a launch wrote into host arrays only (the
+    records without launching), which stamps the host arrays it reads and writes only (the
     tape's ``sample`` of other arrays is None: reading device memory would synchronise), and
-    ``record_stamped``, which stamps every float array (a tape that ``verify``s fingerprints
-    arrays where they live)."""
-    host_floats = tuple(k for k in plan.float_at if k in plan.host_at)
-    plan.source = _source(plan, host_floats)
+    ``record_stamped``, which stamps every such array (a tape that ``verify``s fingerprints
+    arrays where they live).  Such arrays: the float arrays, and the others whose contents
+    an adjoint reads (an index array changed between two launches changes what the first
+    one's adjoint gathers)."""
+    every = tuple(pos for pos, _, _, needed in plan.arrays if needed or pos in plan.float_at)
+    host = tuple(k for k in every if k in plan.host_at)
+    plan.source = _source(plan, host)
     plan.record = _compiled(plan, plan.source, f"<tapegrad recorder of {plan.name}>")
-    plan.record_stamped = plan.record if host_floats == plan.float_at else _compiled(
-        plan, _source(plan, plan.float_at), f"<tapegrad verifying recorder of {plan.name}>")
+    plan.record_stamped = plan.record if host == every else _compiled(
+        plan, _source(plan, every), f"<tapegrad verifying recorder of {plan.name}>")
     return plan
 
 

@@ -398,6 +398,14 @@ class Tape:
         code changed it."""
         if _same_bits(stamp, self.sample(x)):
             return                # (NaN samples compare unequal to themselves)
+        if np.dtype(x.dtype).kind != "f":
+            raise TapegradError(
+                f"an array of {np.dtype(x.dtype)} of shape {tuple(x.shape)} that a recorded "
+                f"operation had read was changed in place by code the tape does not record "
+                f"before {reader} read it; the derivatives of the operations before read its "
+                f"contents when the gradient is computed, so they would read the new ones. Make "
+                f"a new array for the new values (idx = new_idx.copy()) instead of changing it "
+                f"in place")
         raise TapegradError(
             f"an array of shape {tuple(x.shape)} that the tape had seen (a recorded kernel "
             f"launch or tapegrad host operation read or wrote it) was changed by code the tape "

@@ -187,3 +187,49 @@ def test_arrays_changed_before_the_tapes_first_use_or_after_its_last_are_fine():
     np.testing.assert_allclose(g, 6.0 * A0, rtol=1e-14)        # d/dA 3 sum(A^2)
     (g,) = tg.gradient(lambda A: tg.dot(base(A), base(A)), A0.copy())
     np.testing.assert_allclose(g, 4 * A0 ** 3, rtol=1e-14)    # A read twice, unchanged
+
+
+@tg.kernel
+def gathered(B, A, idx):
+    i = tg.index()
+    B[i] = A[idx[i]] * A[idx[i]]
+
+
+@tg.kernel
+def counted(H, idx):
+    i = tg.index()
+    tg.atomic_add(H, idx[i], 1)
+
+
+def test_an_index_array_changed_between_two_launches_that_read_it_is_refused():
+    """(The first launch's adjoint reads the index array when the gradient is computed: it
+    would gather by the new indices; the gradient came back wrong, silently.)"""
+    n = 7
+
+    def f(A, reverse_between):
+        idx = np.arange(n)
+        B, C = np.empty(n), np.empty(n)
+        gathered(CPU)(B, A, idx, ndrange=n)
+        if reverse_between:
+            idx[:] = idx[::-1].copy()
+        else:
+            idx = idx[::-1].copy()                   # a new array: fine
+        gathered(CPU)(C, A, idx, ndrange=n)
+        return tg.dot(B, np.arange(float(n))) + tg.sum(C)
+
+    with pytest.raises(tg.TapegradError, match="int64 of shape \\(7,\\).*new array"):
+        tg.gradient(lambda A: f(A, True), A0.copy())
+    (g,) = tg.gradient(lambda A: f(A, False), A0.copy())
+    np.testing.assert_allclose(g, 2 * A0 * (np.arange(n) + 1), rtol=1e-14)
+
+
+def test_an_int_array_no_derivative_reads_may_change_between_launches():
+    """(Counts a kernel adds into, reset by host code: no adjoint reads them.)"""
+    H, idx = np.zeros(3, np.int64), np.array([0, 1, 1, 2, 2, 2, 0])
+    with tg.Tape() as tape:
+        counted(CPU)(H, idx, ndrange=idx.size)
+        H[:] = 0
+        counted(CPU)(H, idx, ndrange=idx.size)
+        loss = tg.sum(base(A0.copy()))
+    assert H.tolist() == [2, 2, 3] and float(loss) == pytest.approx(float(np.sum(A0 ** 2)))
+    del tape
