@@ -38,6 +38,7 @@ from tapegrad.tape.provenance import Provenance
 from tapegrad.tape.recorder import RecordPlan, recorder
 from tapegrad.tape.records import LaunchRecord, Record
 from tapegrad.tape.scalars import TrackedScalar, plain
+from tapegrad.tape.stamps import host_change, same_bits, sample
 from tapegrad.tape.sweep import Sweep
 from tapegrad.tracebacks import api_boundary
 
@@ -396,24 +397,9 @@ class Tape:
         """A recorded operation is about to read ``x``, which an earlier recorded operation
         read or wrote, and its contents differ from what it found or left (``stamp``): host
         code changed it."""
-        if _same_bits(stamp, self.sample(x)):
+        if same_bits(stamp, self.sample(x)):
             return                # (NaN samples compare unequal to themselves)
-        if np.dtype(x.dtype).kind != "f":
-            raise TapegradError(
-                f"an array of {np.dtype(x.dtype)} of shape {tuple(x.shape)} that a recorded "
-                f"operation had read was changed in place by code the tape does not record "
-                f"before {reader} read it; the derivatives of the operations before read its "
-                f"contents when the gradient is computed, so they would read the new ones. Make "
-                f"a new array for the new values (idx = new_idx.copy()) instead of changing it "
-                f"in place")
-        raise TapegradError(
-            f"an array of shape {tuple(x.shape)} that the tape had seen (a recorded kernel "
-            f"launch or tapegrad host operation read or wrote it) was changed by code the tape "
-            f"does not record before {reader} read it (NumPy arithmetic in place, such as "
-            "B *= 3.0 or B[0] = 1, is invisible to tapes), so the gradient would not include "
-            "that change. Do it in a kernel, or with tapegrad's recorded host operations "
-            "(B2 = tg.scale(B, 3.0), tg.copy, tg.reshape); to change a result only for "
-            "display, change a copy (B.copy())")
+        raise host_change(x, reader)
 
     def memory(self) -> dict[str, int]:
         r"""Bytes this tape holds, by kind: ``arrays`` its records keep (launch arguments
@@ -595,27 +581,3 @@ class Tape:
 
 def verify_by_default() -> bool:
     return os.environ.get("TAPEGRAD_VERIFY", "") not in ("", "0")
-
-
-def sample(x: Any) -> tuple | None:
-    """Two elements of a NumPy array (its first and last), a cheap stand-in for its contents
-    that host code scaling or refilling the array changes; None for arrays elsewhere (reading
-    device memory is a synchronisation): those are checked with ``verify``."""
-    if type(x) is np.ndarray and x.size:
-        return x.item(0), x.item(-1)
-    return None
-
-
-def _same_bits(a: Any, b: Any) -> bool:
-    """Whether two samples are equal bit for bit (NaNs included): tuples of numbers, host
-    fingerprints (ints), or fingerprints left where their array lives (a one-element CuPy
-    array), which are compared through their backend's copy to the host."""
-    if type(a) is not type(b):
-        return False
-    kind = kind_of(a)
-    if kind is None:
-        if a == b:
-            return True
-    elif not kind.host:
-        a, b = kind.to_numpy(a), kind.to_numpy(b)
-    return bool(np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True))
