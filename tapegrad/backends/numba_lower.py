@@ -370,9 +370,9 @@ class Lowered:
     # arrays, not per-thread copies; an atomic's old value used): tg.deterministic runs it
     # serially (backends/determinism.py)
     unordered_atomics: bool = False
-    # the parallel task's call for a launch of one workgroup, ``TASK(n - 1, args[0], nd[0],
-    # ...)`` (outline.py one_group_call); None where there is none
-    one_group: str | None = None
+    # the parallel task's arguments for a launch of one workgroup (outline.py
+    # one_group_call); None where there is none
+    one_group: tuple | None = None
 
 
 class Printer:

@@ -18,6 +18,7 @@ from tapegrad.backends.cpu.arrays import NUMPY
 from tapegrad.backends.cpu.chain import ChainRunner
 from tapegrad.backends.cpu.index_report import REPLAY_ITEMS, report
 from tapegrad.backends.cpu.lower import lower_kernel
+from tapegrad.backends.cpu.outline import one_group_line
 from tapegrad.backends.cpu.passes import NAMES, switched_off
 from tapegrad.backends.cpu.rows import with_cpu_groupsize
 from tapegrad.backends.cpu.sums import SUM_SLOTS
@@ -104,7 +105,10 @@ def _compile(tk: TypedKernel, without: frozenset[str]) -> _Launcher:
     launcher = _Launcher(getattr(module, lowered.symbol), lowered, str(path), tk.groupsize)
     if lowered.one_group is not None:
         task = getattr(module, f"{lowered.symbol}__task")
-        launcher.one_group = eval(f"lambda args, nd, n: {lowered.one_group}", {"TASK": task})
+        rank = len(tk.groupsize)
+        line = one_group_line(lowered.one_group, "TASK", [f"args[{k}]" for k in range(
+            len(tk.ir.params))], [f"nd[{d}]" for d in range(rank)], "n")
+        launcher.one_group = eval(f"lambda args, nd, n: {line}", {"TASK": task})
     return launcher
 
 

@@ -3,7 +3,9 @@ each stretch of consecutive launches (and copies) becomes one generated Numba fu
 calls the kernels one after another, so that a replay pays one Python call per stretch
 instead of a launcher call per launch.  Runs of the same launch whose arrays take turns (a
 simulation's state and its next state, sharing two buffers) are written as a loop, so that a
-10,000-step run is a short function.  The generated source is readable in the cache folder.
+10,000-step run is a short function.  A launch of one workgroup calls its kernel's task, as
+a launch from Python does (``outline.py``): no parallel launch for one task.  The generated
+source is readable in the cache folder.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from numba.typed import List as TypedList
 from tapegrad.backends.cache import load_source
 from tapegrad.backends.compiler_process import compile_elsewhere
 from tapegrad.backends.cpu.backend import _ByLaunchSize, _Launcher, launch_threads, pool_shape
+from tapegrad.backends.cpu.outline import one_group_line
 from tapegrad.backends.numba_cache import njit_line
 
 LOOP_FROM = 4          # a run of this many alternating launches or more is written as a loop
@@ -178,7 +181,7 @@ def _stretch(program: Any, storage: list[Any], start: int, stop: int, frame: Any
     array_slots: list[int] = []
     scalar_names: dict[Any, str] = {}
     scalar_refs: list[tuple] = []
-    kernels: dict[int, str] = {}
+    kernels: dict[tuple, str] = {}
     imports: list[str] = []
     pool_names: dict[Any, str] = {}
     pools: list[tuple] = []
@@ -199,12 +202,14 @@ def _stretch(program: Any, storage: list[Any], start: int, stop: int, frame: Any
             scalar_refs.append(ref)
         return scalar_names[key]
 
-    def kernel(run: _Launcher) -> str:
-        if id(run) not in kernels:
-            kernels[id(run)] = f"k{len(kernels)}"
+    def kernel(run: _Launcher, task: bool = False) -> str:
+        key = (id(run), task)
+        if key not in kernels:
+            kernels[key] = f"{'t' if task else 'k'}{len(kernels)}"
+            symbol = run.lowered.symbol + ("__task" if task else "")
             imports.append(f"from {run.dispatcher.py_func.__module__} import "
-                           f"{run.lowered.symbol} as {kernels[id(run)]}")
-        return kernels[id(run)]
+                           f"{symbol} as {kernels[key]}")
+        return kernels[key]
 
     def array_list(slots: tuple[int, ...]) -> str:
         key = tuple(storage[k] for k in slots)
@@ -224,7 +229,12 @@ def _stretch(program: Any, storage: list[Any], start: int, stop: int, frame: Any
                 scalar((kind, what)) for pos, (kind, what) in enumerate(op.refs)]
         groups = [-(-n // w) for n, w in zip(op.nd, run.groupsize)]
         # (np.int64, not literals: a literal would compile the kernel again for its value)
-        extra = [f"np.int64({n})" for n in op.nd] + [f"np.int64({g})" for g in groups]
+        nd = [f"np.int64({n})" for n in op.nd]
+        if run.one_group is not None and all(g == 1 for g in groups):
+            # one workgroup: its task, as a launch calls it (backends/cpu/outline.py)
+            return one_group_line(run.lowered.one_group, kernel(run, True), args, nd,
+                                  "_chunks")
+        extra = nd + [f"np.int64({g})" for g in groups]
         extra.append("_chunks")
         for pos, nd in run.lowered.pools:
             k = op.refs[pos][1]

@@ -78,7 +78,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
     known_private: dict[str, bool] = {}
     # edge-column passes to emit after the group loop (split_item_loop), where they may run
     column_passes: list[Callable[[int], None]] | None = None
-    one_group: str | None = None      # the task's call for a launch of one group (outline.py)
+    one_group: tuple | None = None    # the task's arguments for a launch of one group (outline.py)
 
     def __init__(self, tk: TypedKernel, plan: Plan):
         super().__init__(tk)

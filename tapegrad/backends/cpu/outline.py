@@ -23,6 +23,10 @@ A task runs many workgroups, so the call costs nothing measurable at run time.
 What the body reads from outside (the kernel's parameters and what the kernel assigned
 before the loop) becomes the task's parameters; a name the body assigns is the task's own
 local, as it was the parallel loop's private variable.
+
+A launch of one workgroup calls the task itself (``one_group_call``: from Python, and in a
+captured program's compiled stretches), the one the kernel would run it in, where a
+parallel launch would wake the threads for one task.
 """
 
 from __future__ import annotations
@@ -68,27 +72,37 @@ def outline_task(out: Printer, loop: int, end: int) -> list[str]:
     return free
 
 
-def one_group_call(params: list[str], free: list[str], n_args: int) -> str | None:
-    """The task's call for a launch of one workgroup (``_Launcher.one_group``): ``args``
-    the launch's arguments (the kernel's first ``n_args`` parameters ``params``), ``nd``
-    its ndrange, ``n`` the tasks the kernel would run; the task that would run the one
-    group (the last: ``_c`` n - 1 of n), so that it adds into the same slots of its sums.
-    None where the task reads what the kernel makes before its loop (per-thread copies,
-    transposed arrays)."""
-    parts = ["n - 1"]
+def one_group_call(params: list[str], free: list[str], n_args: int) -> tuple | None:
+    """The task's arguments for a launch of one workgroup (``_Launcher.one_group``, a
+    captured stretch's line): after the task's number ``n - 1`` (``n`` the tasks the kernel
+    would run: the last is the one that would run the one group, so it adds into the same
+    slots of its sums), each ``("arg", k)`` (the launch's argument ``k``, the kernel's first
+    ``n_args`` parameters being ``params``), ``("nd", d)`` (the ndrange's extent ``d``),
+    ``("tasks",)`` (``n``) or ``("one",)``.  None where the task reads what the kernel makes
+    before its loop (per-thread copies, transposed arrays)."""
+    parts: list[tuple] = []
     for name in free:
         k = params.index(name) if name in params else -1
         if 0 <= k < n_args:
-            parts.append(f"args[{k}]")
+            parts.append(("arg", k))
         elif name.startswith("_n") and name[2:].isdigit():
-            parts.append(f"nd[{name[2:]}]")
+            parts.append(("nd", int(name[2:])))
         elif name == "_nchunks":
-            parts.append("n")
+            parts.append(("tasks",))
         elif name == "_total" or name.startswith("_groups"):
-            parts.append("1")
+            parts.append(("one",))
         else:
             return None
-    return f"TASK({', '.join(parts)})"
+    return tuple(parts)
+
+
+def one_group_line(parts: tuple, task: str, args: list[str], nd: list[str], tasks: str) -> str:
+    """``one_group_call``'s call written out: ``task`` the task's name, ``args``, ``nd`` and
+    ``tasks`` the text of the launch's arguments, extents and task count."""
+    text = {"tasks": tasks, "one": "1"}
+    out = [f"{tasks} - 1"] + [args[p[1]] if p[0] == "arg" else nd[p[1]] if p[0] == "nd"
+                              else text[p[0]] for p in parts]
+    return f"{task}({', '.join(out)})"
 
 
 def _stored(tree: ast.AST) -> set[str]:
