@@ -24,6 +24,10 @@ import numpy as np
 from tapegrad.backends.registry import offers_cuda_interface
 from tapegrad.errors import InplaceModificationError, TapegradError, optional_module
 from tapegrad.interop.call import RecordedCall, overlaps
+from tapegrad.tape.arrays import is_array
+from tapegrad.tape.fingerprint import fingerprint
+from tapegrad.tape.identity import overlapping
+from tapegrad.tape.stamps import same_bits
 from tapegrad.tracebacks import api_boundary
 
 __all__ = ["function"]
@@ -83,12 +87,33 @@ def _record(torch: Any, f: Callable[..., Any], inputs: tuple, active: list[bool]
     # in-place change that tapegrad's kernels make, so the write is refused before it happens)
     arrays = [_to_tapegrad(torch, x, read_only=isinstance(x, torch.Tensor) and x.requires_grad)
               for x in inputs]
+    _one_memory_per_active_argument(f, arrays, active, names)
     with _torch_stream(torch, inputs):
         call = RecordedCall(f, arrays, active)
     outputs = tuple(_to_torch(torch, y, inputs) for y in call.plain_outputs())
     call.name = f"tapegrad.torch.function {getattr(f, '__name__', 'f')}"
     call.guards = _version_guards(torch, call, inputs, arrays, outputs, names)
+    if any(active):
+        call.array_guards = _array_guards(call, inputs, arrays, names)
     return call, outputs
+
+
+def _one_memory_per_active_argument(f: Callable[..., Any], arrays: list, active: list,
+                                    names: list[str]) -> None:
+    """Refuse two arguments that share memory where one wants a gradient (``f(x, x)``,
+    ``f(x, x.detach())``): PyTorch asks for each argument's own derivative, and a tape, which
+    follows memory, has one derivative for the memory (each argument got the total)."""
+    held = [(k, a) for k, a in enumerate(arrays) if is_array(a) and a.size]
+    for n, (j, a) in enumerate(held):
+        for k, b in held[n + 1:]:
+            if (active[j] or active[k]) and overlapping(a, b):
+                def name(m: int) -> str:
+                    return names[m] if m < len(names) else str(m)
+                raise TapegradError(
+                    f"tapegrad.torch.function {getattr(f, '__name__', 'f')}: arguments "
+                    f"{name(j)} and {name(k)} share memory (one tensor, or views of one), and "
+                    "a gradient is wanted: tapegrad's tape has one derivative per memory, not "
+                    "one per argument; pass a copy for one of them (x.clone())")
 
 
 def _parameter_names(f: Callable[..., Any]) -> list[str]:
@@ -138,6 +163,20 @@ def _version_guards(torch: Any, call: RecordedCall, inputs: tuple, arrays: list,
     return guards
 
 
+def _array_guards(call: RecordedCall, inputs: tuple, arrays: list, names: list[str]) -> list:
+    """(what, array, fingerprint) for each NumPy array argument (no version counter) whose
+    memory the backward pass reads as it is then."""
+    read = None
+    guards = []
+    for k, (x, a) in enumerate(zip(inputs, arrays)):
+        if type(x) is np.ndarray and x is a and x.size:
+            read = call.backward_reads() if read is None else read
+            if overlaps(a, read):
+                guards.append((f"its argument {names[k] if k < len(names) else k}", a,
+                               fingerprint(a)))
+    return guards
+
+
 def _check_versions(call: RecordedCall) -> None:
     """Before the backward pass: the tensors it reads are as the forward pass left them, and
     so are the arrays from outside (globals, closures) that it reads."""
@@ -151,6 +190,13 @@ def _check_versions(call: RecordedCall) -> None:
                 "gradient would be wrong. Call backward() before changing it, or change a "
                 "copy (y = t.clone(); y.mul_(3)) and leave the tensor the function saw as "
                 "it was")
+    for what, x, before in getattr(call, "array_guards", ()):
+        if not same_bits(fingerprint(x), before):
+            raise InplaceModificationError(
+                f"{call.name}: {what} (a NumPy array of shape {tuple(x.shape)}) was changed in "
+                "place after the forward pass, and the backward pass reads its contents, so "
+                "the gradient would be wrong. Call backward() before changing it, or pass a "
+                "copy (w.copy())")
     if getattr(call, "outside", None):
         call.check_outside(call.name, "call backward()")
 
@@ -222,7 +268,6 @@ def _non_differentiable(ctx: Any, outputs: tuple) -> None:
 def _plain_function(torch: Any, f: Callable[..., Any]) -> Any:
     """``f`` as a classic ``torch.autograd.Function`` (forward takes ``ctx``): what plain
     ``backward()`` calls take; only the inputs that require grad are recorded as active."""
-    from torch.autograd.function import once_differentiable
     names = _parameter_names(f)
 
     class Plain(torch.autograd.Function):
@@ -238,16 +283,19 @@ def _plain_function(torch: Any, f: Callable[..., Any]) -> Any:
         @staticmethod
         @api_boundary
         def backward(ctx: Any, *grads: Any) -> tuple:
-            if torch.is_grad_enabled():     # (create_graph=True: refuse a second derivative)
-                return refusing_second_derivatives(ctx, *grads)
+            if torch.is_grad_enabled() and any(ctx.needs_input_grad):
+                # (create_graph=True: the gradient would have no graph of its own, and a loss
+                # made of it would lose its second-order terms, silently)
+                raise TapegradError(
+                    f"{ctx.call.name}: a gradient with create_graph=True (a gradient "
+                    "penalty, a Hessian) needs the second derivative of a tapegrad function, "
+                    "which PyTorch cannot take through it; use tg.hvp for Hessian-vector "
+                    "products, or take the gradient without create_graph")
             return gradients(ctx, *grads)
 
     def gradients(ctx: Any, *grads: Any) -> tuple:
         results = iter(_gradients(torch, ctx.call, ctx.metas, ctx.needs_input_grad, grads))
         return tuple(None if meta is None else next(results) for meta in ctx.metas)
-    # (once_differentiable's wrapper is taken only where it does something: its cost is
-    # a visible part of a small call's)
-    refusing_second_derivatives = once_differentiable(gradients)
     return Plain
 
 

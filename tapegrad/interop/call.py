@@ -111,6 +111,21 @@ class RecordedCall:
         """The memory (byte ranges) that recorded operations wrote."""
         return [ident.span for record in self.tape.records for ident in record.writes]
 
+    def _tracked(self, x: Any, what: str) -> bool:
+        """Whether the tape follows ``x``; False for an array it never saw (a constant), a
+        ``TapegradError`` for a view of memory it follows (``out.reshape(2, 2)`` returned,
+        kernels launched on ``X.reshape(-1)``): its derivative would be taken as zero."""
+        if self.tape.tracks(x):
+            return True
+        other = self.tape.ids.overlapping(x)
+        if other is None:
+            return False
+        raise TapegradError(
+            f"{getattr(self.f, '__name__', 'the function')}: {what} (shape {tuple(x.shape)}) "
+            f"shares memory with an array of shape {other.meta[1]} that its kernels used, "
+            "and tapes follow whole arrays: this view would carry no derivative. Use the "
+            "array itself, or a recorded copy in the other shape (tg.reshape(x, shape))")
+
     def plain_outputs(self) -> list[Any]:
         """The outputs with tape scalars as floats."""
         return [float(plain(y)) if isinstance(y, TrackedScalar) else y for y in self.outputs]
@@ -120,16 +135,17 @@ class RecordedCall:
         float, or None where the argument is not active, not ``wanted``, or nothing connects
         it)."""
         outputs, seeds = [], []
-        for y, w in zip(self.outputs, cotangents):
+        for k, (y, w) in enumerate(zip(self.outputs, cotangents)):
             if w is None or not (isinstance(y, TrackedScalar) or is_array(y)
-                                 and self.tape.tracks(y)):
+                                 and self._tracked(y, f"its result {k}")):
                 continue                     # (a constant output: no derivative flows)
             outputs.append(y)
             seeds.append(w)
         wanted = self.active if wanted is None else [a and w for a, w in zip(self.active, wanted)]
         sources = [(k, a) for k, (a, on) in enumerate(zip(self.args, wanted))
-                   if on and (isinstance(a, TrackedScalar) or is_array(a) and self.tape.tracks(a)
-                              and np.dtype(a.dtype).kind == "f")]
+                   if on and (isinstance(a, TrackedScalar) or is_array(a)
+                              and np.dtype(a.dtype).kind == "f"
+                              and self._tracked(a, f"its argument {k}"))]
         grads: list[Any] = [None] * len(self.args)
         if outputs and sources:
             for (k, _), g in zip(sources, self.tape.vjp(outputs, seeds,

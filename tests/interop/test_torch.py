@@ -127,12 +127,14 @@ def test_vmap_of_grad_and_jacrev_take_each_examples_own_call():
 
 
 def test_a_second_derivative_is_refused_not_zero():
-    x, w = double(5), double(5)
-    (g,) = torch.autograd.grad(softplus(x), x, grad_outputs=w, create_graph=True)
-    torch.testing.assert_close(g, (w * torch.sigmoid(x)).detach())
-    with pytest.raises(RuntimeError, match="differentiate twice a function that was marked "
-                       "with @once_differentiable"):
-        g.sum().backward()
+    """(Refused where the gradient is asked for with create_graph=True, whether or not the
+    seed requires grad: with a seed that did not, the gradient came back without a graph.)"""
+    x = double(5)
+    for w in (double(5), torch.ones(5, dtype=torch.float64)):
+        with pytest.raises(tg.TapegradError, match="create_graph=True"):
+            torch.autograd.grad(softplus(x), x, grad_outputs=w, create_graph=True)
+    (g,) = torch.autograd.grad(softplus(x), x, grad_outputs=torch.ones_like(x))
+    torch.testing.assert_close(g, torch.sigmoid(x).detach())
 
 
 def test_inside_torch_compile_as_a_graph_break():
@@ -436,3 +438,51 @@ def test_a_function_reading_nothing_from_outside_fingerprints_nothing():
     for s in (energy(x), squares_and_fourth_powers(x)[1], simulate(x, 0.1)[0]):
         assert s.grad_fn.call.outside == []
     assert [a is W for a, _ in weighted_energy(x[:5]).grad_fn.call.outside] == [True]
+
+
+# -- wrong numbers an adversarial review found, now errors --------------------------------
+
+@tg.kernel
+def scaled_product(out, x, y, a):
+    i = tg.index()
+    out[i] = a * tg.sin(x[i]) * y[i]
+
+
+@tgt.function
+def product(x, y, a):
+    out = np.empty_like(x)
+    scaled_product(tg.CPU())(out, x, y, a, ndrange=x.size)
+    return out
+
+
+def test_two_arguments_sharing_memory_with_a_gradient_wanted_are_refused():
+    """(Each got the memory's total derivative: f(x, x) came back twice the right gradient,
+    f(x, x.detach()) with the detached argument's share.)"""
+    x = double(4)
+    for y in (x, x[:], x.detach()):
+        with pytest.raises(tg.TapegradError, match="arguments x and y share memory.*clone"):
+            product(x, y, 0.7)
+    product(x, x.clone(), 0.7).sum().backward()        # the way out: a copy
+    expected = 0.7 * (torch.cos(x) * x + torch.sin(x)).detach()
+    torch.testing.assert_close(x.grad, expected, rtol=1e-12, atol=0)
+
+
+def test_a_numpy_argument_changed_before_backward_is_refused():
+    x, w = double(4), np.linspace(1.0, 2.0, 4)
+    out = product(x, w, 0.5)
+    w *= 3.0
+    with pytest.raises(tg.errors.InplaceModificationError, match="NumPy array of shape"):
+        out.sum().backward()
+
+
+@tgt.function
+def square_as_matrix(x):
+    out = np.empty_like(x)
+    scaled_product(tg.CPU())(out, x, x.copy(), 1.0, ndrange=x.size)
+    return out.reshape(2, 2)
+
+
+def test_a_result_returned_as_a_view_is_refused_not_zero():
+    x = double(4)
+    with pytest.raises(tg.TapegradError, match="result 0 .* shares memory.*tg.reshape"):
+        square_as_matrix(x).sum().backward()
