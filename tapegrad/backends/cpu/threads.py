@@ -42,12 +42,15 @@ class ThreadCount:
         count for it (set with ``numba.set_num_threads``, per Python thread): Numba's count,
         or the user's own setting, capped at the usable cores."""
         mine = self.mine
+        if (current, self.cores) == getattr(mine, "last", None):
+            return current                 # (as the last launch left it: 1 us spared)
         if current != getattr(mine, "set", None):
             mine.ceiling = current         # (Numba's, or the user's own setting)
         n = self.get(mine.ceiling)
         if n != current:
             numba.set_num_threads(n)       # (threads past the tasks would spin at the barrier)
             mine.set = n
+        mine.last = (n, self.cores)        # (Numba's count now)
         return n
 
 
