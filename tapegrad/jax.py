@@ -152,6 +152,9 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
 
     def bwd(residual: tuple, cotangent: Any) -> tuple:
         ticket, args = residual
+        # (under jax.grad(jax.jit(f)) a float argument comes back from the residual as a
+        # literal, not an array)
+        args = tuple(jnp.asarray(a) for a in args)
         cotangents = (cotangent,) if not isinstance(cotangent, tuple) else cotangent
         arg_shapes = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in args)
         return tuple(_host_call(jax, functools.partial(run_backward, len(args)), arg_shapes,

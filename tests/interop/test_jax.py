@@ -40,6 +40,21 @@ def test_under_jit_grad_and_vmap():
     np.testing.assert_allclose(batched, jax.nn.sigmoid(xs), rtol=1e-12)
 
 
+def test_grad_of_jit_with_a_float_constant_argument():
+    """(jax.grad(jax.jit(f)) handed the backward a float literal, not an array: it raised
+    AttributeError.)"""
+    x = jnp.linspace(0.0, 0.5, 12)
+
+    def loss(u):
+        return simulate(u, 0.15)[0]
+    g = jax.grad(jax.jit(loss))(x)
+    np.testing.assert_allclose(g, jax.grad(loss)(x), rtol=1e-14)
+    np.testing.assert_allclose(g, jax.jit(jax.grad(loss))(x), rtol=1e-14)
+    e = jnp.zeros(12).at[3].set(1e-6)                 # and right: a central difference
+    fd = (loss(x + e) - loss(x - e)) / 2e-6
+    assert float(g[3]) == pytest.approx(float(fd), rel=1e-6)
+
+
 def test_without_buffer_callback_through_pure_callback(monkeypatch):
     """The path JAX on a GPU takes (and JAX before 0.7): jax.pure_callback."""
     monkeypatch.setattr(tgj, "_buffer_callback", lambda: None)
