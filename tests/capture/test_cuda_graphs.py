@@ -180,3 +180,30 @@ def test_a_thread_without_a_current_context_starts_the_runtimes_first(cupy, comp
     assert freed == [0] and not contexts
     (forward, reverse) = _graphs(captured)
     assert forward.failed is None and forward.ctx == 1
+
+
+def test_a_tape_scalar_computed_inside_updates_the_nodes_that_read_it(cupy, compared):
+    """(A scalar the function computes from its input, not an argument: each call's value
+    reaches the nodes that read it, as it reaches the launches one by one.)"""
+    gpu = tg.CUDA()
+
+    def sim(u):
+        kappa = 0.1 + 0.2 * tg.mean(u)
+        for _ in range(4):
+            u_new = gpu.allocate(np.float64, (N,))
+            diffuse(gpu)(u_new, u, kappa, ndrange=N)
+            u = u_new
+        return tg.dot(u, u)
+
+    captured = tg.capture(sim)
+    u = cupy.asarray(np.linspace(0.0, 1.0, N))
+    captured(u)
+    for launcher in [x for x in gc.get_objects() if type(x) is _Launcher and x.cupy is cupy]:
+        for variant in launcher.variants.values():
+            cupy.cuda.driver.sizes[variant.function.ptr] = (8,) * launcher.code.slots
+    for scale in (1.0, 2.0, 2.0, 3.0):
+        captured(u * scale)                 # (u * scale: a new array and a new mean)
+    ((graph, n),) = {(g, n) for g, n in compared}
+    assert n == 4 and graph.failed is None and len(compared) == 4
+    # (built on the first; every node reads kappa, new on the second and the fourth)
+    assert graph.updates >= 2 * 4
