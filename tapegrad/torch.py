@@ -26,7 +26,7 @@ from tapegrad.errors import InplaceModificationError, TapegradError, optional_mo
 from tapegrad.interop.call import RecordedCall, overlaps
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.fingerprint import fingerprint
-from tapegrad.tape.identity import overlapping
+from tapegrad.tape.identity import sharing_pairs
 from tapegrad.tape.stamps import same_bits
 from tapegrad.tracebacks import api_boundary
 
@@ -103,17 +103,14 @@ def _one_memory_per_active_argument(f: Callable[..., Any], arrays: list, active:
     """Refuse two arguments that share memory where one wants a gradient (``f(x, x)``,
     ``f(x, x.detach())``): PyTorch asks for each argument's own derivative, and a tape, which
     follows memory, has one derivative for the memory (each argument got the total)."""
-    held = [(k, a) for k, a in enumerate(arrays) if is_array(a) and a.size]
-    for n, (j, a) in enumerate(held):
-        for k, b in held[n + 1:]:
-            if (active[j] or active[k]) and overlapping(a, b):
-                def name(m: int) -> str:
-                    return names[m] if m < len(names) else str(m)
-                raise TapegradError(
-                    f"tapegrad.torch.function {getattr(f, '__name__', 'f')}: arguments "
-                    f"{name(j)} and {name(k)} share memory (one tensor, or views of one), and "
-                    "a gradient is wanted: tapegrad's tape has one derivative per memory, not "
-                    "one per argument; pass a copy for one of them (x.clone())")
+    for j, k in sharing_pairs([(k, a) for k, a in enumerate(arrays) if is_array(a) and a.size]):
+        if active[j] or active[k]:
+            first, second = (names[m] if m < len(names) else str(m) for m in (j, k))
+            raise TapegradError(
+                f"tapegrad.torch.function {getattr(f, '__name__', 'f')}: arguments {first} "
+                f"and {second} share memory (one tensor, or views of one), and a gradient is "
+                "wanted: tapegrad's tape has one derivative per memory, not one per argument; "
+                "pass a copy for one of them (x.clone())")
 
 
 def _parameter_names(f: Callable[..., Any]) -> list[str]:

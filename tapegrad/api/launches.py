@@ -28,7 +28,7 @@ from tapegrad.tape.activity import (
 )
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.forward import check_written_tangents_apart
-from tapegrad.tape.identity import array_key, disjoint, overlapping
+from tapegrad.tape.identity import array_key, disjoint, overlapping, sharing_pairs
 from tapegrad.tape.scalars import plain
 
 
@@ -278,7 +278,7 @@ def one_object_per_memory(kernel: Any, shadows: dict[str, Any]) -> dict[str, Any
         return shadows          # (arrays that own their memory share it only if identical)
     seen: dict[tuple, Any] = {}
     shadows = {p: seen.setdefault(array_key(d), d) for p, d in shadows.items()}
-    for p, q in _sharing_memory(shadows):
+    for p, q in sharing_pairs(list(shadows.items())):
         if shadows[p] is not shadows[q]:
             raise LaunchError(f"{kernel.name}: the shadows of {q} and {p} share some of their "
                               "elements; pass separate arrays (or the same array for both)")
@@ -288,20 +288,10 @@ def one_object_per_memory(kernel: Any, shadows: dict[str, Any]) -> dict[str, Any
 def _check_separate(kernel: Any, shadows: dict[str, Any]) -> None:
     """With ``accumulate=False`` results are written while seeds are read: no two shadows may
     share memory (checked before anything runs)."""
-    arrays = list(shadows.values())
-    if len({id(d) for d in arrays}) == len(arrays) and disjoint(arrays):
-        return
-    for p, q in _sharing_memory(shadows):
+    for p, q in sharing_pairs(list(shadows.items())):
         raise TapegradError(
             f"{kernel.name}: with accumulate=False the shadows of {q} and {p} share memory, "
             "so one would be overwritten while the other is read; pass separate arrays")
-
-
-def _sharing_memory(shadows: dict[str, Any]) -> list[tuple[str, str]]:
-    """The pairs of shadows with elements in common."""
-    items = list(shadows.items())
-    return [(p, q) for k, (p, a) in enumerate(items) for q, b in items[k + 1:]
-            if overlapping(a, b)]
 
 
 def _primal_needed(kernel: Any, params: list[str], annotated: list[Annotation]) -> bool:

@@ -19,7 +19,7 @@ from tapegrad.runtime.launch import interceptor, launch, launch_now, merging
 from tapegrad.runtime.tangent import run_tangent, tangent_variant
 from tapegrad.tape.arrays import is_array, zeros_like
 from tapegrad.tape.duals import TapedDual
-from tapegrad.tape.identity import Ident, Identities, array_key, disjoint, overlapping
+from tapegrad.tape.identity import Ident, Identities, array_key, sharing_pairs
 from tapegrad.tape.modes import forward_var, refuse_nested, tapes_var
 from tapegrad.tape.scalars import DualScalar, plain_value
 
@@ -189,19 +189,19 @@ def check_written_tangents_apart(kernel: Any, params: list[str], values: tuple,
     written while the other is read (one array passed for two parameters has one tangent).
     Tangents of arrays the kernel only reads may share memory (one direction for two
     inputs).  Checked before anything runs."""
-    arrays = [(p, d) for p, dirs in tangents.items() for d in dirs if is_array(d)]
-    if len({id(d) for _, d in arrays}) == len(arrays) and disjoint([d for _, d in arrays]):
+    pairs = sharing_pairs([((p, d), d) for p, dirs in tangents.items() for d in dirs
+                           if is_array(d)])
+    if not pairs:
         return
     _, written = access(kernel)
     value = dict(zip(params, values))
-    for n, (p, d) in enumerate(arrays):
-        for m, (q, e) in enumerate(arrays):
-            if n == m or p not in written or p != q and d is e and \
-                    array_key(value[p]) == array_key(value[q]):
-                continue
-            if overlapping(d, e):
-                raise LaunchError(
-                    f"{kernel.name}: the tangent of {p} shares elements with "
-                    + ("another of its tangents" if p == q else f"the tangent of {q}")
-                    + f", and the kernel writes {p}, so its tangent would be written while "
-                    "the other is read; give each array a tangent of its own (tg.make_zero(x))")
+    for (p, d), (q, e) in pairs:
+        if p not in written:
+            p, q = q, p
+        if p not in written or p != q and d is e and array_key(value[p]) == array_key(value[q]):
+            continue        # (both only read; or one array passed twice: one tangent)
+        raise LaunchError(
+            f"{kernel.name}: the tangent of {p} shares elements with "
+            + ("another of its tangents" if p == q else f"the tangent of {q}")
+            + f", and the kernel writes {p}, so its tangent would be written while "
+            "the other is read; give each array a tangent of its own (tg.make_zero(x))")

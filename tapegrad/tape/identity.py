@@ -256,6 +256,16 @@ def disjoint(arrays: list) -> bool:
     return True
 
 
+def sharing_pairs(items: list[tuple[Any, Any]]) -> list[tuple[Any, Any]]:
+    """The pairs ``(key, other key)`` of ``items`` (``(key, array)``, in order) whose arrays
+    have elements in common; none at the cost of one ``disjoint`` in the usual case."""
+    arrays = [x for _, x in items]
+    if len({id(x) for x in arrays}) == len(arrays) and disjoint(arrays):
+        return []
+    return [(p, q) for k, (p, a) in enumerate(items) for q, b in items[k + 1:]
+            if overlapping(a, b)]
+
+
 def overlapping(a: Any, b: Any) -> bool:
     """Whether two arrays have elements in common (byte ranges first; NumPy decides
     interleaved views)."""
