@@ -27,6 +27,7 @@ from tapegrad.tape.identity import extent
 from tapegrad.tape.memory import owner
 from tapegrad.tape.records import LaunchRecord
 from tapegrad.tape.scalars import TrackedScalar, plain
+from tapegrad.tape.stamps import same_bits
 from tapegrad.tape.tape import Tape
 
 
@@ -93,7 +94,7 @@ class RecordedCall:
         ``InplaceModificationError`` naming it (``name``: the wrapped function, for the
         message; ``fix``: how to take the gradient before changing it)."""
         for x, before in self.outside:
-            if not _same_bits(fingerprint(x), before):
+            if not same_bits(fingerprint(x), before):
                 raise InplaceModificationError(
                     f"{name}: {outside_name(self.f, self.args, x)} (an array of shape "
                     f"{tuple(x.shape)} that the function reads without taking it as an "
@@ -221,15 +222,6 @@ def _path_words(f: Any, path: tuple) -> str:
     kind, name = names[-1]
     through = " -> ".join(n for _, n in names[:-1])
     return f"the {kind} {name}" + (f" (through {through})" if through else "")
-
-
-def _same_bits(a: Any, b: Any) -> bool:
-    """Whether two fingerprints are equal: ints, or ones left where their array lives (a
-    one-element CuPy array), compared on the host."""
-    if isinstance(a, int) or isinstance(b, int):
-        return a == b
-    kind = kind_of(a)
-    return bool(np.array_equal(kind.to_numpy(a), kind.to_numpy(b)))
 
 
 def _number(a: Any) -> bool:

@@ -358,7 +358,7 @@ class Tape:
         for x in (*(x for x, _ in live_inputs), *read):
             self.unchanged_since_use(x, record.name)
         for y in wrote:
-            self.unchanged_since_use(y, record.name)
+            self.after_host_write(y, self.track(y))
         self.records.append(record)
         for x, pos in live_inputs:
             self.read_live(x, record, pos)
