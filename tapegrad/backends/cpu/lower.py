@@ -142,8 +142,8 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         out, ir, r = self.out, self.ir, self.rank
         debug = bounds_checked()   # bounds checks run serially: Numba cannot raise from threads
         derived = derived_params(ir.params)     # made here, not passed (transposed.py)
-        params = ([p for p in ir.params if p not in derived] + [f"_n{d}" for d in range(r)]
-                  + [f"_groups{d}" for d in range(r)]
+        passed = [p for p in ir.params if p not in derived]     # (the launch's arguments)
+        params = (passed + [f"_n{d}" for d in range(r)] + [f"_groups{d}" for d in range(r)]
                   + ["_nchunks"] + [f"{a}__pool" for a in self.plan.private_sums])
         out.emit(_decorator(parallel=not debug), 0)
         out.emit(f"def {ir.name}({', '.join(params)}):", 0)
@@ -204,8 +204,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
                      f"group_sum(_group_sum{k}[:_slots]))", 3)
         if self.plan.outline:
             free = outline_task(out, loop, len(out.lines))
-            self.one_group = one_group_call(params, free, len(params) - 2 * r - 1 -
-                                            len(self.plan.private_sums))
+            self.one_group = one_group_call(params, free, len(passed))
         self.privatize_merge()
 
     def emit_unassigned(self, zeros: dict[str, str], suffix: str, depth: int) -> None:
