@@ -22,9 +22,8 @@ from tapegrad.backends.cuda.backend import _Launcher
 from tapegrad.backends.cuda.graphs import LaunchGraph
 from tapegrad.bench.standin_cupy import installed
 from tests.capture.test_capture import diffuse
+from tests.capture.test_cuda_reverse import STEPS, N, simulation
 from tests.tape.test_host_code import sq
-
-N, STEPS = 64, 6
 
 
 @pytest.fixture
@@ -58,18 +57,7 @@ def compared(cupy, monkeypatch):
 
 
 def _simulation(cupy):
-    gpu = tg.CUDA()
-    w = cupy.asarray(np.linspace(1.0, 2.0, N))
-
-    def simulate(u, kappa):
-        for _ in range(STEPS):
-            u_new = gpu.allocate(np.float64, (N,))
-            diffuse(gpu)(u_new, u, kappa, ndrange=N)
-            u = u_new
-        y = gpu.allocate(np.float64, (N,))
-        sq(gpu)(y, u, ndrange=N)
-        return tg.dot(y, w)
-    return simulate
+    return simulation(tg.CUDA(), cupy.asarray(np.linspace(1.0, 2.0, N)))
 
 
 def _prepared(cupy):

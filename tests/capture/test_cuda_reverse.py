@@ -38,10 +38,9 @@ def _launches(cupy, fn):
     return [(f, grid) for f, grid, *_ in driver.kept]
 
 
-def test_the_captured_forward_and_reverse_run_the_tapes_launches(cupy):
-    gpu = tg.CUDA()
-    w = cupy.ones(N, np.float64)
-
+def simulation(gpu, w):
+    """``STEPS`` diffusion steps, a square, a dot with ``w`` (tests/capture/test_cuda_graphs.py
+    takes it too)."""
     def simulate(u, kappa):
         for _ in range(STEPS):
             u_new = gpu.allocate(np.float64, (N,))
@@ -50,7 +49,11 @@ def test_the_captured_forward_and_reverse_run_the_tapes_launches(cupy):
         y = gpu.allocate(np.float64, (N,))
         sq(gpu)(y, u, ndrange=N)
         return tg.dot(y, w)
+    return simulate
 
+
+def test_the_captured_forward_and_reverse_run_the_tapes_launches(cupy):
+    simulate = simulation(tg.CUDA(), cupy.ones(N, np.float64))
     captured = tg.capture(simulate)
     u = cupy.asarray(np.linspace(0.0, 1.0, N))
     plain = _launches(cupy, lambda: tg.gradient(simulate, u, 0.1))
