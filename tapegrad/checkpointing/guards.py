@@ -1,8 +1,9 @@
 """What a checkpointed loop checks so that its recomputed steps give the plain tape's gradient.
 
-- ``outside_arrays``: the float arrays a step reads without being given them (a global weight
-  array, say).  The loop treats them as parameters it was not told about: the enclosing tape
-  follows them, so a gradient with respect to one of them comes out right.
+- ``outside_arrays``: the arrays a step reads without being given them (a global weight
+  array, an index array).  The loop treats them as parameters it was not told about: the
+  enclosing tape follows them, so a gradient with respect to a float one comes out right, and
+  one changed before the gradient (in place, or by a later recorded operation) is refused.
 - ``signature``: what a recorded step's adjoint depends on (its operations in order, the
   scalars they took, which arrays they read and wrote, by their part in the step).  The
   linear shortcut replays the first step's adjoint for every step only while every step's
@@ -32,8 +33,9 @@ from tapegrad.tape.scalars import TrackedScalar, _Rule
 
 
 def outside_arrays(inner: Any, given: Iterable[Any], who: str) -> list[Any]:
-    """The float arrays the recording ``inner`` read but no recorded operation of it wrote,
-    other than ``given`` (the state and the parameters): what the code read from outside."""
+    """The arrays the recording ``inner`` read but no recorded operation of it wrote, other
+    than ``given`` (the state and the parameters): what the code read from outside.  (Integer
+    ones too: the recomputation reads them, so they are guarded as the float ones are.)"""
     keys = {array_key(x) for x in given if is_array(x)}
     written = {i for r in inner.records for i in r.writes}
     read = [i for r in inner.records for i in r.reads]
@@ -41,8 +43,7 @@ def outside_arrays(inner: Any, given: Iterable[Any], who: str) -> list[Any]:
     found: list[Any] = []
     seen: set[Ident] = set()
     for ident in read:
-        if ident in written or ident in seen or not ident.alive() \
-                or np.dtype(ident.meta[2]).kind != "f":
+        if ident in written or ident in seen or not ident.alive():
             continue
         seen.add(ident)
         x = objects.get(ident)
