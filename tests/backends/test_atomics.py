@@ -120,6 +120,24 @@ def test_atomic_min_max(backend, size, dtype):
     assert (OldMn == 10**7).sum() == 4 and (OldMx == -10**7).sum() == 4
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda d: d.__name__)
+def test_atomic_min_max_keep_pythons_rule_for_nan(backend, dtype):
+    """The element becomes the value only where it is smaller (min) / larger (max), as
+    Python's min(old, v) / max(old, v) and the GPUs' compare-and-swap do: a NaN already
+    there stays, a NaN value changes nothing.  (The CPU used LLVM's fmin/fmax, which replace
+    a stored NaN: atomic_max into [nan] gave 1.0.)"""
+    A = np.array([1.0, np.nan, -2.0, 3.0, np.nan, 0.5, -4.0, 2.0], dtype)
+    Mn = np.array([np.nan, 0.0, np.nan, 1.0], dtype)
+    Mx = Mn.copy()
+    want_mn, want_mx = Mn.tolist(), Mx.tolist()
+    for i, a in enumerate(A.tolist()):
+        want_mn[i % 4], want_mx[i % 4] = min(want_mn[i % 4], a), max(want_mx[i % 4], a)
+    OldMn, OldMx = np.zeros(8, dtype), np.zeros(8, dtype)
+    extremes(backend, 1)(Mn, Mx, OldMn, OldMx, A, ndrange=8)
+    np.testing.assert_array_equal(Mn, np.array(want_mn, dtype))
+    np.testing.assert_array_equal(Mx, np.array(want_mx, dtype))
+
+
 @tg.kernel
 def scatter_2d(H, R, C, V):
     i = tg.index()

@@ -7,7 +7,10 @@ Indices are ints (1-D) or tuples of ints; as everywhere in kernels, they never w
 
 from __future__ import annotations
 
+from typing import Any
+
 import numba
+from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -37,6 +40,8 @@ def _make(name: str, float_op: str, int_op: str):
                 idx_vals, idx_tys = [idx_v], [idx_t]
             idx_vals = [context.cast(builder, v, t, types.intp) for v, t in zip(idx_vals, idx_tys)]
             ptr = cgutils.get_item_pointer(context, builder, arr_t, ary, idx_vals, wraparound=False)
+            if isinstance(dtype, types.Float) and float_op in _FLOAT_COMPARES:
+                return _exchange_if(builder, ptr, value_v, _FLOAT_COMPARES[float_op])
             op = float_op if isinstance(dtype, types.Float) else int_op
             return builder.atomic_rmw(op, ptr, value_v, "monotonic")
 
@@ -44,6 +49,37 @@ def _make(name: str, float_op: str, int_op: str):
 
     atomic.__name__ = name
     return atomic
+
+
+# A float min/max keeps Python's (and the GPUs') rule: the element becomes ``value`` only
+# where ``value < old`` (min) or ``value > old`` (max), so a NaN already there stays and a NaN
+# value changes nothing.  LLVM's fmin/fmax (IEEE minNum/maxNum) would replace a stored NaN.
+_FLOAT_COMPARES = {"fmin": "<", "fmax": ">"}
+
+
+def _exchange_if(builder: Any, ptr: Any, value: Any, compare: str) -> Any:
+    """``old = *ptr; if value <compare> old: *ptr = value`` as one atomic operation (a
+    compare-and-swap loop on the element's bits); returns ``old``."""
+    bits = ir.IntType(64 if isinstance(value.type, ir.DoubleType) else 32)
+    iptr = builder.bitcast(ptr, bits.as_pointer())
+    first = builder.load_atomic(iptr, "monotonic", bits.width // 8)
+    start = builder.block
+    loop = builder.append_basic_block("exchange_if.loop")
+    swap = builder.append_basic_block("exchange_if.swap")
+    done = builder.append_basic_block("exchange_if.done")
+    builder.branch(loop)
+    builder.position_at_end(loop)
+    old_bits = builder.phi(bits)
+    old_bits.add_incoming(first, start)
+    old = builder.bitcast(old_bits, value.type)
+    builder.cbranch(builder.fcmp_ordered(compare, value, old), swap, done)
+    builder.position_at_end(swap)
+    pair = builder.cmpxchg(iptr, old_bits, builder.bitcast(value, bits), "monotonic",
+                           "monotonic")
+    old_bits.add_incoming(builder.extract_value(pair, 0), swap)
+    builder.cbranch(builder.extract_value(pair, 1), done, loop)
+    builder.position_at_end(done)
+    return old
 
 
 atomic_add = _make("atomic_add", "fadd", "add")

@@ -88,7 +88,25 @@ def vmath_version() -> str:
     are inlined into the kernels, so a change to them must change the module (and Numba's
     cache key)."""
     from tapegrad.backends.cpu import vmath
+    return _digest(sorted(Path(vmath.__file__).parent.glob("*.py")))
+
+
+@functools.cache
+def atomics_version() -> str:
+    """A digest of atomics.py, written into the generated modules that use atomics (Numba's
+    cache key is the module's own text: an atomic's new code must change it)."""
+    from tapegrad.backends.cpu import atomics
+    return _digest([Path(atomics.__file__)])
+
+
+def uses_atomics(kernels: list[TypedKernel]) -> bool:
+    """Whether any of ``kernels`` (a kernel and its device functions) calls an atomic."""
+    return any((tg_name(n) or "").startswith("atomic_") for k in kernels
+               for n in ast.walk(ast.Module(body=k.ir.body, type_ignores=[])))
+
+
+def _digest(paths: list[Path]) -> str:
     digest = hashlib.sha256()
-    for path in sorted(Path(vmath.__file__).parent.glob("*.py")):
+    for path in paths:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]

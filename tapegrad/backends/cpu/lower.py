@@ -27,7 +27,12 @@ from collections.abc import Callable
 from functools import partial
 
 from tapegrad.backends.cpu.definite import unassigned_locals
-from tapegrad.backends.cpu.expressions import CPULowering, vmath_version
+from tapegrad.backends.cpu.expressions import (
+    CPULowering,
+    atomics_version,
+    uses_atomics,
+    vmath_version,
+)
 from tapegrad.backends.cpu.itemcode import additive, rename_assigned
 from tapegrad.backends.cpu.jam import constant_bounds, jam_rows
 from tapegrad.backends.cpu.outline import one_group_call, outline_task
@@ -100,7 +105,9 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         out.emit("import numba", 0)
         out.emit("import numpy as np", 0)
         out.emit(f"from tapegrad.backends.cpu import vmath  # version {vmath_version()}", 0)
-        out.emit("from tapegrad.backends.cpu.atomics import " + ", ".join(ATOMICS), 0)
+        stamp = f"  # version {atomics_version()}" if uses_atomics(
+            [self.tk, *device_functions(self.tk)]) else ""
+        out.emit("from tapegrad.backends.cpu.atomics import " + ", ".join(ATOMICS) + stamp, 0)
         out.emit("from tapegrad.backends.cpu.atomics import " + ", ".join(
             f"plain_{a[len('atomic_'):]}" for a in ATOMICS), 0)
         out.emit("from tapegrad.backends.cpu.sums import group_sum", 0)
