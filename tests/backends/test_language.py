@@ -356,6 +356,40 @@ def test_negating_an_int32_or_a_bool_gives_an_int64(backend):
 
 
 @tg.kernel
+def widened(P, F, J, B, E, X, N):
+    i = tg.index()
+    P[i, 0] = abs(J[i])
+    P[i, 1] = B[i] ** E[i]
+    F[i] = X[i] ** N[i]
+
+
+def _int_power(b, e):
+    """docs/language.md: NumPy's int power; a negative exponent gives 0 unless the base is
+    1 or -1."""
+    if e >= 0:
+        return b ** e
+    return 1 if b == 1 else (-1) ** (-e) if b == -1 else 0
+
+
+def test_int32_abs_int_powers_and_float32_integer_powers(backend):
+    """abs of an int32 is an int64 (abs(-2**31) must not wrap); 0 ** -1 is 0 as the docs say
+    (the CPU gave the most negative int64); a float32 to an integer power is within one ulp
+    of the exact power rounded once (the CPU multiplied in float32: 121 ulp off at x**194)."""
+    J = np.array([-2 ** 31, -5, 7, 0, 3, -1, 2, 9], np.int32)
+    B = np.array([0, 0, 0, 2, 1, -1, -1, 3], np.int64)
+    E = np.array([-1, 0, 3, -1, -5, -3, -2, 4], np.int64)
+    X = np.array([1.0023643, 0.9993, 1.5, -1.25, 3.0, 0.5, -0.75, 1.0001], np.float32)
+    N = np.array([194, 301, 17, 9, -7, 40, 33, 1000], np.int64)
+    P, F = np.zeros((8, 2), np.int64), np.zeros(8, np.float32)
+    widened(backend, 4)(P, F, J, B, E, X, N, ndrange=8)
+    np.testing.assert_array_equal(P[:, 0], np.abs(J.astype(np.int64)))
+    np.testing.assert_array_equal(P[:, 1], [_int_power(b, e) for b, e in zip(B.tolist(),
+                                                                               E.tolist())])
+    exact = np.array([float(x) ** n for x, n in zip(X.tolist(), N.tolist())], np.float32)
+    np.testing.assert_array_max_ulp(F, exact, maxulp=1)
+
+
+@tg.kernel
 def rounding(B, A):
     i = tg.index()
     B[i, 0] = np.floor(A[i])
@@ -604,6 +638,28 @@ def test_if_elif_else(backend):
     np.testing.assert_array_equal(B, [_branches_ref(x) for x in A])
     np.testing.assert_array_equal(C, np.where(A > 0.5, 7, -7))
     assert set(B.tolist()) == {1, 2, 3, 4, 5, 6}
+
+
+@tg.kernel
+def truths(B, X, Y):
+    i = tg.index()
+    b = 0.0
+    if X[i] and not (Y[i] or X[i] > 1):
+        b += 1.0 if (X[i] or Y[i]) else 2.0
+    B[i] = b + tg.where(X[i] or Y[i], 10.0, 20.0) + (X[i] > 0 or Y[i] > 0)
+
+
+def test_and_or_of_numbers_by_their_truth(backend):
+    """Numbers in `and`/`or` count by their truth wherever only that is used (tests, `not`,
+    tg.where's condition, inside another `and`/`or` there); as a value they are refused
+    (test_errors: or-value)."""
+    X = np.array([0.0, 0.5, 2.5, 0.0, -1.0, np.nan])
+    Y = np.array([0.0, 0.0, 0.0, 3.0, 0.0, 0.0])
+    B = np.zeros(6)
+    truths(backend, 4)(B, X, Y, ndrange=6)
+    want = [(1.0 if x and not (y or x > 1) else 0.0) + (10.0 if (x or y) else 20.0)
+            + (x > 0 or y > 0) for x, y in zip(X.tolist(), Y.tolist())]
+    np.testing.assert_array_equal(B, want)
 
 
 @tg.kernel
