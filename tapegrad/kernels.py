@@ -140,7 +140,7 @@ class ConfiguredKernel:
             filter_error(e)
             raise
         except OverflowError:          # (an int the launch could not pass: nothing ran)
-            error = _too_big(self.kernel, args)
+            error = int_too_big(self.kernel, args)
             if error is None:
                 raise
             filter_error(error)
@@ -150,8 +150,9 @@ class ConfiguredKernel:
         return f"<tg.kernel {self.kernel.name} on {self.backend!r}, workgroupsize={self.workgroupsize}>"
 
 
-def _too_big(kernel: Kernel, args: tuple) -> LaunchError | None:
-    """The error for an int argument outside the 64-bit integers kernels compute with."""
+def int_too_big(kernel: Kernel, args: tuple) -> LaunchError | None:
+    """The error for an int argument outside the 64-bit integers kernels compute with (a
+    launch raised OverflowError: runtime/arguments.py arg_key, or a GPU's packing)."""
     params = kernel_ir(kernel).params
     for name, a in zip(params, args):
         if type(a) is int and not -(2**63) <= a < 2**63:

@@ -25,7 +25,7 @@ from tapegrad.errors import (  # noqa: F401
     LaunchError,
     TapegradError,
 )
-from tapegrad.kernels import ConfiguredKernel, Kernel
+from tapegrad.kernels import ConfiguredKernel, Kernel, int_too_big
 from tapegrad.tape.activity import (
     Active,
     Annotation,
@@ -99,11 +99,17 @@ def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = N
                 "...) or tg.gradient(captured, ...) differentiate the captured function "
                 "itself)")
     if isinstance(f, ConfiguredKernel):
-        derivs = autodiff_by_plan(mode, f, ret_activity, args, ndrange, accumulate)
-        if derivs is None:
-            # (a configured kernel's shadows meet in one_object_per_memory, by parameter name)
-            check_shadows_apart(f, args, between_shadows=False)
-            derivs = autodiff_kernel(mode, f, ret_activity, args, ndrange, accumulate)
+        try:
+            derivs = autodiff_by_plan(mode, f, ret_activity, args, ndrange, accumulate)
+            if derivs is None:
+                # (a configured kernel's shadows meet in one_object_per_memory, by name)
+                check_shadows_apart(f, args, between_shadows=False)
+                derivs = autodiff_kernel(mode, f, ret_activity, args, ndrange, accumulate)
+        except OverflowError:          # (an int the launch could not pass: nothing ran)
+            error = int_too_big(f.kernel, tuple(annotate(a).val for a in args))
+            if error is None:
+                raise
+            raise error from None
         ctx = current_forward()
         if mode.reverse and ctx is not None:   # (its primal launch carried tangents)
             ctx.unknown([a.dval for a in map(annotate, args) if isinstance(a, Duplicated)],

@@ -119,14 +119,20 @@ def write_only(kernel: Any) -> frozenset[int]:
     return found
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
 def arg_key(args: tuple) -> tuple:
     """What a compiled kernel depends on: each argument's type, and for arrays also what
     their kind says (``ArrayKind.launch_key``: dtype and rank, and for NumPy's whether it is
-    writeable and in native byte order).  An array no backend owns is refused."""
+    writeable and in native byte order).  An array no backend owns is refused; an int past
+    64 bits raises OverflowError (the launch's caller names the argument: kernels.py)."""
     key = []
     for a in args:
         t = type(a)
         if t is float or t is int:             # the common scalars, without the checks below
+            if t is int and not _INT64_MIN <= a <= _INT64_MAX:
+                raise OverflowError(f"int argument {a} does not fit in 64 bits")
             key.append(t)
         elif t is np.ndarray:                  # the common arrays, as NumPy's kind keys them
             dtype = a.dtype

@@ -122,6 +122,8 @@ def argument_guard(k: int, a: Any, scope: dict) -> str | None:
     scope[f"T{k}"] = t
     kind = kind_of(a)
     if kind is None:
+        if t is int:       # (past 64 bits: the general path refuses it)
+            return f"type(a{k}) is T{k} and -0x8000000000000000 <= a{k} <= 0x7fffffffffffffff"
         return f"type(a{k}) is T{k}"
     if kind.per_object(a):
         return None

@@ -182,3 +182,23 @@ def test_an_int_past_64_bits_is_refused_by_name_and_nothing_runs(backend, n):
     assert B.tolist() == [7.0] * 4
     fill_with(backend)(B, 2**63 - 1, ndrange=4)                 # the largest one fits
     assert B[0] == float(2**63 - 1)
+
+
+@tg.kernel
+def count_from(K, n):
+    i = tg.index()
+    K[i] = n + i
+
+
+@pytest.mark.parametrize("n", [2**63, -(2**63) - 1])
+def test_an_int_past_64_bits_is_refused_on_a_first_launch_and_by_autodiff(backend, n):
+    """A kernel's first launch with such an int (no plan yet): the CPU typed 2**63 as an
+    unsigned int and wrapped it (K = [-2**63, ...]), or stopped in Numba's typing; the same
+    through tg.autodiff raised a bare OverflowError."""
+    K = np.full(2, 7, np.int64)
+    with pytest.raises(tg.LaunchError, match=f"argument n = {n} does not fit in a 64-bit"):
+        count_from(backend)(K, n, ndrange=2)
+    with pytest.raises(tg.LaunchError, match=f"argument n = {n} does not fit in a 64-bit"):
+        tg.autodiff(tg.Reverse, fill_with(backend), tg.Const, tg.Duplicated(np.zeros(2),
+                    np.ones(2)), n, ndrange=2)
+    assert K.tolist() == [7, 7]
