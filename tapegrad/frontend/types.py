@@ -1,9 +1,5 @@
-"""Types of kernel values and the inference that specialises a kernel to its arguments.
-
-Scalars are ``bool``, ``int32``, ``int64``, ``float32`` and ``float64``.  A float literal (and a
-Python ``float`` argument, and ``int / int``) is *weak*: it takes the precision of the float data
-it meets, so ``2.0 * A[i]`` stays float32 when ``A`` is float32.  Mixing an integer with a float
-gives that float's type (``i * A[i]`` is float32 for float32 ``A``).
+"""The inference that specialises a kernel to its arguments' types (typerules.py: the
+types and how they combine).
 
 Inference is flow-insensitive: each local has one type, the join of everything assigned to it,
 found by iterating to a fixed point.
@@ -17,108 +13,27 @@ from typing import Any
 
 from tapegrad.errors import KernelTypeError, located
 from tapegrad.frontend.ir import KernelIR, tg_name
+from tapegrad.frontend.typerules import (  # noqa: F401  (the types, for importers)
+    BOOL,
+    DTYPE_NAMES,
+    FLOAT32,
+    FLOAT64,
+    FLOATS,
+    INT64,
+    INTS,
+    NONE,
+    WEAK_FLOAT,
+    Array,
+    DType,
+    NoneT,
+    Scalar,
+    TupleT,
+    Type,
+    arith,
+    float_of,
+    join,
+)
 from tapegrad.lang import primitives
-
-FLOATS = ("float32", "float64")
-INTS = ("int32", "int64")
-DTYPE_NAMES = ("bool", "int32", "int64", "float32", "float64")
-
-
-class Type:
-    """Base class of kernel types."""
-
-
-@dataclass(frozen=True)
-class Scalar(Type):
-    dtype: str
-    weak: bool = False   # only float64 is ever weak
-
-    def __str__(self) -> str:
-        return ("weak " if self.weak else "") + self.dtype
-
-    @property
-    def is_float(self) -> bool:
-        return self.dtype in FLOATS
-
-
-@dataclass(frozen=True)
-class Array(Type):
-    dtype: str
-    ndim: int
-    space: str = "global"   # "global" (an argument), "local" (tg.localmem) or "private"
-
-    def __str__(self) -> str:
-        return f"{self.ndim}-D {self.dtype} array"
-
-
-@dataclass(frozen=True)
-class TupleT(Type):
-    items: tuple[Type, ...]
-
-    def __str__(self) -> str:
-        return "(" + ", ".join(map(str, self.items)) + ")"
-
-
-@dataclass(frozen=True)
-class DType(Type):
-    dtype: str
-
-
-@dataclass(frozen=True)
-class NoneT(Type):
-    def __str__(self) -> str:
-        return "None"
-
-
-BOOL, INT64, FLOAT32, FLOAT64 = Scalar("bool"), Scalar("int64"), Scalar("float32"), Scalar("float64")
-WEAK_FLOAT = Scalar("float64", weak=True)
-NONE = NoneT()
-
-
-def join(a: Type | None, b: Type | None) -> Type | None:
-    """The least type holding both ``a`` and ``b`` (None means "not known yet"); raises
-    ``TypeError`` when there is none (the caller adds the location)."""
-    if a is None:
-        return b
-    if b is None or a == b:
-        return a
-    if isinstance(a, Scalar) and isinstance(b, Scalar):
-        if a.is_float and b.is_float:
-            if a.dtype == b.dtype:
-                return Scalar(a.dtype, weak=a.weak and b.weak)
-            f64, f32 = (a, b) if a.dtype == "float64" else (b, a)
-            return f32 if f64.weak else FLOAT64
-        if a.is_float:
-            return a
-        if b.is_float:
-            return b
-        if a.dtype == "bool" and b.dtype == "bool":
-            return BOOL
-        return INT64
-    if isinstance(a, TupleT) and isinstance(b, TupleT) and len(a.items) == len(b.items):
-        return TupleT(tuple(join(x, y) for x, y in zip(a.items, b.items)))
-    raise TypeError(f"{a} and {b}")
-
-
-def arith(op: ast.operator, a: Scalar, b: Scalar) -> Scalar:
-    """Result type of ``a <op> b`` for scalars."""
-    if isinstance(op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
-        if a.is_float or b.is_float:
-            raise TypeError("bitwise operators need integers or booleans")
-        return BOOL if a.dtype == b.dtype == "bool" else INT64
-    if isinstance(op, (ast.LShift, ast.RShift)):
-        if a.is_float or b.is_float:
-            raise TypeError("shifts need integers")
-        return INT64
-    if isinstance(op, ast.Div) and not a.is_float and not b.is_float:
-        return WEAK_FLOAT
-    t = join(a, b)
-    return INT64 if t.dtype in ("bool", "int32") else t
-
-
-def float_of(t: Scalar) -> Scalar:
-    """The float type a math function returns for argument type ``t``."""
-    return t if t.is_float else WEAK_FLOAT
 
 
 @dataclass
@@ -199,6 +114,7 @@ class _Inference:
         self.stack = stack
         self.env: dict[str, Type] = dict(zip(tk.ir.params, tk.argtypes))
         self.declared: dict[str, int] = {}   # local array name -> its declaration statement
+        self.truthy: set[int] = set()        # expressions used only for their truth value
         self.returns: Type | None = None
         self.final = False
 
@@ -256,6 +172,7 @@ class _Inference:
             raise self.fail(s, f"{type(s).__name__} is not supported in kernels")
 
     def condition(self, test: ast.expr) -> None:
+        self.truthy.add(id(test))
         t = self.expr(test)
         if t is not None and not isinstance(t, Scalar):
             raise self.fail(test, f"a condition must be a number or a boolean, got {t}")
@@ -328,6 +245,11 @@ class _Inference:
             if isinstance(v, bool):
                 return BOOL
             if isinstance(v, int):
+                if not -(2**63) <= v < 2**63:
+                    raise self.fail(node, f"the integer {v} does not fit in a 64-bit integer, "
+                                          "which kernels compute with (-2**63 to 2**63 - 1; "
+                                          "write -2**63 as -9223372036854775807 - 1); for a "
+                                          f"quantity, write a float ({float(v):g})")
                 return INT64
             if isinstance(v, float):
                 return WEAK_FLOAT
@@ -361,6 +283,8 @@ class _Inference:
                 return None
             return self.binop_type(node, node.op, a, b)
         if isinstance(node, ast.UnaryOp):
+            if isinstance(node.op, ast.Not):
+                self.truthy.add(id(node.operand))
             t = self.expr(node.operand)
             if t is None:
                 return None
@@ -373,10 +297,20 @@ class _Inference:
                 return t if t.dtype == "bool" else INT64
             return INT64 if t.dtype in ("bool", "int32") else t
         if isinstance(node, ast.BoolOp):
+            tested = id(node) in self.truthy
             for v in node.values:
+                if tested:
+                    self.truthy.add(id(v))
                 t = self.expr(v)
                 if t is not None:
                     self.need_scalar(v, t)
+                    if not tested and t.dtype != "bool":
+                        op = "or" if isinstance(node.op, ast.Or) else "and"
+                        raise self.fail(node, f"`{op}` of numbers used as a value: in a kernel "
+                                              f"`x {op} y` is a bool (whether it holds), not "
+                                              "Python's choice of x or y; write "
+                                              f"`{'x if x != 0 else y' if op == 'or' else 'y if x != 0 else x'}`, "
+                                              f"or compare (`x != 0 {op} y != 0`) for a bool")
             return BOOL
         if isinstance(node, ast.Compare):
             for v in [node.left] + node.comparators:
@@ -476,6 +410,8 @@ class _Inference:
             return self.device_call(node)
         if name in ("localmem", "private"):
             return self.memory(node, name)
+        if name == "where" and node.args:       # (its condition: for its truth value)
+            self.truthy.add(id(node.args[0]))
         args = [self.expr(a) for a in node.args]
         if any(a is None for a in args):
             return None

@@ -483,6 +483,18 @@ def bool_from_float(B, A):
     B[i] = A[i]  # ERR:bool-store
 
 
+@tg.kernel
+def or_as_a_value(B, A):
+    i = tg.index()
+    B[i] = A[i] or 7.0  # ERR:or-value
+
+
+@tg.kernel
+def int_past_64_bits(B):
+    i = tg.index()
+    B[i] = 18446744073709551616 + i  # ERR:int-literal-64
+
+
 def _fake_host_api():
     def gradient(*args):
         return None
@@ -541,6 +553,10 @@ TYPE_CASES = [
     (tuple_arithmetic, (I64,), "tuple-arith", "tuple"),
     (bool_from_float, (np.zeros(4, bool), F64), "bool-store", "compare"),
     (calls_host_api, (F64,), "host-api", "tg.gradient cannot be called inside a kernel"),
+    # (both ran: `or` gave 1.0 where Python gives 7.0; the literal failed in Numba, unlocated,
+    # as a tapegrad bug, and OpenCL computed with 0)
+    (or_as_a_value, (F64, F64), "or-value", "write `x if x != 0 else y`"),
+    (int_past_64_bits, (I64,), "int-literal-64", "does not fit in a 64-bit integer"),
 ]
 TYPE_IDS = [c[2] for c in TYPE_CASES]
 
