@@ -3,7 +3,8 @@
 After ``normalize``:
 - no device-function call remains (each is inlined; its locals are renamed ``_<f><k>_<name>``);
 - no ``return``, ``break`` or ``continue`` remains (each sets a flag, and the statements after it
-  run under ``if not flag``; a for-loop whose body broke runs its remaining iterations empty);
+  run under ``if not flag``; a for-loop whose body broke runs its remaining iterations empty,
+  and its variable is set back to the value it broke at);
 - every augmented assignment is a plain one (``x = x + e``), except ``A[idx] += e`` and
   ``A[idx] -= e`` on arrays, whose adjoints do not consume the shadow;
 - tuple assignments from tuple displays are split into scalar assignments.
@@ -113,10 +114,61 @@ class _Inliner:
 
     def expr(self, e: ast.expr, funcs: dict[str, Any], pre: list[ast.stmt], at: ast.stmt
              ) -> ast.expr:
-        """Copy ``e``, replacing device calls by their results (inlined into ``pre``)."""
+        """Copy ``e``, replacing device calls by their results (inlined into ``pre``).  A
+        call that Python evaluates only on a condition (a branch of ``x if c else y``, an
+        operand after the first of ``and``/``or``, a comparison after the first of a chain)
+        is inlined under that condition: ``pre`` gets an ``if`` that computes the part into
+        a temporary (its derivative must not run where the primal did not: sqrt(-0.5) in the
+        branch not taken gave a NaN gradient, a write in it a wrong one)."""
         inliner = self
 
+        def conditional(node: ast.expr) -> bool:
+            return _has_call(node, {n: f for n, f in funcs.items() if not inliner.keep(f)})
+
         class Rewrite(ast.NodeTransformer):
+            def visit_IfExp(self, node: ast.IfExp) -> ast.expr:
+                if not (conditional(node.body) or conditional(node.orelse)):
+                    return self.generic_visit(node)
+                test = self.visit(node.test)
+                t = inliner.temporary("if")
+                pre.append(_locate(ast.If(test=test, body=inliner.part(t, node.body, funcs, at),
+                                          orelse=inliner.part(t, node.orelse, funcs, at)), at))
+                return _name(t)
+
+            def visit_BoolOp(self, node: ast.BoolOp) -> ast.expr:
+                if not any(conditional(v) for v in node.values[1:]):
+                    return self.generic_visit(node)
+                t = inliner.temporary("bool")
+                pre.append(_assign(t, self.visit(node.values[0]), at))
+                rest: list[ast.stmt] = []
+                for v in reversed(node.values[1:]):   # (a and b and c: c only if b held)
+                    test = _name(t) if isinstance(node.op, ast.And) else \
+                        ast.UnaryOp(op=ast.Not(), operand=_name(t))
+                    rest = [_locate(ast.If(test=test, body=inliner.part(t, v, funcs, at)
+                                           + rest, orelse=[]), at)]
+                pre.extend(rest)
+                return _name(t)
+
+            def visit_Compare(self, node: ast.Compare) -> ast.expr:
+                if not any(conditional(c) for c in node.comparators[1:]):
+                    return self.generic_visit(node)
+                # a < b < c: each comparator once, into a temporary, as Python evaluates it
+                t, left, links = inliner.temporary("bool"), self.visit(node.left), []
+                for op, c in zip(node.ops, node.comparators):
+                    m = inliner.temporary("cmp")
+                    links.append((left, op, c, m))
+                    left = _name(m)
+
+                def link(left: ast.expr, op: ast.cmpop, c: ast.expr, m: str) -> list[ast.stmt]:
+                    return inliner.part(m, c, funcs, at) + [_assign(t, ast.Compare(
+                        left=left, ops=[op], comparators=[_name(m)]), at)]
+                rest: list[ast.stmt] = []
+                for parts in reversed(links[1:]):
+                    rest = [_locate(ast.If(test=_name(t), body=link(*parts) + rest, orelse=[]),
+                                    at)]
+                pre.extend(link(*links[0]) + rest)
+                return _name(t)
+
             def visit_Call(self, node: ast.Call) -> ast.expr:
                 self.generic_visit(node)
                 if tg_name(node) is None and isinstance(node.func, ast.Name) \
@@ -129,6 +181,17 @@ class _Inliner:
                 return node
 
         return Rewrite().visit(copy.deepcopy(e))
+
+    def temporary(self, kind: str) -> str:
+        self.count += 1
+        return f"_{kind}{self.count}"
+
+    def part(self, target: str, e: ast.expr, funcs: dict[str, Any], at: ast.stmt
+             ) -> list[ast.stmt]:
+        """Statements that compute ``e`` into ``target``, its device calls inlined."""
+        inner: list[ast.stmt] = []
+        value = self.expr(e, funcs, inner, at)
+        return inner + [_assign(target, value, at)]
 
     def inline(self, func: Any, call: ast.Call, pre: list[ast.stmt], at: ast.stmt) -> ast.expr:
         callee = self.func_ir(func)
@@ -305,7 +368,9 @@ class _ExitRemover:
             self.used_ret = True
             return [_assign(self.ret_flag, ast.Constant(value=True), s)], {("ret", self.ret_flag)}
         if isinstance(s, ast.Break):
-            return [_assign(loop[0], ast.Constant(value=True), s)], {("brk", loop[0])}
+            # (the loop runs on, empty: its variable keeps counting, so keep it as it was)
+            keep = [_assign(loop[3], _name(loop[2]), s)] if loop[2] else []
+            return keep + [_assign(loop[0], ast.Constant(value=True), s)], {("brk", loop[0])}
         if isinstance(s, ast.Continue):
             return [_assign(loop[1], ast.Constant(value=True), s)], {("cnt", loop[1])}
         if isinstance(s, ast.If):
@@ -314,7 +379,10 @@ class _ExitRemover:
             return [_locate(ast.If(test=s.test, body=body, orelse=orelse), s)], s1 | s2
         if isinstance(s, (ast.For, ast.While)):
             self.loops += 1
-            names = (f"_break{self._serial}_{self.loops}", f"_continue{self._serial}_{self.loops}")
+            target = s.target.id if isinstance(s, ast.For) and \
+                isinstance(s.target, ast.Name) else None
+            names = (f"_break{self._serial}_{self.loops}", f"_continue{self._serial}_{self.loops}",
+                     target, f"_broke_at{self._serial}_{self.loops}")
             body, sets = self.block(s.body, names)
             inner = {k for k in sets if k[1] not in names}
             uses_break = ("brk", names[0]) in sets
@@ -324,15 +392,20 @@ class _ExitRemover:
             stop = [names[0]] if uses_break else []
             stop += [name for kind, name in inner if kind == "ret"]
             pre = [_assign(names[0], ast.Constant(value=False), s)] if uses_break else []
+            after: list[ast.stmt] = []
             if isinstance(s, ast.For):
                 if stop:
                     body = [_locate(ast.If(test=_not_any(stop), body=body, orelse=[]), s)]
                 new = ast.For(target=s.target, iter=s.iter, body=body, orelse=[])
+                if uses_break and target:      # after a break, the variable it broke at
+                    pre.append(_assign(names[3], ast.Constant(value=0), s))
+                    after = [_locate(ast.If(test=_name(names[0]), body=[
+                        _assign(target, _name(names[3]), s)], orelse=[]), s)]
             else:
                 test = s.test if not stop else ast.BoolOp(op=ast.And(), values=[
                     _not_any(stop), s.test])
                 new = ast.While(test=test, body=body, orelse=[])
-            return pre + [_locate(new, s)], inner
+            return pre + [_locate(new, s)] + after, inner
         return [s], set()
 
 
