@@ -48,12 +48,12 @@ def broke_at(B, A, n):
     i = tg.index()
     k = 0
     x = A[i]
-    for k in range(n):
+    for k in range(n):  # noqa: B007  (read after the loop)
         x = x * 2.0
         if x > 1.0:
             break
     m = 0
-    for m in range(n):               # (run to its end: m is n - 1 afterwards, as in Python)
+    for m in range(n):  # noqa: B007  (run to its end: m is n - 1 afterwards, as in Python)
         x = x + 0.0
     B[i] = x * k + m
 
