@@ -127,18 +127,17 @@ class BarrierBody(Body):
         values = list(b.values)       # this work-item's copies of work-item 0's values
         if isinstance(s, ast.For):
             if values:
-                start, stop, step = (["0"] + values + ["1"])[:3] if len(values) == 1 else \
+                bounds = (["0"] + values + ["1"])[:3] if len(values) == 1 else \
                     (values + ["1"])[:3]
             else:
-                start, stop, step = self.range_bounds(s.iter.args)
-            i = s.target.id
-            test = f"{i} < {stop}" if not step.startswith("-") else f"{i} > {stop}"
-            if not step.lstrip("-").isdigit():
-                test = f"(({step}) > 0 ? {i} < {stop} : {i} > {stop})"
-            self.emit(f"for ({i} = {start}; {test}; {i} += {step}) {{", depth)
-        else:
-            test = values[0] if values else bare(self.truth(s.test))
-            self.emit(f"{'while' if isinstance(s, ast.While) else 'if'} ({test}) {{", depth)
+                bounds = self.range_bounds(s.iter.args)
+            self.range_loop(s, tuple(bounds), depth)
+            self.blocks(b.blocks[0], depth + 2)
+            self.emit("}", depth + 1)
+            self.emit("}", depth)
+            return
+        test = values[0] if values else bare(self.truth(s.test))
+        self.emit(f"{'while' if isinstance(s, ast.While) else 'if'} ({test}) {{", depth)
         self.blocks(b.blocks[0], depth + 1)
         if len(b.blocks) > 1 and b.blocks[1]:
             self.emit("} else {", depth)

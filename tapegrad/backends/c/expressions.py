@@ -13,7 +13,7 @@ import ast
 from tapegrad.backends.c.helpers import Helpers
 from tapegrad.errors import KernelCompileError, KernelError, KernelSyntaxError, located
 from tapegrad.frontend.ir import tg_name
-from tapegrad.frontend.types import Array, DType, Scalar, TupleT, Type, TypedKernel
+from tapegrad.frontend.types import Array, DType, Scalar, TupleT, Type, TypedKernel, float_of
 from tapegrad.lang import primitives
 from tapegrad.lang.primitives import is_expression
 
@@ -62,6 +62,11 @@ class Expressions:
              cls: type[KernelError] = KernelSyntaxError) -> KernelError:
         return fail(self.tk, node, message, cls)
 
+    def cname(self, name: str) -> str:
+        """The user's variable ``name`` as the C code names it (names.py: its own, unless
+        that is a name the printer derives or a C macro's)."""
+        return self.h.cnames.get(name, name)
+
     # -- tuples: each component printed on its own ------------------------------------------
     def tuple_parts(self, node: ast.expr) -> list[tuple[str, Type]]:
         t = self.T(node)
@@ -78,10 +83,10 @@ class Expressions:
         if name == "groupsize":
             return [(str(w), Scalar("int64")) for w in W]
         if isinstance(node, ast.Attribute) and node.attr == "shape":
-            a = node.value.id
+            a = self.cname(node.value.id)
             return [(f"{a}_shape{k}", Scalar("int64")) for k in range(self.T(node.value).ndim)]
         if isinstance(node, ast.Name):
-            return [(f"{node.id}_{k}", item) for k, item in enumerate(t.items)]
+            return [(f"{self.cname(node.id)}_{k}", item) for k, item in enumerate(t.items)]
         if isinstance(node, ast.Tuple):
             return [(self.expr(e), self.T(e)) for e in node.elts]
         raise self.fail(node, "this tuple is not printed as C yet")
@@ -118,8 +123,12 @@ class Expressions:
             if "e" not in text and "." not in text:
                 text += ".0"
             return text + ("f" if dtype == "float32" else "")
+        # (an int64 literal is 64-bit in C too, else BIG * BIG and 1 << 40 wrap at 32 bits;
+        # L is 64-bit in OpenCL C and, on the 64-bit Linux that CUDA targets, in CUDA)
         v = int(value)
-        return f"{v}L" if dtype == "int64" and abs(v) >= 2 ** 31 else str(v)
+        if v == -2 ** 63:          # (-9223372036854775808L would negate a literal past long's)
+            return f"({v + 1}L - 1L)"
+        return f"{v}L" if dtype == "int64" else str(v)
 
     def truth(self, node: ast.expr) -> str:
         t = self.tk.types.get(id(node))
@@ -133,34 +142,41 @@ class Expressions:
     def expr_Name(self, node: ast.Name) -> str:
         t = self.tk.types.get(id(node))
         if isinstance(t, Scalar) and t.dtype == "bool" and node.id in self.tk.ir.params:
-            return f"({node.id} != 0)"
-        return node.id
+            return f"({self.cname(node.id)} != 0)"       # (a bool argument is passed as an int)
+        return self.cname(node.id)
 
     def expr_Attribute(self, node: ast.Attribute) -> str:
         base = self.T(node.value)
         if isinstance(base, Array) and node.attr == "size":
-            return "(" + " * ".join(f"{node.value.id}_shape{k}"
+            return "(" + " * ".join(f"{self.cname(node.value.id)}_shape{k}"
                                     for k in range(base.ndim)) + ")"
         if isinstance(base, Array) and node.attr == "ndim":
             return str(base.ndim)
         raise self.fail(node, f".{node.attr} is not printed as C")
 
     def subscript(self, node: ast.Subscript) -> str:
-        a = node.value.id
+        a = self.cname(node.value.id)
         t = self.T(node.value)
         idx = node.slice
-        if isinstance(idx, ast.Tuple):
-            parts = [(self.expr(e), self.T(e)) for e in idx.elts]
-        elif isinstance(self.T(idx), TupleT):
-            parts = self.tuple_parts(idx)
-        else:
-            parts = [(self.expr(idx), self.T(idx))]
+        parts = []
+        for e in idx.elts if isinstance(idx, ast.Tuple) else [idx]:
+            # (a tuple among the index's parts gives one index per component: A[I, k])
+            parts += self.tuple_parts(e) if isinstance(self.T(e), TupleT) else \
+                [(self.index_text(e), self.T(e))]
         flat = f"({parts[0][0]})"
         for k in range(1, len(parts)):
             flat = f"({flat} * {a}_shape{k} + ({parts[k][0]}))"
         if len(parts) != t.ndim:
-            raise self.fail(node, f"{a} has {t.ndim} dimensions: index each")
+            raise self.fail(node, f"{node.value.id} has {t.ndim} dimensions: index each")
         return f"{a}[{flat}]"
+
+    def index_text(self, node: ast.expr) -> str:
+        """One index of an array: a literal plain (``A[(i) * A_shape1 + (0)]``: an index is
+        multiplied by 64-bit extents, or indexes alone)."""
+        if isinstance(node, ast.Constant) and type(node.value) is int \
+                and abs(node.value) < 2 ** 31:
+            return str(node.value)
+        return self.expr(node)
 
     def expr_Subscript(self, node: ast.Subscript) -> str:
         base = self.T(node.value)
@@ -169,13 +185,19 @@ class Expressions:
             try:
                 return parts[ast.literal_eval(node.slice) % len(parts)][0]
             except ValueError:         # an index known at run time: pick the component
-                k = self.expr(node.slice)
-                out = parts[-1][0]
-                for j in range(len(parts) - 2, -1, -1):
-                    out = f"({k} == {j} ? {parts[j][0]} : {out})"
-                return out
+                return self.pick(parts, self.expr(node.slice), self.T(node))
         text = self.subscript(node)
         return f"({text} != 0)" if base.dtype == "bool" else text
+
+    def pick(self, parts: list[tuple[str, Type]], k: str, t: Type) -> str:
+        """Component ``k`` (C text) of a tuple of ``parts``, counted from the end where
+        negative, as Python's ``t[k]``; past either end (Python's IndexError) 0, as on the
+        CPU, which stops the work-item there."""
+        n = len(parts)
+        out = self.literal(0, t.dtype)
+        for j in range(n - 1, -1, -1):
+            out = f"({k} == {j} || {k} == {j - n} ? {parts[j][0]} : {out})"
+        return out
 
     def expr_BinOp(self, node: ast.BinOp) -> str:
         t = self.T(node)
@@ -196,14 +218,15 @@ class Expressions:
             key = ("floordiv" if op is ast.FloorDiv else "mod") + ("_f" if t.is_float else "_i")
             fn = self.h.helper(key, t.dtype if t.is_float else None)
             return f"{fn}({self.coerce(node.left, t)}, {self.coerce(node.right, t)})"
-        if op in (ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift, ast.RShift):
-            return f"({self.expr(node.left)} {_C_OPS[op]} {self.expr(node.right)})"
+        # (bit operations too: an int32 << 20 is an int64's, as on the CPU)
         return f"({self.coerce(node.left, t)} {_C_OPS[op]} {self.coerce(node.right, t)})"
 
     def expr_UnaryOp(self, node: ast.UnaryOp) -> str:
         if isinstance(node.op, ast.Not):
             return f"(!{self.truth(node.operand)})"
         t = self.T(node)
+        if isinstance(node.op, ast.Invert) and t == Scalar("bool"):
+            return f"(!{self.truth(node.operand)})"     # (~ of a bool is its not, as on the CPU)
         operand = self.coerce(node.operand, t) if isinstance(t, Scalar) else self.expr(node.operand)
         return {ast.USub: f"(-{operand})", ast.UAdd: operand,
                 ast.Invert: f"(~{operand})"}[type(node.op)]
@@ -236,7 +259,8 @@ class Expressions:
             texts = []
             for a, at in zip(args, callee.argtypes):
                 if isinstance(at, Array):
-                    texts += [a.id] + [f"{a.id}_shape{k}" for k in range(at.ndim)]
+                    a_c = self.cname(a.id)
+                    texts += [a_c] + [f"{a_c}_shape{k}" for k in range(at.ndim)]
                 elif isinstance(at, TupleT):
                     texts += [self.cast_text(text, src, item) for (text, src), item
                               in zip(self.tuple_parts(a), at.items)]
@@ -270,14 +294,18 @@ class Expressions:
             return (f"({self.truth(args[0])} ? {self.coerce(args[1], t)} : "
                     f"{self.coerce(args[2], t)})")
         if name in ("min", "max"):
+            # Python's: the first of equal ones, NaN as it falls; of more than two, a helper
+            # per pair (a conditional would print its first operand twice, per argument)
             out = self.coerce(args[0], t)
-            for a in args[1:]:          # Python's: the first of equal ones, NaN as it falls
-                b = self.coerce(a, t)
-                op = ">" if name == "max" else "<"
-                out = f"(({b}) {op} ({out}) ? ({b}) : ({out}))"
-            return out
+            if len(args) > 2:
+                fn = self.h.extremum_helper(name, t.dtype)
+                for a in args[1:]:
+                    out = f"{fn}({out}, {self.coerce(a, t)})"
+                return out
+            b = self.coerce(args[1], t)
+            return f"(({b}) {'>' if name == 'max' else '<'} ({out}) ? ({b}) : ({out}))"
         if name == "len":
-            return f"{args[0].id}_shape0"
+            return f"{self.cname(args[0].id)}_shape0"
         if name.startswith("atomic_") or name == "group_reduce_add":
             arr, idx, value = args
             at = self.T(arr)
@@ -299,8 +327,8 @@ class Expressions:
         if row.name == "abs":
             x = self.coerce(args[0], t)
             return f"fabs({x})" if t.is_float else f"(({x}) < 0 ? -({x}) : ({x}))"
-        if row.result == "bool":
-            return f"({row.name}({self.expr(args[0])}) != 0)"
+        if row.result == "bool":           # (of an int as of its double: finite, not NaN)
+            return f"({row.name}({self.coerce(args[0], float_of(self.T(args[0])))}) != 0)"
         at = t if isinstance(t, Scalar) and t.is_float else Scalar("float64")
         texts = [self.coerce(a, at) for a in args]
         lowering = row.lowering_c

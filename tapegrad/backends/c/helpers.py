@@ -29,7 +29,7 @@ _HELPERS = {
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }}""",
     "mod_i": """{f} {i} tg_mod_i({i} a, {i} b) {{
-    if (b == 0) return 0;
+    if (b == 0 || b == -1) return 0;       /* (C's INT64_MIN % -1 overflows) */
     {i} r = a % b;
     return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }}""",
@@ -38,8 +38,10 @@ _HELPERS = {
     if (r != 0 && ((r < 0) != (b < 0))) r += b;
     return r != 0 ? r : copysign(({T})0, b);
 }}""",
-    # (CPython's float floor division: from fmod, exact where floor(a / b) is not)
+    # (CPython's float floor division: from fmod, exact where floor(a / b) is not; by zero,
+    # NumPy's a / b: inf, -inf or nan, where CPython raises)
     "floordiv_f": """{f} {T} tg_floordiv_{T}({T} a, {T} b) {{
+    if (b == 0) return a / b;
     {T} m = fmod(a, b);
     {T} d = (a - m) / b;
     if (m != 0 && ((b < 0) != (m < 0))) d -= 1;
@@ -63,6 +65,9 @@ class Helpers:
         self.d = dialect
         self.helpers: dict[str, str] = {}
         self.pragmas: set[str] = set()        # OpenCL extensions the module's code uses
+        # the user's variables whose C names are not their own, and all of them (names.py)
+        self.cnames: dict[str, str] = {}
+        self.user_names: set[str] = set()
 
     def helper(self, key: str, dtype: str | None = None) -> str:
         """The name of a helper (``_HELPERS``), written into the module on first use."""
@@ -168,6 +173,18 @@ class Helpers:
                         f"while (seen != was); return {from_bits}(was);")
         self.helpers[name] = f"{fn} {T} {name}({ptr}, {T} v) {{ {body} }}"
         return name
+
+    def extremum_helper(self, name: str, dtype: str) -> str:
+        """``tg_max_<dtype>(a, b)`` (or ``min``): Python's ``max(a, b)``, ``b if b > a else a``
+        (NaN as it falls), a function so that ``max`` of n arguments prints each once (nested
+        conditionals would print the first 2**(n-1) times)."""
+        name_c = f"tg_{name}_{dtype}"
+        if name_c not in self.helpers:
+            T = self.d.ctype(dtype)
+            fn = "static inline" if self.d.name == "opencl" else "static __device__ inline"
+            op = ">" if name == "max" else "<"
+            self.helpers[name_c] = f"{fn} {T} {name_c}({T} a, {T} b) {{ return b {op} a ? b : a; }}"
+        return name_c
 
     def primitive_helper(self, row: primitives.Primitive, dtype: str, lowering: str) -> str:
         name = f"tg_{row.name}_{self.d.ctype(dtype)}".replace(" ", "_")

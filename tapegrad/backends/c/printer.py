@@ -2,7 +2,8 @@
 
 One printer serves both dialects; a ``Dialect`` says only what the two spell differently
 (``dialects.py``).  The printer is split by concern, each module importing only those before
-it: ``dialects`` (spellings, reserved names) -> ``helpers`` (the module's helper functions:
+it: ``dialects`` (spellings, reserved names) -> ``names`` (the C names of user variables
+named like the printer's own or C's macros) -> ``helpers`` (the module's helper functions:
 Python's arithmetic, atomics) -> ``expressions`` (Python's semantics in C expressions) ->
 ``statements`` (one function body) -> ``barriers`` (a body split at its barriers) -> this
 module (the module, a kernel's signature and declarations, local and private memory).
@@ -52,8 +53,14 @@ from tapegrad.backends.c.dialects import (
 from tapegrad.backends.c.expressions import fail
 from tapegrad.backends.c.helpers import SCALAR_SLOTS, SCALAR_SUM_SIZE, SLOT_STRIDE, Helpers
 from tapegrad.backends.c.items import independent_items, items_per_thread
+from tapegrad.backends.c.names import assigned_names, c_names, user_names
 from tapegrad.backends.c.statements import Body
-from tapegrad.backends.structure import BarrierPlan, contains_barrier, memory_decl
+from tapegrad.backends.structure import (
+    BarrierPlan,
+    contains_barrier,
+    device_functions,
+    memory_decl,
+)
 from tapegrad.frontend.types import Array, Scalar, TupleT, TypedKernel
 
 # (the names callers import from here: the backends, the tests)
@@ -99,6 +106,8 @@ class CPrinter(Helpers):
         # (``dynamic_bytes``); ``shared_bytes`` is a workgroup's whole (set by ``module``)
         self.allow_dynamic = dynamic_shared and dialect.name == "cuda"
         self.shared_bytes = self.dynamic_bytes = 0
+        functions = [*device_functions(tk), tk]
+        self.cnames, self.user_names = c_names(tk, functions), user_names(functions)
 
     # -- the module ------------------------------------------------------------------------
     def module(self, callees: list[TypedKernel]) -> str:
@@ -113,7 +122,7 @@ class CPrinter(Helpers):
         if self.d.preamble:
             head.append(self.d.preamble)
         head += [f"#pragma OPENCL EXTENSION {e} : enable" for e in sorted(self.pragmas)]
-        names = {n for k in [*callees, self.tk] for n in [*k.ir.params, *k.locals]}
+        names = {self.cnames.get(n, n) for n in self.user_names}
         clash = sorted(names & PRINTED_WORDS)
         if clash:
             raise fail(self.tk, None, f"a variable named '{clash[0]}' is a word of C that "
@@ -225,7 +234,7 @@ class CPrinter(Helpers):
         if dynamic:
             out.append("    extern __shared__ __align__(16) unsigned char _tg_shared[];")
         for st in decls:
-            name = st.targets[0].id
+            name = self.cnames.get(st.targets[0].id, st.targets[0].id)
             dtype, shape = tk.static_shapes[id(st.value)]
             size = _count(shape)
             ctype = self.d.ctype(dtype)
@@ -262,7 +271,11 @@ class CPrinter(Helpers):
         """``tk``'s parameters in C (``entry``: as the kernel itself takes them), each ending
         with its name; ``restrict``: its arrays' pointers restrict-qualified."""
         out = []
+        # (a device function may assign its scalar parameters, its own copies: no const)
+        assigned = set() if tk.ir.is_kernel else assigned_names(tk)
         for p, t in zip(tk.ir.params, tk.argtypes):
+            const = "" if p in assigned else "const "
+            p = self.cnames.get(p, p)
             if isinstance(t, Array):
                 qualifier = {"global": self.d.global_ptr, "local": self.d.local_ptr,
                              "private": ""}[t.space]
@@ -273,10 +286,10 @@ class CPrinter(Helpers):
                 out += [f"const {self.d.int64} {p}_shape{k}" for k in range(t.ndim)]
             elif isinstance(t, Scalar):
                 ctype = "int" if t.dtype == "bool" else self.d.ctype(t.dtype)
-                out.append(f"const {ctype} {p}")
+                out.append(f"{const}{ctype} {p}")
             elif isinstance(t, TupleT) and not tk.ir.is_kernel and all(
                     isinstance(item, Scalar) for item in t.items):
-                out += [f"const {self.d.ctype(item.dtype)} {p}_{k}"
+                out += [f"{const}{self.d.ctype(item.dtype)} {p}_{k}"
                         for k, item in enumerate(t.items)]
             else:
                 raise fail(tk, tk.ir.body[0] if tk.ir.body else None,
@@ -289,6 +302,7 @@ class CPrinter(Helpers):
         for name, t in sorted(tk.locals.items()):
             if name in params:
                 continue
+            name = self.cnames.get(name, name)
             if isinstance(t, Scalar):
                 out.append("    " * depth + f"{self.d.ctype(t.dtype)} {name} = 0;")
             elif isinstance(t, TupleT):

@@ -1,11 +1,12 @@
 """C statements of one function body: assignments (tuples component by component), Python's
-``for ... in range`` (bounds evaluated once, a negative step counting down), ``while``,
-``if``, ``return``, each under a ``// file:line`` comment tying it to the user's line.
+``for ... in range`` (``range_loop``), ``while``, ``if``, ``return``, each under a
+``// file:line`` comment tying it to the user's line.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 
 from tapegrad.backends.c.expressions import Expressions, bare
 from tapegrad.backends.c.helpers import Helpers
@@ -22,6 +23,12 @@ class Body(Expressions):
 
     def emit(self, text: str, depth: int) -> None:
         self.lines.append("    " * depth + text)
+
+    def fresh(self, name: str) -> str:
+        """``name`` for a variable of the printer's own, made unlike every user's."""
+        while name in self.h.user_names:
+            name += "_"
+        return name
 
     def range_bounds(self, args: list[ast.expr]) -> tuple[str, str, str]:
         if len(args) == 1:
@@ -90,23 +97,42 @@ class Body(Expressions):
             raise self.fail(s, f"{type(s).__name__} is not printed as C")
 
     def for_range(self, s: ast.For, depth: int) -> None:
-        args = s.iter.args
-        start, stop, step = self.range_bounds(args)
-        i, n = s.target.id, f"_stop_{s.target.id}_{s.lineno}"
-        # (range's bounds are evaluated once, as in Python; a negative step counts down)
-        constant_step = isinstance(args[2], ast.Constant) if len(args) == 3 else True
-        self.emit("{", depth)
-        self.emit(f"const {self.d.int64} {n} = {stop};", depth + 1)
-        if constant_step:
-            test = f"{i} < {n}" if not step.startswith("-") else f"{i} > {n}"
-        else:
-            st = f"_step_{i}_{s.lineno}"
-            self.emit(f"const {self.d.int64} {st} = {step};", depth + 1)
-            test, step = f"({st} > 0 ? {i} < {n} : {i} > {n})", st
-        self.emit(f"for ({i} = {start}; {test}; {i} += {step}) {{", depth + 1)
+        self.range_loop(s, self.range_bounds(s.iter.args), depth)
         self.statements(s.body, depth + 2)
         self.emit("}", depth + 1)
         self.emit("}", depth)
+
+    def range_loop(self, s: ast.For, bounds: tuple[str, str, str], depth: int) -> None:
+        """Opens ``for <target> in range(start, stop, step)`` (C text ``bounds``) with
+        Python's semantics; the caller prints the body at ``depth + 2`` and closes two braces.
+
+        The bounds are evaluated once; a negative step counts down and a step of 0 runs no
+        iteration (Python raises ValueError; the CPU runs none).  A counter of the printer's
+        own runs the loop and the user's variable takes its value at the top of each
+        iteration, so that assigning to the variable in the body leaves the iteration alone
+        and after the loop the variable holds its last value (unchanged if none ran)::
+
+            {
+                const long _stop_k_5 = N[i];
+                for (long _k_5 = 0L; _k_5 < _stop_k_5; _k_5 += 1) {
+                    k = _k_5;
+                    ...
+        """
+        start, stop, step = bounds
+        target = self.cname(s.target.id)
+        i, n = (self.fresh(f"_{kind}{s.target.id}_{s.lineno}") for kind in ("", "stop_"))
+        self.emit("{", depth)
+        self.emit(f"const {self.d.int64} {n} = {stop};", depth + 1)
+        literal = re.fullmatch(r"\(?(-?\d+)L?\)?", step)
+        if literal:
+            k = int(literal.group(1))
+            test = f"{i} < {n}" if k > 0 else f"{i} > {n}" if k < 0 else "0"
+        else:
+            st = self.fresh(f"_step_{s.target.id}_{s.lineno}")
+            self.emit(f"const {self.d.int64} {st} = {step};", depth + 1)
+            test, step = f"({st} > 0 ? {i} < {n} : {st} < 0 && {i} > {n})", st
+        self.emit(f"for ({self.d.int64} {i} = {start}; {test}; {i} += {step}) {{", depth + 1)
+        self.emit(f"{target} = {i};", depth + 2)
 
     def assign(self, target: ast.expr, value: ast.expr, depth: int) -> None:
         if isinstance(value, ast.Call) and tg_name(value) is None \
@@ -115,7 +141,7 @@ class Body(Expressions):
             self.emit("{", depth)
             self.emit(f"const tg_tuple_{callee.symbol} _t = {self.expr(value)};", depth + 1)
             names = [self.target(e) for e in target.elts] if isinstance(target, ast.Tuple) \
-                else [f"{target.id}_{k}" for k in range(len(self.T(value).items))]
+                else [f"{self.cname(target.id)}_{k}" for k in range(len(self.T(value).items))]
             for k, name in enumerate(names):
                 self.emit(f"{name} = _t.v{k};", depth + 1)
             self.emit("}", depth)
@@ -140,13 +166,14 @@ class Body(Expressions):
         t = self.T(target)
         if isinstance(t, TupleT):
             for k, (text, src) in enumerate(self.tuple_parts(value)):
-                self.emit(f"{target.id}_{k} = {self.cast_text(text, src, t.items[k])};", depth)
+                self.emit(f"{self.cname(target.id)}_{k} = "
+                          f"{self.cast_text(text, src, t.items[k])};", depth)
             return
         self.emit(f"{self.target(target)} = {self.coerce(value, t)};", depth)
 
     def target(self, node: ast.expr) -> str:
         if isinstance(node, ast.Name):
-            return node.id
+            return self.cname(node.id)
         if isinstance(node, ast.Subscript):
             return self.subscript(node)
         raise self.fail(node, "this assignment target is not printed as C")
