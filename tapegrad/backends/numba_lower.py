@@ -190,13 +190,31 @@ class ExprLowering:
     def expr_Subscript(self, node: ast.Subscript) -> ast.expr:
         base = self.T(node.value)
         if isinstance(base, TupleT):   # tuples: a plain (possibly constant, negative) index
-            idx = self.expr(node.slice)
             k = _constant_int(node.slice)
-            if k is not None:
-                idx = ast.Constant(value=k % len(base.items))
+            if k is None:
+                return self.picked(node)
+            idx = ast.Constant(value=k % len(base.items))
             return ast.Subscript(value=self.expr(node.value), slice=idx, ctx=ast.Load())
         return ast.Subscript(value=self.expr(node.value), slice=self.index(node.slice),
                              ctx=ast.Load())
+
+    def picked(self, node: ast.Subscript) -> ast.expr:
+        """``t[k]`` with ``k`` known at run time: component ``j`` where ``k`` is ``j`` or
+        ``j - len(t)``, else 0, as the GPUs' C does (Numba would raise IndexError inside the
+        launch, stopping that work-item and the rest of its task)."""
+        n, t = len(self.T(node.value).items), self.T(node)
+        out: ast.expr = cast(ast.Constant(value=0), t.dtype) if isinstance(t, Scalar) \
+            else ast.Constant(value=0)
+        for j in reversed(range(n)):
+            k = self.expr(node.slice)
+            test = ast.BoolOp(op=ast.Or(), values=[
+                ast.Compare(left=k, ops=[ast.Eq()], comparators=[ast.Constant(value=j)]),
+                ast.Compare(left=self.expr(node.slice), ops=[ast.Eq()],
+                            comparators=[ast.Constant(value=j - n)])])
+            item = ast.Subscript(value=self.expr(node.value), slice=ast.Constant(value=j),
+                                 ctx=ast.Load())
+            out = ast.IfExp(test=test, body=item, orelse=out)
+        return out
 
     def index(self, node: ast.expr) -> ast.expr:
         """An array index: tuple-valued parts (``A[I, k]``) flattened, and each part made
@@ -489,7 +507,17 @@ def emit_statements(body: list[ast.stmt], low: ExprLowering, out: Printer, depth
             out.emit(f"while {ast.unparse(low.expr(s.test))}:", depth)
             emit_statements(s.body, low, out, depth + 1, special)
         elif isinstance(s, ast.For):
-            args = ", ".join(ast.unparse(low.expr(a)) for a in s.iter.args)
+            lowered = [low.expr(a) for a in s.iter.args]
+            if len(lowered) == 3 and _constant_int(s.iter.args[2]) is None:
+                # a step of 0 runs no iteration, as on the GPUs (Numba would raise
+                # ValueError inside the launch, stopping the rest of its task)
+                step = f"_step_{getattr(s.target, 'id', 'k')}"
+                out.emit(f"{step} = {ast.unparse(lowered[2])}", depth)
+                start = ast.unparse(lowered[0])
+                lowered[1] = ast.parse(f"({ast.unparse(lowered[1])}) if {step} != 0 else "
+                                       f"{start}", mode="eval").body
+                lowered[2] = ast.parse(f"{step} if {step} != 0 else 1", mode="eval").body
+            args = ", ".join(ast.unparse(a) for a in lowered)
             target = ast.unparse(low.store_target(s.target))
             if "[" in target:   # a promoted loop variable: loop over a plain name, then store
                 out.emit(f"for _k_{s.target.id} in range({args}):", depth)
