@@ -663,6 +663,29 @@ def test_and_or_of_numbers_by_their_truth(backend):
 
 
 @tg.kernel
+def unassigned(Out, F, N, A):
+    i = tg.index()
+    for j in range(N[i]):  # noqa: B007
+        pass
+    if A[i] > 0.0:
+        x = A[i] * 2.0
+    Out[i] = j
+    F[i] = x
+
+
+def test_a_local_no_path_assigned_reads_zero_in_every_work_item(backend):
+    """Python would raise UnboundLocalError; a kernel reads 0 on every backend, in every
+    work-item (the CPU read an earlier work-item's value, or garbage after a loop that ran
+    no iteration)."""
+    N = np.array([3, 0, 5, 0, 0, 2])
+    A = np.array([1.0, 2.0, -1.0, -2.0, 3.0, -4.0], np.float32)
+    Out, F = np.full(6, -7, np.int64), np.full(6, -7.0, np.float32)
+    unassigned(backend, 3)(Out, F, N, A, ndrange=6)
+    np.testing.assert_array_equal(Out, np.where(N > 0, N - 1, 0))
+    np.testing.assert_array_equal(F, np.where(A > 0, 2 * A, 0))
+
+
+@tg.kernel
 def range_sums(S, C, start, stop, step):
     i = tg.index()
     s = 0

@@ -32,16 +32,21 @@ before it is tested::
 
 The kernel then starts each task with ``_branch6 = 0``.  The value is never read where the
 kernel is right (a correct kernel assigns these locals before it reads them; Numba cannot
-tell); a user kernel that does read a local it never assigned reads 0 or an earlier
-work-item's value.  Arrays and tuples get nothing (there is no zero to give them).
+tell).  Arrays and tuples get nothing (there is no zero to give them).
+
+A user's kernel may read a local that no path of its work-item assigned (``x`` after
+``for x in range(0)``, or assigned in one branch only), where Python would raise
+UnboundLocalError: such a local reads 0 at the start of every work-item, as the GPUs' C
+declares it (``zeroed_per_item``), not an earlier work-item's value or Numba's garbage.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 
 from tapegrad.backends.structure import upward_exposed
-from tapegrad.frontend.types import Scalar, TypedKernel
+from tapegrad.frontend.types import BOOL, INT64, Scalar, TypedKernel
 
 _ZERO = {"float64": "0.0", "float32": "np.float32(0.0)", "int64": "0", "int32": "np.int32(0)",
          "bool": "False"}
@@ -58,3 +63,28 @@ def unassigned_locals(tk: TypedKernel, body: list[ast.stmt] | None = None) -> di
         if isinstance(t, Scalar) and name not in tk.ir.params:
             out[name] = _ZERO[t.dtype]
     return out
+
+
+def zeroed_per_item(tk: TypedKernel) -> TypedKernel:
+    """``tk`` with ``x = 0`` (its type's zero) at the top of the work-item body for each scalar
+    local it may read before assigning it; a kernel the transforms made is left as it is
+    (its reads before assignment are never used: see above)."""
+    if tk.ir.generated or not tk.ir.body:
+        return tk
+    names = unassigned_locals(tk)
+    if not names:
+        return tk
+    first = tk.ir.body[0]
+    types = dict(tk.types)
+    inits: list[ast.stmt] = []
+    for name in names:
+        t = tk.locals[name]
+        target = ast.Name(id=name, ctx=ast.Store())
+        value = ast.Constant(value=False if t.dtype == "bool" else 0)
+        types[id(target)], types[id(value)] = t, BOOL if t.dtype == "bool" else INT64
+        init = ast.Assign(targets=[target], value=value)
+        for node in (init, target, value):
+            ast.copy_location(node, first)
+        inits.append(init)
+    ir = dataclasses.replace(tk.ir, body=inits + list(tk.ir.body))
+    return dataclasses.replace(tk, ir=ir, types=types)

@@ -26,7 +26,7 @@ import ast
 from collections.abc import Callable
 from functools import partial
 
-from tapegrad.backends.cpu.definite import unassigned_locals
+from tapegrad.backends.cpu.definite import unassigned_locals, zeroed_per_item
 from tapegrad.backends.cpu.expressions import (
     CPULowering,
     atomics_version,
@@ -71,6 +71,7 @@ EDGE_COLUMNS = 32   # at most this many columns per row go to the column pass (s
 def lower_kernel(tk: TypedKernel, off: frozenset[str] = frozenset()) -> Lowered:
     """Generate the Numba module for one specialised kernel, without the passes in ``off``
     (passes.py)."""
+    tk = zeroed_per_item(tk)
     return _KernelWriter(tk, plan(tk, off)).write()
 
 
