@@ -11,6 +11,7 @@ back, adding up the parameters' cotangents over every step.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -20,9 +21,9 @@ from tapegrad.checkpointing.closure import check_closure, unrecorded
 from tapegrad.checkpointing.guards import Samples, outside_arrays, signature, takes_index
 from tapegrad.checkpointing.revolve import reverse_actions
 from tapegrad.checkpointing.second import loop_with_tangents
-from tapegrad.checkpointing.snapshots import Snapshots, choose_snapshots
+from tapegrad.checkpointing.snapshots import Snapshots, agreed, choose_snapshots, least
 from tapegrad.errors import TapegradError
-from tapegrad.tape.arrays import is_array
+from tapegrad.tape.arrays import is_array, zeros_like
 from tapegrad.tape.hostops import copy
 from tapegrad.tape.identity import array_key
 from tapegrad.tape.memory import kept_by, owner
@@ -48,8 +49,9 @@ def checkpoint_loop(step: Callable[..., Any], state: Any, n_steps: int,
     arrays or updated in place); ``params`` are what ``step`` reads from outside the loop and
     may need gradients for (arrays, tape scalars, numbers), given to it after the state.
     ``snapshots=None`` picks as many as ``memory`` bytes hold (default: a quarter of the free
-    memory), and says so on stderr; where all ``n_steps`` states fit, every step is recorded
-    as the plain tape records it.  ``storage="disk"`` keeps the snapshots in a private
+    memory; in an MPI program, the least over the processes the step talks to), and says so
+    on stderr; where all ``n_steps`` states fit, every step is recorded as the plain tape
+    records it.  ``storage="disk"`` keeps the snapshots in a private
     temporary folder (removed with the tape), the ``in_memory`` newest of them in memory.
 
     A ``step`` with one more positional parameter (without a default) than the state and the
@@ -89,8 +91,8 @@ def checkpoint_loop(step: Callable[..., Any], state: Any, n_steps: int,
             states = _call(step, states, params, single, k if index else None)
         return states[0] if single else states
     stored = Snapshots(storage, in_memory)
-    s = snapshots if snapshots is not None else choose_snapshots(states, n, memory,
-                                                                  not stored.disk)
+    s = snapshots if snapshots is not None else choose_snapshots(
+        states, n, memory, not stored.disk, _step_comms(step, states, params, single, index))
     if snapshots is None and s >= n and not stored.disk:   # all fits: the plain tape
         states = tuple(copy(x) for x in states)   # (recorded: a step may update in place)
         for k in range(n):
@@ -105,6 +107,33 @@ def checkpoint_loop(step: Callable[..., Any], state: Any, n_steps: int,
         record = LoopRecord.make(tape, loop, states, out)
         tape.record_host(record, record.live)
     return out[0] if single else out
+
+
+def _step_comms(step: Callable[..., Any], states: tuple, params: tuple, single: bool,
+                index: bool) -> list:
+    """The MPI communicators that ``step`` talks over (tapegrad.mpi), from its first step
+    recorded on a tape of its own from copies of the states: run once more for this in a
+    program of more than one process that imported tapegrad.mpi (a step cannot talk
+    otherwise); none elsewhere."""
+    if "tapegrad.mpi" not in sys.modules:
+        return []
+    from tapegrad.mpi.buffers import mpi
+    if mpi().COMM_WORLD.Get_size() == 1:
+        return []
+    probe = Tape(watch_changes=False)
+    with paused(), probe:
+        given = tuple(probe.watch(plain(p)) if isinstance(p, TrackedScalar) else p
+                      for p in params)
+        _call(step, _copies(states), given, single, 0 if index else None)
+    return _comms_of(probe)
+
+
+def _comms_of(tape: Tape) -> list:
+    """The communicators of the operations ``tape`` recorded that communicate."""
+    if not any(r.communicates for r in tape.records):
+        return []
+    from tapegrad.mpi.holders import communicators
+    return communicators(tape.records)
 
 
 def _as_states(state: Any) -> tuple[tuple, bool]:
@@ -167,6 +196,7 @@ class Loop:
         self.recorded_steps = 0
         self.checked_steps = 0              # steps recorded to check the linear shortcut
         self.most_stored = 0                # snapshots held at once, at most
+        self.comms: list = []               # MPI communicators a step talks over
 
     # -- forward --------------------------------------------------------------------------
     def primal(self, states: tuple) -> tuple:
@@ -182,12 +212,14 @@ class Loop:
         hand = _copies(states)
         before = _copies(hand)
         tape, out = self.record(hand, 0)
+        self.comms = _comms_of(tape)
+        self.check_alike()
         self.check_returned(tape, hand, before, out)
         check_closure(tape, who)
         self.outside = outside_arrays(tape, (*hand, *self.params), who)
         keys = {array_key(p) for p in (*self.params, *self.outside) if is_array(p)}
-        if all(array_key(owner(x)) in keys for _, x in
-               (kept for r in tape.records for kept in kept_by(r))):
+        if self.alike(all(array_key(owner(x)) in keys for _, x in
+                          (kept for r in tape.records for kept in kept_by(r)))):
             last = self.run_linear(tape, hand, out)
             if last is not None:
                 return last
@@ -214,9 +246,9 @@ class Loop:
         are recorded ``PROBE_STEPS`` at a time on one tape, which then knows the parameters
         and each state from the step before, rather than on a tape each.)"""
         first = signature(tape, self.roles(tape, hand, out), nodes=self.nodes(self.watched))
-        if first is None:
+        if not self.alike(first is not None):
             return None
-        recorded, watched = (tape, hand, out), self.watched
+        recorded, watched, same = (tape, hand, out), self.watched, True
         for begin in range(1, self.n, PROBE_STEPS):
             probe = Tape(watch_changes=False)
             with paused(), probe:
@@ -230,10 +262,33 @@ class Loop:
                     self.checked_steps += 1
                     if signature(probe, self.roles(probe, out, new), probe.records[start:],
                                  nodes) != first:
-                        return None
+                        if not self.comms:
+                            return None
+                        same = False       # (on to the last step: as the other processes)
                     out = new
+        if not self.alike(same):
+            return None
         self.linear, self.watched = recorded, watched   # (the first step's tape scalars)
         return out
+
+    def alike(self, yes: bool) -> bool:
+        """``yes`` on every process the step talks to (where it talks): the loop takes one
+        path on all of them, whose steps communicate."""
+        return bool(agreed(int(yes), self.comms)) if self.comms else yes
+
+    def check_alike(self) -> None:
+        """Every process the step talks to runs one schedule: the same ``n_steps`` and
+        snapshots (``snapshots=None`` chooses them alike), else the error on every one."""
+        if not self.comms:
+            return
+        lo_n, lo_s, neg_n, neg_s = least([self.n, self.s, -self.n, -self.s], self.comms)
+        if (lo_n, lo_s) != (-neg_n, -neg_s):
+            raise TapegradError(
+                f"tg.checkpoint_loop's step communicates (tapegrad.mpi), but the processes it "
+                f"talks to run it with n_steps from {lo_n} to {-neg_n} and snapshots from "
+                f"{lo_s} to {-neg_s}: each would recompute other steps in the reverse sweep, "
+                "and wait for messages the others do not send. Give every process the same "
+                "n_steps and snapshots (snapshots=None chooses one number for all)")
 
     @staticmethod
     def nodes(watched: tuple) -> dict:
@@ -366,7 +421,11 @@ class Loop:
         outputs, cotangents, passed = [], [], {}
         for y, w in zip(out, bar):
             if w is None:
-                continue
+                if not self.comms:
+                    continue
+                # (a step that communicates runs its adjoint on every process, a zero
+                # cotangent where there is none: the others' adjoints wait for its messages)
+                w = zeros_like(y)
             if _written(tape, y):
                 outputs.append(y)
                 cotangents.append(w)
@@ -375,8 +434,8 @@ class Loop:
             passed[same] = w               # returned as it was given: the cotangent passes
         bar.clear()                  # (the sweep consumes them: held there alone)
         w = None
-        grads = _vjp(tape, outputs, cotangents, sources) if outputs and sources else \
-            [None] * len(sources)
+        grads = _vjp(tape, outputs, cotangents, sources) \
+            if outputs and sources or self.comms else [None] * len(sources)
         new_bar: list[Any] = [None] * len(hand)
         for (kind, k), g in zip(where, grads):
             if kind == "state":
@@ -452,6 +511,8 @@ class LoopRecord(Record):
         record.loop, record.state_ids = loop, state_ids
         record.param_ids, record.param_nodes = param_ids, param_nodes
         record.live = [(p, k) for k, p in enumerate(params) if is_array(p)]
+        if loop.comms:    # (its adjoint runs on every process alike: Record.communicates)
+            record.communicates, record.comms = True, tuple(loop.comms)
         return record
 
     def redirect(self, pos: int, copy: Any) -> None:
@@ -487,7 +548,7 @@ class LoopRecord(Record):
 
     def backward(self, sweep: Any) -> None:
         bar = [_consumed(sweep, ident) for ident in self.writes]
-        if all(b is None for b in bar):
+        if all(b is None for b in bar) and not self.communicates:
             return
         want = [(i is not None and i in sweep.active_ids)
                 or (n is not None and n in sweep.active_nodes)

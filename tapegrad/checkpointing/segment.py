@@ -68,7 +68,10 @@ def checkpoint(fn: Callable[..., Any]) -> Callable[..., Any]:
         sources = [(k, a) for k, a in enumerate((*given, *outside))
                    if isinstance(a, TrackedScalar)
                    or is_array(a) and inner.tracks(a) and np.dtype(a.dtype).kind == "f"]
-        grads = inner.vjp([y], [y_bar], [a for _, a in sources]) if sources else []
+        # (a segment that communicates runs its adjoint on every process, with a zero
+        # cotangent where it has none: the others' adjoints wait for its messages)
+        grads = _vjp(inner, y, y_bar, [a for _, a in sources]) \
+            if sources or hidden.comms else []
         out: list[Any] = [None] * len(views)
         for (k, _), g in zip(sources, grads):
             out[k] = g
@@ -91,20 +94,62 @@ def checkpoint(fn: Callable[..., Any]) -> Callable[..., Any]:
             ran[0] = fn(*plain)
         check_closure(inner, who)
         outside = outside_arrays(inner, plain, who)
+        hidden = _Hidden(outside, inner, ran[0])
         try:
-            return op(*args, *outside, _Hidden(outside))
+            y = op(*args, *outside, hidden)
         finally:
             ran[0] = None
+        hidden.mark(y)
+        return y
     return wrapped
+
+
+def _vjp(inner: Tape, y: Any, y_bar: Any, sources: list) -> list:
+    """``inner.vjp([y], [y_bar], sources)``; a scalar ``y``'s cotangent is the enclosing
+    sweep's, this process's share already (``Sweep.copies_of``): not divided again."""
+    node = y.node_on(inner) if isinstance(y, TrackedScalar) else None
+    if node is None or not inner.holds_copies:
+        return inner.vjp([y], [y_bar], sources)
+    grads = inner.new_gradients(sources, "tg.checkpoint")
+    sweep = inner.sweep(dict(grads), sources, set(grads), set())
+    sweep.add_scalar_bar(node, float(y_bar))
+    sweep.run([y], sources)
+    return inner.gradients_of(sources, grads, sweep)
 
 
 class _Hidden:
     """The arrays a segment read from outside, as its recorded operation's last argument
     (no array: the tape does not track it): the reverse rule tells them from the rest, and
-    finds one a later operation overwrote (the tape hands the rule a copy instead)."""
+    finds one a later operation overwrote (the tape hands the rule a copy instead).  Also
+    what its forward run on a tape of its own (``inner``, its result ``y``) showed of MPI:
+    the communicators it talks over, and the one whose processes hold a scalar result."""
 
-    def __init__(self, arrays: list[Any]):
+    def __init__(self, arrays: list[Any], inner: Tape, y: Any):
         self.arrays = arrays
+        self.comms: list = []
+        self.holder = None
+        if any(r.communicates for r in inner.records):
+            from tapegrad.mpi.holders import communicators, holder
+            self.comms = communicators(inner.records)
+            node = y.node_on(inner) if isinstance(y, TrackedScalar) else None
+            if node is not None and inner.holds_copies:
+                self.holder = holder(inner.records, node)
+
+    def mark(self, y: Any) -> None:
+        """The enclosing tapes' records of the segment (result ``y``) as the operations
+        they stand for: one whose recomputation communicates runs in every sweep on every
+        process (``Record.communicates``), and a scalar result held by the processes of a
+        communicator is held so here too (``Record.copies``: the seed of a target made from
+        it, ``tapegrad/mpi/holders.py``), as the plain tape's allreduce would be."""
+        if not self.comms:
+            return
+        for tape in recording_tapes():
+            record = tape.records[-1]
+            record.communicates, record.comms = True, tuple(self.comms)
+            if self.holder is not None and isinstance(y, TrackedScalar) \
+                    and y.node_on(tape) == record.scalar_out:
+                record.copies, record.comm = self.holder.Get_size(), self.holder
+                tape.holds_copies = True
 
 
 def _float(a: Any) -> bool:

@@ -33,26 +33,60 @@ def free_memory(x: Any) -> int:
         return 1 << 30
 
 
-def choose_snapshots(states: tuple, n: int, memory: int | None, plain: bool = True) -> int:
+def choose_snapshots(states: tuple, n: int, memory: int | None, plain: bool = True,
+                     comms: list = ()) -> int:
     """The snapshots to keep for ``n`` steps of ``states`` within ``memory`` bytes; ``n`` if
     all ``n`` states fit (with ``plain``, the loop then records every step, as the plain tape
-    does)."""
+    does).  A loop whose step communicates over ``comms`` (MPI communicators) keeps the
+    least number over their processes: every process must run the same schedule, whose
+    recomputations exchange messages (the states' sizes and the free memory differ from one
+    process to the next)."""
     size = sum(x.nbytes for x in states) or 1
     budget = int(FRACTION * free_memory(states[0])) if memory is None else int(memory)
-    s = max(2, min(n, budget // size))
-    if budget // size >= n and plain:
+    comms = [c for c in comms if c.Get_size() > 1]
+    fit = agreed(budget // size, comms)
+    s = max(2, min(n, fit))
+    where = 'a quarter of the free memory' if memory is None else 'memory=' + _bytes(budget)
+    if comms:
+        where += " (the least over the processes)"
+    say = not comms or comms[0].Get_rank() == 0      # (once for the processes)
+    if fit >= n and plain:
         # (then the schedule would store every state and still record each step again in
         # the sweep: the plain tape's memory at more than its time)
-        print(f"tapegrad: checkpoint_loop records every step: {n} states of {_bytes(size)} fit "
-              f"in {'a quarter of the free memory' if memory is None else 'memory=' + _bytes(budget)}"
-              f" (the plain tape; snapshots=... to checkpoint)", file=sys.stderr, flush=True)
+        if say:
+            print(f"tapegrad: checkpoint_loop records every step: {n} states of "
+                  f"{_bytes(size)} fit in {where} (the plain tape; snapshots=... to "
+                  "checkpoint)", file=sys.stderr, flush=True)
         return n
     t = forward_steps(n, s)
-    print(f"tapegrad: checkpoint_loop keeps {s} snapshot(s) of {_bytes(size)} ({_bytes(s * size)}"
-          f" of {'a quarter of the free memory' if memory is None else 'memory=' + _bytes(budget)}"
-          f"): {t / n:.2f} forward steps per step in the reverse sweep (snapshots=... to choose)",
-          file=sys.stderr, flush=True)
+    if say:
+        print(f"tapegrad: checkpoint_loop keeps {s} snapshot(s) of {_bytes(size)} "
+              f"({_bytes(s * size)} of {where}): {t / n:.2f} forward steps per step in the "
+              "reverse sweep (snapshots=... to choose)", file=sys.stderr, flush=True)
     return s
+
+
+def agreed(count: int, comms: list) -> int:
+    """The least ``count`` over the processes of ``comms``; ``count`` with none."""
+    return least([count], comms)[0]
+
+
+def least(values: list[int], comms: list) -> list[int]:
+    """Each of ``values`` (ints), the least over the processes of ``comms`` (each of them, as
+    many times as there are, so that the least travels across communicators that
+    overlap)."""
+    comms = [c for c in comms if c.Get_size() > 1]
+    if not comms:
+        return list(values)
+    from tapegrad.mpi.buffers import mpi
+    MIN = mpi().MIN
+    mine = np.array(values, dtype=np.int64)
+    out = np.empty_like(mine)
+    for _ in comms:
+        for comm in comms:
+            comm.Allreduce(mine, out, op=MIN)
+            mine[...] = out
+    return [int(v) for v in mine]
 
 
 def _bytes(n: int) -> str:

@@ -76,3 +76,34 @@ def on_device_of(like: Any, buffer: Any) -> Any:
         return buffer
     import cupy
     return cupy.asarray(buffer)
+
+
+def checked_sendrecv(comm: Any, send: Any, dest: int, buffer: Any, source: int, tag: int,
+                     who: str, what: str) -> None:
+    """``comm.Sendrecv`` of ``send`` to ``dest`` and from ``source`` into ``buffer``, the
+    message's size checked against the buffer's (MPI's status): a shorter one would leave
+    part of the buffer uninitialised, a longer one is cut short; each is a TapegradError
+    here, on the receiving process (``who`` made the call, ``what`` says what to do).  (A
+    message of the right size in another dtype of the same width cannot be told apart.)"""
+    MPI = mpi()
+    status = MPI.Status()
+    expected = int(buffer.nbytes)
+    try:
+        # (as bytes: MPICH aborts on a message that is no whole number of the receiving
+        # buffer's elements, a float32 slab into a float64 one)
+        comm.Sendrecv([send, MPI.BYTE], dest=dest, sendtag=tag, recvbuf=[buffer, MPI.BYTE],
+                      source=source, recvtag=tag, status=status)
+    except MPI.Exception as e:
+        if e.Get_error_class() != MPI.ERR_TRUNCATE:
+            raise
+        raise TapegradError(f"{who}: {_mismatch(source, f'more than {expected}', buffer)}"
+                            f"{what}") from None
+    if source != MPI.PROC_NULL and status.Get_count(MPI.BYTE) != expected:
+        got = status.Get_count(MPI.BYTE)
+        raise TapegradError(f"{who}: {_mismatch(source, str(got), buffer)}{what}")
+
+
+def _mismatch(source: int, got: str, buffer: Any) -> str:
+    return (f"process {source} sent {got} bytes, but this process expects "
+            f"{int(buffer.nbytes)} bytes from it (an array of shape {tuple(buffer.shape)}, "
+            f"{buffer.dtype}); ")

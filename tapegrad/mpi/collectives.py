@@ -10,8 +10,15 @@ from typing import Any
 import numpy as np
 
 from tapegrad.errors import TapegradError
-from tapegrad.mpi.buffers import check_array, incoming, mpi, on_device_of, outgoing
-from tapegrad.tape.arrays import is_array
+from tapegrad.mpi.buffers import (
+    check_array,
+    checked_sendrecv,
+    incoming,
+    mpi,
+    on_device_of,
+    outgoing,
+)
+from tapegrad.tape.arrays import is_array, zeros_like
 from tapegrad.tape.duals import TapedDual, part
 from tapegrad.tape.modes import current_forward, new_scalar, recording_tapes
 from tapegrad.tape.records import Record
@@ -33,7 +40,10 @@ def allreduce(x: Any, comm: Any = None) -> Any:
     plus a per-process one) is per process, so its objective counts the replicated part P
     times: write ``allreduce(a + tg.sum(b))`` for ``A + sum of b``.  A parameter that every
     process holds (a number given to ``tape.watch`` on each) gets each process's share of
-    its gradient: add them with ``comm.allreduce``.
+    its gradient: add them with ``comm.allreduce``.  A target taken as held by all must
+    have one value on all: a number that differs per process after the allreduce
+    (``rank * total``) is refused at the gradient, saying what to write (docs/mpi.md,
+    "Guards").
 
     >>> import numpy as np, tapegrad as tg, tapegrad.mpi as tgm
     >>> x = np.array([1.0, 2.0])
@@ -82,6 +92,10 @@ class AllreduceRecord(Record):
     comm: Any = None
     communicates = True
 
+    @property
+    def comms(self) -> tuple:
+        return (self.comm,)
+
     def redirect(self, pos: int, copy: Any) -> None:
         pass
 
@@ -97,7 +111,8 @@ def sendrecv(x: Any, dest: int, source: int, comm: Any = None, shape: Any = None
     ``x``'s dtype and of ``shape``, by default ``x``'s; zeros where ``source`` is
     ``MPI.PROC_NULL``); differentiable: the adjoint sends the result's adjoint back to
     ``source`` and adds what ``dest`` sends back into ``x``'s.  For what a ``Halo`` does not
-    cover (irregular neighbours, a pipeline); every pair of processes must call it alike.
+    cover (irregular neighbours, a pipeline); every pair of processes must call it alike.  A
+    message of another size than the result's is refused where it arrives.
 
     >>> import numpy as np, tapegrad.mpi as tgm
     >>> from mpi4py import MPI
@@ -110,17 +125,19 @@ def sendrecv(x: Any, dest: int, source: int, comm: Any = None, shape: Any = None
     check_array(x, "tgm.sendrecv")
     shape = tuple(x.shape) if shape is None else tuple(shape)
     ctx = current_forward()
+    # (forward mode: the tangents go too, zeros where x has none here, so that every
+    # process makes the same calls whatever its own tangents: docs/mpi.md, "Guards")
     if ctx is not None and ctx.taped:       # tg.hvp: the value and the tangent, recorded
         tangent = ctx.tangent_of(x)
+        t = tangent[0] if tangent is not None else zeros_like(x)
         with ctx.on_tape():
             y = sendrecv(x, dest, source, comm, shape, tag)
-            if tangent is not None:
-                ctx.seed(y, [sendrecv(tangent[0], dest, source, comm, shape, tag)])
+            ctx.seed(y, [sendrecv(t, dest, source, comm, shape, tag)])
         return y
     y = _sendrecv(comm, x, dest, source, shape, tag)
-    if ctx is not None and ctx.tangent_of(x) is not None:
-        ctx.seed(y, [_sendrecv(comm, t, dest, source, shape, tag)
-                     for t in ctx.tangent_of(x)])
+    if ctx is not None:
+        tangents = ctx.tangent_of(x) or [zeros_like(x)] * ctx.width
+        ctx.seed(y, [_sendrecv(comm, t, dest, source, shape, tag) for t in tangents])
     for tape in recording_tapes():
         record = SendrecvRecord(reads=[tape.track(x)], writes=[tape.track(y)], name="sendrecv",
                                 comm=comm, dest=dest, source=source, tag=tag)
@@ -130,8 +147,9 @@ def sendrecv(x: Any, dest: int, source: int, comm: Any = None, shape: Any = None
 
 def _sendrecv(comm: Any, x: Any, dest: int, source: int, shape: tuple, tag: int) -> Any:
     buffer = incoming(x, shape, x.dtype)
-    comm.Sendrecv(outgoing(x), dest=dest, sendtag=tag, recvbuf=buffer, source=source,
-                  recvtag=tag)
+    checked_sendrecv(comm, outgoing(x), dest, buffer, source, tag, "tgm.sendrecv",
+                     "the result has the dtype of x and the shape given as shape= (by default "
+                     "x's): give shape= and a dtype that match what the sending process sends")
     if source == mpi().PROC_NULL:
         buffer[...] = 0
     return on_device_of(x, buffer)
@@ -147,6 +165,10 @@ class SendrecvRecord(Record):
     source: int = 0
     tag: int = 0
     communicates = True
+
+    @property
+    def comms(self) -> tuple:
+        return (self.comm,)
 
     def redirect(self, pos: int, copy: Any) -> None:
         pass

@@ -20,12 +20,21 @@ import numpy as np
 
 from tapegrad.backends.registry import array_kind
 from tapegrad.errors import TapegradError
-from tapegrad.mpi.buffers import check_array, incoming, mpi, on_device_of, outgoing
+from tapegrad.mpi.buffers import (
+    check_array,
+    checked_sendrecv,
+    incoming,
+    mpi,
+    on_device_of,
+    outgoing,
+)
 from tapegrad.mpi.node import share_cores
 from tapegrad.tape.modes import current_forward, recording_tapes
 from tapegrad.tape.records import Record
 
 _TO_HIGH, _TO_LOW = 101, 102      # message tags: slabs going up, and down, a dimension
+_SAME = ("every process of the decomposition must exchange arrays of one dtype (cast them "
+         "alike: u.astype(np.float64) on each)")
 
 
 class Halo:
@@ -96,18 +105,20 @@ class Halo:
                                 f"process's block with its ghosts has shape {self.shape} "
                                 "(halo.zeros() makes one)")
         ctx = current_forward()
+        # (forward mode: u's tangents are exchanged too, zeros where u has none here: its
+        # ghosts' tangents are the neighbours', and every process makes the same calls
+        # whatever its own tangents: docs/mpi.md, "Guards")
         if ctx is not None and ctx.taped:   # tg.hvp: the values' and tangents', recorded
-            tangent = ctx.tangent_of(u)
+            tangent = ctx.tangents_or_zero(u)
             with ctx.on_tape():
                 self.exchange(u)
-                if tangent is not None:
-                    self.exchange(tangent[0])
+                self.exchange(tangent[0])
             return
         tapes = recording_tapes()
         idents = [tape.before_host_write(u, "halo.exchange") for tape in tapes]
         self.fill_ghosts(u)
-        if ctx is not None and ctx.tangent_of(u) is not None:
-            for t in ctx.tangent_of(u):
+        if ctx is not None:
+            for t in ctx.tangents_or_zero(u):
                 self.fill_ghosts(t)
         for tape, ident in zip(tapes, idents):
             tape.after_host_write(u, ident)
@@ -115,11 +126,21 @@ class Halo:
                                         halo=self), [], read=(u,))
 
     def fill_ghosts(self, u: Any) -> None:
-        """The exchange itself, not recorded."""
+        """The exchange itself, not recorded.  A message of the wrong size (another dtype
+        on a neighbour) is an error after every swap has run: the neighbours' later swaps
+        wait for this process's messages."""
+        errors = []
         for d, (low, high) in enumerate(self.neighbours):
-            self._swap(u, self._slab(d, "top"), high, self._slab(d, "ghost low"), low, _TO_HIGH)
-            self._swap(u, self._slab(d, "bottom"), low, self._slab(d, "ghost high"), high,
-                       _TO_LOW)
+            for swap in ((self._slab(d, "top"), high, self._slab(d, "ghost low"), low,
+                          _TO_HIGH),
+                         (self._slab(d, "bottom"), low, self._slab(d, "ghost high"), high,
+                          _TO_LOW)):
+                try:
+                    self._swap(u, *swap)
+                except TapegradError as e:
+                    errors.append(e)
+        if errors:
+            raise errors[0]
 
     def add_ghosts_back(self, bar: Any) -> None:
         """The exchange's adjoint on the shadow ``bar``: ghost adjoints to their owners,
@@ -139,8 +160,8 @@ class Halo:
         """``u[send]`` to ``dest``; from ``source`` into ``u[recv]``."""
         MPI = mpi()
         buffer = incoming(u, u[recv].shape, u.dtype)
-        self.cart.Sendrecv(outgoing(u[send]), dest=dest, sendtag=tag, recvbuf=buffer,
-                           source=source, recvtag=tag)
+        checked_sendrecv(self.cart, outgoing(u[send]), dest, buffer, source, tag,
+                         "halo.exchange", _SAME)
         if source != MPI.PROC_NULL:
             u[recv] = on_device_of(u, buffer)
 
@@ -151,8 +172,8 @@ class Halo:
         ``bar[cells]``.  Returns whether these ghosts were written by the exchange."""
         MPI = mpi()
         buffer = incoming(bar, bar[cells].shape, bar.dtype)
-        self.cart.Sendrecv(outgoing(bar[ghosts]), dest=owner, sendtag=tag, recvbuf=buffer,
-                           source=source, recvtag=tag)
+        checked_sendrecv(self.cart, outgoing(bar[ghosts]), owner, buffer, source, tag,
+                         "halo.exchange's adjoint", _SAME)
         if source != MPI.PROC_NULL:
             bar[cells] += on_device_of(bar, buffer)
         return owner != MPI.PROC_NULL
@@ -231,6 +252,10 @@ class HaloRecord(Record):
 
     halo: Any = None
     communicates = True
+
+    @property
+    def comms(self) -> tuple:
+        return (self.halo.cart,)
 
     def redirect(self, pos: int, copy: Any) -> None:
         pass                           # (its adjoint reads no values)

@@ -199,7 +199,8 @@ class Sweep:
     def seed(self, target: Any) -> None:
         node = target.node_on(self.tape) if isinstance(target, TrackedScalar) else None
         if node is not None:
-            self.scalar_bar[node] = self.scalar_bar.get(node, 0.0) + 1.0 / self.copies_of(node)
+            self.scalar_bar[node] = self.scalar_bar.get(node, 0.0) + 1.0 / self.copies_of(
+                node, float.__float__(target))
         elif is_array(target) and self.tracks(target) and target.size == 1:
             self.shadow(self.key(target))[...] += 1
         else:
@@ -295,31 +296,19 @@ class Sweep:
         return (self.position is not None and ident not in self.given
                 and self.first_use.get(ident) == self.position)
 
-    def copies_of(self, node: int) -> int:
-        """How many processes hold scalar ``node`` as one value: P where it was computed
-        from allreduce results (over P processes) and numbers alone, else 1.  Such a target
-        is seeded 1/P on each process, so that the objective, the sum over processes of
-        their targets, counts it once (tapegrad.mpi.allreduce's convention)."""
+    def copies_of(self, node: int, value: float | None = None) -> int:
+        """How many processes hold scalar ``node`` as one value: those of a communicator
+        where it was computed from allreduce results over it and numbers alone, else 1
+        (``tapegrad/mpi/holders.py``).  Such a target is seeded 1/P on each of its P
+        processes, so that the objective, the sum over processes of their targets, counts
+        it once (tapegrad.mpi.allreduce's convention).  Collective on a tape that holds
+        such scalars: it checks that the processes counted as holding the target (of
+        ``value``, where given) do."""
         if not self.tape.holds_copies:
             return 1
-        made_by = {r.scalar_out: r for r in self.records if r.scalar_out is not None}
-        copies: dict[int, int] = {}
-        stack = [node]
-        while stack:                 # (iterative: a loss summed over 10,000 steps is deep)
-            n = stack[-1]
-            record = made_by.get(n)
-            if record is None or record.reads:   # a source, or a reduction of this process's
-                copies[stack.pop()] = 1         # arrays: its own value
-            elif record.copies > 1:
-                copies[stack.pop()] = record.copies
-            else:
-                waiting = [m for m in record.scalars_in if m not in copies]
-                if waiting:
-                    stack.extend(waiting)
-                    continue
-                found = {copies[m] for m in record.scalars_in}
-                copies[stack.pop()] = found.pop() if len(found) == 1 else 1
-        return copies[node]
+        # (imported only where tapegrad.mpi recorded)
+        from tapegrad.mpi.holders import seed_copies
+        return seed_copies(self.records, node, value)
 
     def add_scalar_bar(self, node: int, value: float) -> None:
         self.scalar_bar[node] = self.scalar_bar.get(node, 0.0) + value

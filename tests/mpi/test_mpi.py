@@ -1,6 +1,7 @@
 """tapegrad.mpi under ``mpiexec -n 1``, ``-n 2`` and ``-n 4`` (4 oversubscribes a 2-core
 machine: fine for correctness): the checks in tests/mpi/ranks/checks.py run on every process,
-and examples/heat_mpi.py runs on 4."""
+the guards' checks in tests/mpi/ranks/guards.py on 2 and 4 (programs that differ from one
+process to the next), and examples/heat_mpi.py runs on 4."""
 
 from __future__ import annotations
 
@@ -34,6 +35,16 @@ def mpiexec(n: int, *args: str, timeout: int = 400, **env_vars: str
 def test_gradients_on_p_processes_equal_one_process(processes):
     proc = mpiexec(processes, "-m", "pytest", "tests/mpi/ranks/checks.py", "-q", "-x",
                    "-p", "no:xdist", "-p", "no:cacheprovider", "-o", "addopts=")
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert proc.stdout.count(" passed") == processes     # every process ran them all
+
+
+@pytest.mark.parametrize("processes", [2, 4])
+def test_the_guards_hold_on_p_processes(processes):
+    # (a guard that fails may leave a process waiting for another's message: the timeout
+    # ends it)
+    proc = mpiexec(processes, "-m", "pytest", "tests/mpi/ranks/guards.py", "-q",
+                   "-p", "no:xdist", "-p", "no:cacheprovider", "-o", "addopts=", timeout=300)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert proc.stdout.count(" passed") == processes     # every process ran them all
 
