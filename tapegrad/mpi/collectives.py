@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from tapegrad.errors import TapegradError
+from tapegrad.mpi import holders  # noqa: F401  (registers how a tape seeds what allreduce made)
 from tapegrad.mpi.buffers import (
     check_array,
     checked_sendrecv,

@@ -21,6 +21,7 @@ import numpy as np
 
 from tapegrad.errors import TapegradError
 from tapegrad.mpi.buffers import mpi
+from tapegrad.tape import sweep
 
 
 def holder(records: list, node: int) -> Any:
@@ -146,3 +147,6 @@ def _check(comm: Any, held: Any, value: float | None) -> TapegradError | None:
             "with one (tgm.allreduce(c) * total for (sum of c_p) * total), or, for the sum "
             "over processes of the targets, make it a tape scalar (c = tape.watch(c))")
     return None
+
+
+sweep.SEED_COPIES = seed_copies       # (the tape's sweep seeds targets by this rule)

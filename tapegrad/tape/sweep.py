@@ -9,6 +9,7 @@ records can reach the outputs, where each shadow is first and last needed).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from tapegrad.errors import TapegradError
@@ -18,6 +19,16 @@ from tapegrad.tape.arrays import allocate, is_array, repeats, spares
 from tapegrad.tape.bars import ScalarBars
 from tapegrad.tape.identity import Ident
 from tapegrad.tape.scalars import TrackedScalar
+
+
+# How many processes hold a target, by the records that made it: set by tapegrad.mpi (its
+# holders.py) when it is imported, as only its records hold copies (tape.holds_copies); the
+# tape layer does not import the MPI layer above it.
+def _one_copy(records: list, node: int, value: float | None) -> int:
+    return 1
+
+
+SEED_COPIES: Callable[[list, int, float | None], int] = _one_copy
 
 
 def _is_array(x: Any) -> bool:
@@ -306,9 +317,7 @@ class Sweep:
         ``value``, where given) do."""
         if not self.tape.holds_copies:
             return 1
-        # (imported only where tapegrad.mpi recorded)
-        from tapegrad.mpi.holders import seed_copies
-        return seed_copies(self.records, node, value)
+        return SEED_COPIES(self.records, node, value)
 
     def add_scalar_bar(self, node: int, value: float) -> None:
         self.scalar_bar[node] = self.scalar_bar.get(node, 0.0) + value
