@@ -181,16 +181,21 @@ def test_checkpointed_exchanges_with_a_target_on_one_process(how):
             u = segment(u0)
         return tgm.allreduce(tg.dot(u, sensor) if RANK == 0 else 0.0)
 
-    u0 = halo.local(np.linspace(0.2, 1.0, 4 * P))
+    agrees_with_plain(halo, f, "plain", how, halo.local(np.linspace(0.2, 1.0, 4 * P)))
+
+
+def agrees_with_plain(halo, f, plain, other, u0):
+    """``f(u0, other)``'s gradient is ``f(u0, plain)``'s, and its derivative along a
+    direction is the plain run's central difference (over all processes)."""
     grads = []
-    for mode in ("plain", how):
+    for mode in (plain, other):
         with tg.Tape() as tape:
             loss = f(u0, mode)
         grads.append(tape.gradient(loss, [u0])[0])
     np.testing.assert_allclose(grads[1], grads[0], rtol=1e-13, atol=1e-16)
     v = halo.local(np.cos(np.arange(4.0 * P)))
     assert comm.allreduce(float(grads[1] @ v)) == pytest.approx(
-        directional_fd(lambda u: f(u, "plain"), u0, v), rel=1e-6)
+        directional_fd(lambda u: f(u, plain), u0, v), rel=1e-6)
 
 
 @pytest.mark.parametrize("memory", [None, 288, 10 ** 9])
@@ -343,16 +348,7 @@ def test_a_host_decision_on_one_process_takes_the_general_path_on_all():
                 u = step(u, k)
         return tgm.allreduce(tg.dot(u, u))
 
-    u0 = halo.local(np.linspace(0.2, 1.0, 4 * P) ** 2)
-    grads = []
-    for checkpointed in (False, True):
-        with tg.Tape() as tape:
-            loss = f(u0, checkpointed)
-        grads.append(tape.gradient(loss, [u0])[0])
-    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-13, atol=1e-16)
-    v = halo.local(np.cos(np.arange(4.0 * P)))
-    assert comm.allreduce(float(grads[1] @ v)) == pytest.approx(
-        directional_fd(lambda u: f(u, False), u0, v), rel=1e-6)
+    agrees_with_plain(halo, f, False, True, halo.local(np.linspace(0.2, 1.0, 4 * P) ** 2))
 
 
 def test_a_loop_that_communicates_with_other_steps_on_some_processes_is_refused():
