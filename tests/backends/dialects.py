@@ -39,6 +39,7 @@ def as_cuda(opencl: str) -> str:
     text = re.sub(r"(?<!\w)__local ", "__shared__ ", text)
     text = text.replace("barrier(CLK_LOCAL_MEM_FENCE | CLK_GLOBAL_MEM_FENCE);", "__syncthreads();")
     text = re.sub(r"\blong\b", "long long", text)
+    text = re.sub(r"(?<![\w.])(\d+)L\b", r"\1LL", text)      # (int64 literals)
     text = re.sub(r"\buchar\b", "unsigned char", text)
     axes = "xyz"
     text = re.sub(r"get_local_id\((\d)\)", lambda m: f"threadIdx.{axes[int(m.group(1))]}", text)

@@ -21,6 +21,7 @@ class Dialect:
     function: str            # ... and a device function's
     global_ptr: str          # the qualifier of a pointer to global memory
     int64: str
+    int64_suffix: str        # of an int64 literal (CUDA's long is 32-bit on Windows hosts)
     preamble: str            # pragmas and includes
     local_id: str            # "{}" is the device dimension
     group_id: str
@@ -42,7 +43,7 @@ class Dialect:
 
 OPENCL = Dialect(
     name="opencl", kernel="__kernel void", function="static", global_ptr="__global ",
-    int64="long",
+    int64="long", int64_suffix="L",
     # (no contraction into fma: the results are the CPU's and Python's, rounded per operation)
     preamble="#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n#pragma OPENCL FP_CONTRACT OFF",
     local_id="get_local_id({})", group_id="get_group_id({})", local_memory="__local ",
@@ -51,7 +52,7 @@ OPENCL = Dialect(
 
 CUDA = Dialect(
     name="cuda", kernel='extern "C" __global__ void', function="static __device__",
-    global_ptr="", int64="long long",
+    global_ptr="", int64="long long", int64_suffix="LL",
     # (NVRTC has no math.h: C's names for the infinite and NaN floats, as CUDA's bits)
     preamble="#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n"
              "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif",

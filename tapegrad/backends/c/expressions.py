@@ -123,12 +123,11 @@ class Expressions:
             if "e" not in text and "." not in text:
                 text += ".0"
             return text + ("f" if dtype == "float32" else "")
-        # (an int64 literal is 64-bit in C too, else BIG * BIG and 1 << 40 wrap at 32 bits;
-        # L is 64-bit in OpenCL C and, on the 64-bit Linux that CUDA targets, in CUDA)
-        v = int(value)
+        # (an int64 literal is 64-bit in C too, else BIG * BIG and 1 << 40 wrap at 32 bits)
+        v, L = int(value), self.d.int64_suffix
         if v == -2 ** 63:          # (-9223372036854775808L would negate a literal past long's)
-            return f"({v + 1}L - 1L)"
-        return f"{v}L" if dtype == "int64" else str(v)
+            return f"({v + 1}{L} - 1{L})"
+        return f"{v}{L}" if dtype == "int64" else str(v)
 
     def truth(self, node: ast.expr) -> str:
         t = self.tk.types.get(id(node))

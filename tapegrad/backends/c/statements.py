@@ -123,7 +123,7 @@ class Body(Expressions):
         i, n = (self.fresh(f"_{kind}{s.target.id}_{s.lineno}") for kind in ("", "stop_"))
         self.emit("{", depth)
         self.emit(f"const {self.d.int64} {n} = {stop};", depth + 1)
-        literal = re.fullmatch(r"\(?(-?\d+)L?\)?", step)
+        literal = re.fullmatch(r"\(?(-?\d+)L{0,2}\)?", step)
         if literal:
             k = int(literal.group(1))
             test = f"{i} < {n}" if k > 0 else f"{i} > {n}" if k < 0 else "0"
