@@ -4,6 +4,7 @@ SciPy function) a recorded, differentiable operation with a hand-written reverse
 from __future__ import annotations
 
 import functools
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,7 @@ from tapegrad.errors import TapegradError
 from tapegrad.runtime.nans import NANS, uncollected
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.forward import ForwardContext
+from tapegrad.tape.identity import overlapping
 from tapegrad.tape.modes import current_forward, new_scalar, paused, recording_tapes, suspended
 from tapegrad.tape.records import Record
 from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain_value
@@ -41,12 +43,15 @@ class OpRecord(Record):
             raise TapegradError(f"the reverse rule of {self.op_name} returned "
                                 f"{len(cotangents)} cotangent(s) for {len(self.views)} "
                                 "argument(s); return one per argument (None where there is none)")
-        for ident, node, c in zip(self.arg_ids, self.arg_nodes, cotangents):
+        for k, (ident, node, c) in enumerate(zip(self.arg_ids, self.arg_nodes, cotangents)):
             if c is None:
                 continue
             if ident is not None and ident in sweep.active_ids:
-                sweep.shadow(ident)[...] += c
+                shadow = sweep.shadow(ident)
+                check_like(self.op_name, "reverse rule's cotangent", k, c, shadow)
+                shadow[...] += c
             elif node is not None and node in sweep.active_nodes:
+                check_like(self.op_name, "reverse rule's cotangent", k, c, None)
                 sweep.add_scalar_bar(node, float(c))
 
 
@@ -87,8 +92,9 @@ def register_adjoint(fn: Callable[..., Any], reverse: Callable[..., Any],
             return fn(*plain)
         with paused():
             y = fn(*plain)
+        check_result(name, y, plain)
         if not is_array(y):
-            y = new_scalar(float.__float__(y), tapes)
+            y = new_scalar(float(y), tapes)
         for tape in tapes:
             record = OpRecord(reads=[tape.track(a) for a in args if is_array(a)], writes=[],
                               name=name, op_name=name, rule=reverse, views=list(plain),
@@ -129,12 +135,50 @@ def _forward(ctx: ForwardContext, fn: Callable[..., Any], forward: Callable[...,
         raise TapegradError(f"{name} was registered with a reverse rule only; forward mode needs "
                             "tg.register_adjoint(fn, reverse=..., forward=rule) with "
                             "rule(*args, *arg_tangents) returning the result's tangent")
+    check_result(name, y, plain)
     tangents = []
     for j in range(ctx.width):
         dots = [None if t is None else t[j] for t in per_arg]
         with suspended():    # (the rule may run forward mode on kernels itself)
             tangents.append(forward(*plain, *dots))
+        check_like(name, "forward rule's tangent", None, tangents[-1],
+                   y if is_array(y) else None)
     if is_array(y):
         ctx.seed(y, tangents)
         return y
     return DualScalar(plain_value(y), tangents)
+
+
+def check_result(name: str, y: Any, args: list[Any]) -> None:
+    """What a registered function may return: one new array or one number.  Its argument
+    itself or a view of it (``np.asarray``, ``x.reshape``) would be one array to the tape
+    twice (its rule's cotangent added into the shadow it reads: a gradient twice as big)."""
+    if is_array(y):
+        shared = next((k for k, a in enumerate(args) if is_array(a) and overlapping(y, a)),
+                      None)
+        if shared is not None:
+            raise TapegradError(
+                f"{name}, registered with tg.register_adjoint, returned an array sharing memory "
+                f"with its argument {shared} (the argument itself, or a view of it as "
+                "x.reshape or np.asarray give); a registered function must return a new "
+                "array: return y.copy()")
+    elif not isinstance(y, numbers.Real) and not (hasattr(y, "shape") and y.shape == ()):
+        raise TapegradError(
+            f"{name}, registered with tg.register_adjoint, returned a {type(y).__name__}; a "
+            "registered function returns one array or one number: for several outputs "
+            "register one function per output, or return them stacked into one array")
+
+
+def check_like(name: str, what: str, k: int | None, value: Any, like: Any) -> None:
+    """A rule's cotangent (of argument ``k``) or tangent must have the shape of what it
+    stands for: ``like``'s (an array), or be a number (``like`` None).  NumPy would
+    broadcast a wrong one silently (a summed cotangent added into every element)."""
+    shape = tuple(getattr(value, "shape", ()))
+    wanted = tuple(like.shape) if like is not None else ()
+    if shape != wanted or (like is not None and not is_array(value) and wanted != ()):
+        of = f" for argument {k}" if k is not None else ""
+        got = f"an array of shape {shape}" if is_array(value) else f"a {type(value).__name__}"
+        raise TapegradError(
+            f"the {what}{of} of {name} (tg.register_adjoint) is {got}, but it must have the "
+            + (f"shape {wanted} of that array" if like is not None else "form of a number")
+            + ": return one value per element of what it stands for")
