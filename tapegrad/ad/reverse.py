@@ -19,7 +19,6 @@ from __future__ import annotations
 import ast
 import copy
 
-from tapegrad.ad import rules
 from tapegrad.ad.activity import Transform
 from tapegrad.ad.adjoint import Adjoint
 from tapegrad.ad.astutil import add as _add
@@ -31,6 +30,7 @@ from tapegrad.ad.astutil import mul as _mul
 from tapegrad.ad.astutil import name as _n
 from tapegrad.ad.astutil import neg as _neg
 from tapegrad.ad.astutil import walk as _walk
+from tapegrad.ad.backprop import ExpressionAdjoints
 from tapegrad.ad.ownership import own_index_reads, reassigned_locals
 from tapegrad.ad.recompute import recomputable_stores
 from tapegrad.ad.tidy import is_barrier, tidy
@@ -52,7 +52,7 @@ def reverse_kernel(tk: TypedKernel, activity: tuple[str, ...], stack_depth: int 
     return _Reverse(tk, activity, stack_depth, discard).build()
 
 
-class _Reverse(Transform):
+class _Reverse(ExpressionAdjoints, Transform):
     def __init__(self, tk: TypedKernel, activity: tuple[str, ...], stack_depth: int | None,
                  discard: frozenset[str] = frozenset()):
         super().__init__(tk, activity)
@@ -536,76 +536,6 @@ class _Reverse(Transform):
                                                                 keywords=[]),
                            body=r_body or [ast.Pass()], orelse=[]))
         return fwd, rev
-
-    # -- adjoint propagation through an expression ------------------------------------------
-    def backprop(self, e: ast.expr, g: ast.expr) -> list[ast.stmt]:
-        """Statements adding ``g * d e / d (each active leaf)`` into the leaves' adjoints."""
-        if not self.active(e):
-            return []
-        if isinstance(e, ast.Name):
-            return [_assign(f"{e.id}_bar", _add(_n(f"{e.id}_bar"), g))]
-        if isinstance(e, ast.Subscript):
-            array = e.value.id
-            shadow = f"{array}_bar"
-            if self.own.get(array) == "plain":
-                target = ast.Subscript(value=_n(shadow), slice=_clone(e.slice), ctx=ast.Store())
-                return [ast.AugAssign(target=target, op=ast.Add(), value=g)]
-            return [ast.Expr(value=tg_call("atomic_add", [_n(shadow), _clone(e.slice), g]))]
-        out: list[ast.stmt] = []
-        if not isinstance(g, (ast.Name, ast.Constant, ast.UnaryOp)):
-            tmp = self.fresh("d")
-            out.append(_assign(tmp, g))
-            g = _n(tmp)
-        if isinstance(e, (ast.BinOp, ast.UnaryOp)):
-            args = [e.left, e.right] if isinstance(e, ast.BinOp) else [e.operand]
-            for arg, p in zip(args, rules.operator_partials(e.op, args)):
-                if p is not None:
-                    out += self.backprop(arg, rules.term(p, args, e, _clone(g)))
-            return out
-        if isinstance(e, ast.IfExp):
-            return out + [ast.If(test=_clone(e.test), body=self.backprop(e.body, g) or [ast.Pass()],
-                                 orelse=self.backprop(e.orelse, _clone(g)))]
-        if isinstance(e, ast.Call):
-            return out + self.backprop_call(e, g)
-        return out
-
-    def backprop_call(self, e: ast.Call, g: ast.expr) -> list[ast.stmt]:
-        name = tg_name(e)
-        args = e.args
-        if name is None:   # a device function with a hand-written reverse rule
-            self.check_rule_arrays(e)
-            func = self.ir.funcs[e.func.id]
-            rule = f"{e.func.id}_reverse"
-            self.rules[rule] = func.reverse_rule
-            result = self.fresh("rule")
-            out: list[ast.stmt] = [_assign(result, ast.Call(
-                func=_n(rule), args=[_clone(a) for a in args] + [_clone(g)], keywords=[]))]
-            scalars = [a for a in args if not isinstance(self.T(a), Array)]
-            for k, arg in enumerate(scalars):
-                part = _n(result) if len(scalars) == 1 else ast.Subscript(
-                    value=_n(result), slice=_c(k), ctx=ast.Load())
-                out += self.backprop(arg, part)
-            return out
-        if name == "where":
-            return [ast.If(test=_clone(args[0]), body=self.backprop(args[1], g) or [ast.Pass()],
-                           orelse=self.backprop(args[2], _clone(g)))]
-        if name in ("min", "max"):
-            first, rest = args[0], args[1:]
-            other = rest[0] if len(rest) == 1 else tg_call(name, [self.clone(a) for a in rest])
-            self.tk.types[id(other)] = self.T(e)   # max(a, b, c) = max(a, max(b, c))
-            op = ast.GtE() if name == "max" else ast.LtE()
-            return [ast.If(test=ast.Compare(left=_clone(first), ops=[op], comparators=[_clone(other)]),
-                           body=self.backprop(first, g) or [ast.Pass()],
-                           orelse=self.backprop(other, _clone(g)))]
-        try:
-            parts = rules.call_partials(name)
-        except KeyError:
-            raise self.fail(e, f"tg.{name} has no derivative rule") from None
-        out: list[ast.stmt] = []
-        for arg, p in zip(args, parts):
-            if p is not None and self.active(arg):
-                out += self.backprop(arg, rules.term(p, args, e, _clone(g)))
-        return out
 
 
 def _stores_per_path(stmts: list[ast.stmt], array: str) -> int:
