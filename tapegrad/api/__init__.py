@@ -40,10 +40,11 @@ from tapegrad.tape.activity import (
 )
 from tapegrad.tape.arrays import is_array, zeros_like
 from tapegrad.tape.forward import ForwardContext
+from tapegrad.tape.identity import sharing_pairs
 from tapegrad.tape.modes import current_forward, recording_tapes, refuse_nested
 from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain, plain_value
 from tapegrad.tape.sweep import not_a_scalar
-from tapegrad.tape.tape import Tape
+from tapegrad.tape.tape import Tape, refuse_while_recording
 from tapegrad.tracebacks import api_boundary
 
 
@@ -176,6 +177,7 @@ def _autodiff_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> 
     """Record ``f`` on a tape, then run the adjoints backwards (Enzyme's conventions)."""
     if not mode.reverse:
         return _autodiff_forward_host(mode, f, ret, args)
+    refuse_while_recording()
     ret_kind = _return_kind(ret)
     annotated = [annotate(a) for a in args]
     given: dict[int, Any] = {}
@@ -293,6 +295,17 @@ def gradient(f: Callable[..., Any], *args: Any) -> tuple:
                 f"tg.gradient differentiates with respect to every argument, and argument {k} "
                 f"is a {type(a).__name__}, which has no derivative; pass it by closure instead "
                 "(tg.gradient(lambda x: f(x, n), x))")
+    refuse_while_recording()
+    shared = sharing_pairs([(k, a) for k, a in enumerate(args) if is_array(a)])
+    if shared:
+        # (a tape follows memory: both would get the total derivative, not their own part)
+        j, k = shared[0]
+        raise TapegradError(
+            f"tg.gradient: arguments {j} and {k} share memory (one array passed twice, or "
+            "views of one array), and tapegrad follows arrays by their memory, so each "
+            "would get the derivative with respect to both. Pass the array once and use it "
+            f"twice inside f; for the partial derivative by argument, pass a copy as argument "
+            f"{k}")
     tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:
         sources = [tape.watch(a) for a in args]
@@ -321,6 +334,7 @@ def vjp(f: Callable[..., Any], x: Any, w: Any) -> tuple[Any, Any]:
     >>> a_bar.tolist(), b_bar.tolist()
     ([31.0, 41.0], [10.0, 20.0])
     """
+    refuse_while_recording()
     several_in = isinstance(x, tuple)
     xs = x if several_in else (x,)
     tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
@@ -355,8 +369,13 @@ def jacobian(f: Callable[..., Any], x: Any, mode: Mode = Reverse) -> Any:
     >>> J.tolist()
     [[2.0, 4.0]]
     """
+    if not is_array(x):
+        raise TapegradError(
+            f"tg.jacobian(f, x) takes an array x, got {type(x).__name__}: for a number x the "
+            "derivative of f is tg.jvp(f, x, 1.0)[1] (an array or number like f(x))")
     if not mode.reverse:
         return _jacobian_forward(f, x)
+    refuse_while_recording()
     tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:
         y = f(x)

@@ -105,8 +105,10 @@ def annotate(arg: Any) -> Annotation:
 
 def make_zero(x: Any) -> Any:
     """A new zero-filled array like ``x``, on the same device (Enzyme's ``make_zero``)."""
-    if isinstance(x, (float, np.floating)):
+    if isinstance(x, np.floating):
         return type(x)(0)
+    if isinstance(x, float):       # (a tape's or forward mode's scalar too: a plain zero)
+        return 0.0
     if isinstance(x, np.ndarray):
         return np.zeros_like(x)
     return array_kind(x, "tg.make_zero").module().zeros_like(x)

@@ -18,7 +18,13 @@ import numpy as np
 from tapegrad.errors import TapegradError
 from tapegrad.lang.primitives import ABS, HOST_TG, OPERATORS, lookup, partials_function
 from tapegrad.tape.modes import current_forward
-from tapegrad.tape.scalars import Operators, PlainAnswers, TrackedScalar, numpy_ufunc
+from tapegrad.tape.scalars import (
+    Operators,
+    PlainAnswers,
+    TrackedScalar,
+    numpy_ufunc,
+    refuse_numpy_numbers,
+)
 
 
 class TapedDual(Operators, PlainAnswers, float):
@@ -83,6 +89,7 @@ def part(x: Any) -> Any:
     if getattr(x, "ndim", 0):
         raise TapegradError("arithmetic of an array and a scalar from tg.sum/dot/mean/norm is "
                             "not recorded; pass the scalar to a kernel that computes the array")
+    refuse_numpy_numbers("arithmetic", (x,))
     return float(x) if isinstance(x, np.generic) else x
 
 

@@ -5,13 +5,14 @@ derivative rule; without a recording tape they are plain NumPy/CuPy computations
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tapegrad.backends.registry import array_kind
+from tapegrad.backends.registry import array_kind, backend_of
 from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.duals import TapedDual
@@ -125,8 +126,14 @@ def _reduce(name: str, arrays: tuple, reduce: Callable[..., float],
 
 
 def _check_array(fn: str, x: Any) -> None:
+    if type(x) is np.ndarray:
+        return
     if not is_array(x):
         raise TapegradError(f"tg.{fn} expects arrays (NumPy or CuPy), got {type(x).__name__}")
+    backend = backend_of(x, f"tg.{fn}")
+    if not backend.owns(x):     # (a PyOpenCL array on a queue of the user's own)
+        raise TapegradError(f"tg.{fn}: " + (backend.not_here("x", x) or
+                                             f"its array is not on {backend!r}"))
 
 
 @api_boundary
@@ -151,7 +158,7 @@ def mean(x: Any) -> Any:
     """The mean of all elements, differentiable."""
     _check_array("mean", x)
     n = x.size
-    return _reduce("mean", (x,), _mean, lambda bar, k, v, a: (bar / n, None),
+    return _reduce("mean", (x,), _mean, lambda bar, k, v, a: (bar / n if n else 0.0, None),
                    lambda t, v, a: _f(t[0], mean), linear=True)
 
 
@@ -192,7 +199,17 @@ def norm(x: Any) -> Any:
 
 
 def _norm(a: Any) -> float:
-    return float(_xp(a).linalg.norm(a.ravel()))
+    with np.errstate(over="ignore", under="ignore"):    # (an edge seen to below)
+        value = float(_xp(a).linalg.norm(a.ravel()))
+    if (value == 0.0 or value == math.inf) and a.size:
+        # the sum of squares may have over- or underflowed in a's precision (float32's at
+        # 1e19 or 1e-23) where the norm itself does not: again, scaled by the largest
+        # magnitude (on the host: this edge only)
+        host = a if isinstance(a, np.ndarray) else array_kind(a).to_numpy(a)
+        largest = float(np.max(np.abs(host)))
+        if 0.0 < largest < math.inf:
+            value = largest * float(np.linalg.norm((host / host.dtype.type(largest)).ravel()))
+    return value
 
 
 def _norm_cotangent(bar: float, a: Any, value: float) -> tuple[Any, Any]:
@@ -332,7 +349,10 @@ def scale(x: Any, a: Any) -> Any:
     if not isinstance(value, (int, float, np.integer, np.floating)):
         raise TapegradError(f"tg.scale(x, a) takes a number a, got {type(a).__name__}")
     value = float(value)
-    y = x * x.dtype.type(value)
+    # a float array keeps its precision (NumPy's for a Python float); an integer one is
+    # multiplied as NumPy would (by 0.5: a float64 result; its dtype's 0.5 was 0)
+    y = x * (x.dtype.type(value) if np.dtype(x.dtype).kind in "fc" else
+             a if isinstance(a, (int, np.integer)) else value)
     if ctx is not None:
         tx = ctx.tangent_of(x)
         da = a.tangents if isinstance(a, DualScalar) else None

@@ -256,11 +256,19 @@ class DualScalar(Operators, float):
     def _make(self, value: float, tangents: Any) -> DualScalar:
         return DualScalar(value, tuple(tangents))
 
+    @property
+    def real(self) -> DualScalar:
+        return self           # (float's own would drop the tangents)
+
+    def conjugate(self) -> DualScalar:
+        return self
+
     @staticmethod
     def combine(operands: tuple, value: float, partials: tuple) -> DualScalar:
         """``value = f(*operands)`` given its partial derivatives: each tangent is the sum of
         ``partial * operand tangent`` over the operands that carry tangents (the others are
         constants: an infinite partial times their zero tangent would give NaN)."""
+        refuse_numpy_numbers("arithmetic", operands)
         width = next(len(o.tangents) for o in operands if isinstance(o, DualScalar))
         tangents = [0.0] * width
         for o, p in zip(operands, partials):
@@ -331,9 +339,8 @@ def _record_scalar_op(name: str, operands: tuple, value: float, partials: tuple,
                    for t in (o.tape, *(t for t, _ in o.outer)) if t.recording}.values())
     if not tapes:
         return value
+    refuse_numpy_numbers(name, operands)
     for o in operands:
-        if isinstance(o, (np.floating, np.ndarray)) and getattr(o, "ndim", 0) == 0:
-            raise numpy_number(name, o)
         if not isinstance(o, (TrackedScalar, int, float, np.integer)):
             raise TapegradError(f"cannot combine a tracked scalar with a {type(o).__name__} "
                                 f"in {name!r}; only numbers and tracked scalars mix")
@@ -360,6 +367,11 @@ def host_operator(kind: str, *values: float) -> tuple[float, tuple[float, ...]]:
     """An operator's value (Python's own: ``1.0 / 0.0`` still raises) and its partials."""
     row = OPERATORS[kind]
     value = row.host(*values)
+    if isinstance(value, complex):
+        raise TapegradError(
+            f"{values[0]!r} ** {values[1]!r} of a scalar that carries a derivative is a complex "
+            "number in Python, and tapegrad's scalars are real: take the power of abs(x) (and "
+            "the sign apart), or an integer exponent")
     with np.errstate(all="ignore"):
         partials = row.host_partials(*(np.float64(v) for v in values), np.float64(value))
     return value, tuple(float(p) for p in partials)
@@ -481,14 +493,19 @@ def array_and_scalar(what: str) -> TapegradError:
         "arguments), or keep to scalars (tg.sum(B) * s)")
 
 
-def numpy_number(name: str, value: Any) -> TapegradError:
-    """The refusal of a NumPy float met by a tape scalar's arithmetic while it records."""
-    return TapegradError(
-        f"{name!r} of a tape scalar and a NumPy number ({value!r}) while the tape records: a "
-        "number NumPy computed from arrays the recorded code used (np.sum(B), B.max(), B[0]) "
-        "carries no derivative, so the gradient through it would be lost. Compute it with "
-        "tg.sum / tg.dot / tg.mean / tg.norm (or in a kernel); if it is a constant, pass "
-        "float(value)")
+def refuse_numpy_numbers(name: str, operands: tuple) -> None:
+    """Refuse a NumPy float among the operands of a scalar that carries a derivative (a tape
+    scalar while its tape records; a forward-mode scalar, or tg.hvp's): a number NumPy
+    computed from the differentiated arrays (np.sum(B), B.max(), B[0]) carries none, so the
+    derivative through it would be lost."""
+    for o in operands:
+        if isinstance(o, (np.floating, np.ndarray)) and getattr(o, "ndim", 0) == 0:
+            raise TapegradError(
+                f"{name!r} of a scalar that carries a derivative (from tg.sum/dot/mean/norm) "
+                f"and a NumPy number ({o!r}): a number NumPy computed from the arrays being "
+                "differentiated (np.sum(B), B.max(), B[0]) carries no derivative, so the "
+                "derivative through it would be lost. Compute it with tg.sum / tg.dot / "
+                "tg.mean / tg.norm (or in a kernel); if it is a constant, pass float(value)")
 
 
 def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
@@ -499,10 +516,8 @@ def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
                             "differentiable; use tg functions and + - * / **")
     name = "true_divide" if ufunc.__name__ == "divide" else ufunc.__name__
     if name not in _COMPARISONS and any(isinstance(v, TrackedScalar) and v.recorded()
-                                        for v in inputs):
-        for v in inputs:     # (a comparison's result has no derivative to lose)
-            if isinstance(v, (np.floating, np.ndarray)) and getattr(v, "ndim", 0) == 0:
-                raise numpy_number(name, v)
+                                        or isinstance(v, DualScalar) for v in inputs):
+        refuse_numpy_numbers(name, inputs)   # (a comparison's result has no derivative to lose)
     # a NumPy scalar operand as a plain number: its own operators would come back here
     # (np.float64(1) - s recursed without end)
     # (and a 0-d array: np.array(2.0) + s recursed too)
@@ -517,6 +532,8 @@ def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
         return concrete(_COMPARISONS[name], *inputs)
     if name == "negative":
         return -inputs[0]
+    if name in ("positive", "conjugate"):     # (a real number's own: derivative and all)
+        return inputs[0]
     if name == "square":
         return inputs[0] * inputs[0]
     if name in _UFUNCS:

@@ -459,7 +459,8 @@ class Tape:
                 if is_array(w) and getattr(w, "size", 1) != 1:
                     raise TapegradError(f"tape.vjp: a scalar output's cotangent is a number, "
                                         f"got an array of shape {tuple(w.shape)}")
-                scalar_seeds.append((node, float(plain(w))))
+                scalar_seeds.append((node, float(w.reshape(())) if is_array(w) else
+                                     float(plain(w))))
                 continue
             if not is_array(y) or not self.tracks(y):
                 raise TapegradError(
@@ -508,6 +509,7 @@ class Tape:
         """A reverse sweep over the finished recording, not run yet."""
         if self.recording:
             raise TapegradError("ask for gradients after the `with tg.Tape()` block ends")
+        refuse_while_recording()
         self.check_unchanged()
         return Sweep(self, shadows, sources, unwritten, scratch)
 
@@ -516,6 +518,13 @@ class Tape:
         grads = {}
         for s in sources:
             if isinstance(s, TrackedScalar):
+                if s.node_on(self) is None:     # (its gradient here would be a silent 0)
+                    raise TapegradError(
+                        f"a source of {who} is a scalar ({float.__repr__(s)}) this tape did not "
+                        "record: another tape's (tape.watch of another tape, or a result of "
+                        "another tape's recording), which this tape sees as a constant. Watch "
+                        "it with this tape (s = tape.watch(value) inside its block), or ask the "
+                        "tape that made it")
                 continue
             if not is_array(s):
                 raise TapegradError(
@@ -581,3 +590,17 @@ class Tape:
 
 def verify_by_default() -> bool:
     return os.environ.get("TAPEGRAD_VERIFY", "") not in ("", "0")
+
+
+def refuse_while_recording() -> None:
+    """Reverse mode of host code is refused while a tape records: the recording tape sees
+    kernel launches and tapegrad operations, not the sweep's derivative computation."""
+    if tapes_var.get():
+        raise TapegradError(
+            "a gradient was asked for while a tape records (tg.gradient, tg.vjp, "
+            "tg.jacobian, tg.autodiff of a function or tape.gradient inside a `with "
+            "tg.Tape()` block or a function being differentiated): the recording tape "
+            "sees kernel launches and tapegrad operations, not the derivative computed "
+            "from them, so that gradient would be a constant to it; a loss built from it "
+            "(a gradient penalty) would silently lose its second-order terms. Ask for the "
+            "gradient after the block ends; for second derivatives use tg.hvp(f, x, v)")
