@@ -122,10 +122,12 @@ class ExprLowering:
         if isinstance(node.op, ast.Pow) and t.dtype == "float32":
             if not self.T(node.right).is_float:
                 # Numba's integer power multiplies in the base's type: in float32 the error
-                # grows with the exponent (121 ulp at x**194); in float64, rounded once
+                # grows with the exponent (121 ulp at x**194); in float64, rounded once.  The
+                # exponent as a float too: Numba's float ** negative int raises at 0 (IEEE,
+                # NumPy and the GPUs give inf), and a raise inside a parallel task is lost
                 left = cast(self.expr(node.left), "float64")
-                return cast(ast.BinOp(left=left, op=ast.Pow(), right=self.expr(node.right)),
-                            "float32")
+                right = cast(self.expr(node.right), "float64")
+                return cast(ast.BinOp(left=left, op=ast.Pow(), right=right), "float32")
             return ast.BinOp(left=self.coerce(node.left, t), op=ast.Pow(),
                              right=self.coerce(node.right, t))
         if isinstance(node.op, ast.Pow) and not t.is_float:
