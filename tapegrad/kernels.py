@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from tapegrad.errors import LaunchError, TapegradError
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.checks import check_syntax
@@ -155,11 +157,12 @@ def int_too_big(kernel: Kernel, args: tuple) -> LaunchError | None:
     launch raised OverflowError: runtime/arguments.py arg_key, or a GPU's packing)."""
     params = kernel_ir(kernel).params
     for name, a in zip(params, args):
-        if type(a) is int and not -(2**63) <= a < 2**63:
+        if (type(a) is int or type(a) is np.uint64) and not -(2**63) <= int(a) < 2**63:
+            what = "" if type(a) is int else " (np.uint64)"
             return LaunchError(
-                f"{kernel.name}: argument {name} = {a} does not fit in a 64-bit integer, which "
-                f"kernels compute with (-2**63 to 2**63 - 1); pass a smaller int, or a float "
-                f"if it is a quantity ({float(a):g})")
+                f"{kernel.name}: argument {name} = {a}{what} does not fit in a 64-bit integer, "
+                f"which kernels compute with (-2**63 to 2**63 - 1); pass a smaller int, or a "
+                f"float if it is a quantity ({float(a):g})")
     return None
 
 

@@ -13,7 +13,13 @@ from tapegrad.errors import AdjointStackOverflow, LaunchError, TapegradError  # 
 from tapegrad.frontend import kernel_ir
 from tapegrad.kernels import ConfiguredKernel
 from tapegrad.runtime.adjoint import adjoint_of, overwritten_inputs
-from tapegrad.runtime.arguments import access, check_args, ndrange_of
+from tapegrad.runtime.arguments import (
+    access,
+    check_args,
+    check_writable,
+    masked_array,
+    ndrange_of,
+)
 from tapegrad.runtime.launch import check_indices, one_parameter_per_array
 from tapegrad.runtime.tangent import run_tangent
 from tapegrad.tape.activity import (
@@ -28,7 +34,13 @@ from tapegrad.tape.activity import (
 )
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.forward import check_written_tangents_apart
-from tapegrad.tape.identity import array_key, disjoint, overlapping, sharing_pairs
+from tapegrad.tape.identity import (
+    array_key,
+    byte_strides,
+    disjoint,
+    overlapping,
+    sharing_pairs,
+)
 from tapegrad.tape.scalars import plain
 
 
@@ -67,6 +79,50 @@ def check_shadows_apart(f: Any, args: tuple, between_shadows: bool) -> None:
                     "its own (tg.make_zero(x))")
 
 
+def _check_arrays_apart(kernel: Any, values: tuple) -> None:
+    """Two arguments that are different views of memory they share (``x`` and ``x[::-1]``,
+    ``x[:4]`` and ``x[2:6]``) are refused before anything runs: derivatives follow each
+    argument's array, so what flows through one view into the other would be lost (a tape
+    refuses such programs too).  Views of the same elements in the same order are one array
+    (``_one_object_per_array`` gave them one object); views sharing no element
+    (``x[::2]``, ``x[1::2]``) are apart."""
+    arrays = [(p, v) for p, v in zip(kernel_ir(kernel).params, values) if is_array(v)]
+    if len(arrays) < 2:
+        return
+    by_name = dict(arrays)
+    for p, q in sharing_pairs(arrays):
+        if by_name[p] is not by_name[q]:
+            raise LaunchError(
+                f"{kernel.name}: arguments {p} and {q} are different views of memory they "
+                f"share (shapes {tuple(by_name[p].shape)} and {tuple(by_name[q].shape)}, "
+                f"strides {byte_strides(by_name[p])} and {byte_strides(by_name[q])}), so the "
+                "derivatives that flow through one into the other would be lost; tg.autodiff "
+                "takes one array per argument, or the same view for several (then they are "
+                f"one array). Pass a copy ({q}.copy()) or the same view for both")
+
+
+def _check_shadows_writable(kernel: Any, mode: str, shadows: list[tuple[str, Any, bool]],
+                            what: str = "shadow") -> None:
+    """A read-only shadow (``writeable=False``, ``np.broadcast_to``) where the derivatives
+    are written is the user's error, said before anything runs (as a plain launch says of a
+    read-only output); so is a masked array, whose mask a kernel would ignore.  ``shadows``:
+    (its argument's name, or ``B[j]`` for a batch's j-th, the shadow, whether it is
+    written)."""
+    for p, d, written in shadows:
+        if not isinstance(d, np.ndarray):
+            continue
+        name, of = f"d{p}", p.split("[")[0]
+        if isinstance(d, np.ma.MaskedArray):
+            raise LaunchError(f"{kernel.name}: argument {of}'s {what} {name} is a "
+                              + masked_array(name))
+        if written and not d.flags.writeable:
+            hint = "; np.broadcast_to gives read-only views" if 0 in d.strides else ""
+            raise LaunchError(
+                f"{kernel.name}: argument {of}'s {what} {name} is read-only "
+                f"({name}.flags.writeable is False{hint}) but {mode} writes it; pass a writable "
+                f"array, e.g. {name}.copy()")
+
+
 def _forward_kernel(mode: Mode, cfg: ConfiguredKernel, annotated: list[Annotation],
                     ndrange: Any, args: tuple) -> tuple:
     """Forward mode on a kernel: one launch computes its outputs and their tangents (``args``:
@@ -88,6 +144,11 @@ def _forward_kernel(mode: Mode, cfg: ConfiguredKernel, annotated: list[Annotatio
     check_args(kernel, backend, values)
     check = check_indices(cfg, values, nd)
     check_written_tangents_apart(kernel, params, values, tangents)
+    check_writable(kernel, values)          # (the tangent's launch writes what the kernel does)
+    _, written = access(kernel)
+    _check_shadows_writable(kernel, "forward mode", [
+        (p if len(dirs) == 1 else f"{p}[{j}]", d, p in written) for p, dirs in tangents.items()
+        for j, d in enumerate(dirs)], "tangent")
     entry = run_tangent(cfg, values, tangents, tuple(activity), nd)
     remember(cfg, args, check, nd, tangent=entry)
     return (None,) if mode.with_primal else ()
@@ -150,6 +211,7 @@ def autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, nd
     # derivatives) as it does any launch
     given = tuple(a.val for a in annotated)
     values = tuple(plain(v) for v in given)
+    _check_arrays_apart(kernel, values)
     if len({id(v) for v in values}) < len(values):      # one array for several parameters?
         merged = _merged_autodiff(mode, cfg, ret, annotated, ndrange, accumulate)
         if merged is not None:
@@ -167,6 +229,14 @@ def autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, nd
     seeds: frozenset[str] = frozenset()
     if not accumulate:
         seeds = _seeds(kernel, params, annotated)
+    primal = _primal_needed(kernel, params, annotated)
+    if primal:
+        check_writable(kernel, values)     # (the primal launch's own check, before anything)
+    # every shadow is written (derivatives added, seeds consumed), but accumulate=False's
+    # seeds, which are only read (and copied where the adjoint would write them)
+    _check_shadows_writable(kernel, "reverse mode", [
+        (p, a.dval, p not in seeds) for p, a in zip(params, annotated)
+        if isinstance(a, Duplicated)])
     shadows = {p: a.dval for p, a in zip(params, annotated) if isinstance(a, Duplicated)}
     if accumulate:                        # (checked before anything runs)
         shadows = one_object_per_memory(kernel, shadows)
@@ -178,7 +248,6 @@ def autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, nd
     found = adjoint_of(cfg, values, activity, nd, seeds) \
         if len({id(d) for d in shadows.values()}) == len(shadows) else None
     overwritten: tuple[str, ...] = ()
-    primal = _primal_needed(kernel, params, annotated)
     if primal:
         overwritten = tuple(overwritten_inputs(cfg, values, activity, nd,
                                                found if accumulate else None))
@@ -190,9 +259,21 @@ def autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, nd
     return (derivs,) if not mode.with_primal else (derivs, None)
 
 
+def elements_key(x: Any) -> tuple:
+    """``array_key(x)`` with the strides of size-1 dimensions left out: views that are the
+    same elements in the same order (``x[:, None]`` and ``x.reshape(4, 1)``, strides (8, 0)
+    and (8, 8)) have one key."""
+    key = array_key(x)
+    shape = key[1]
+    if 1 not in shape:
+        return key
+    return (key[0], shape, tuple(0 if n == 1 else s for n, s in zip(shape, key[2])), key[3])
+
+
 def _one_object_per_array(annotated: Any) -> list[Annotation]:
-    """Arguments that are different views of one memory (``x`` and ``x[:]``) get one
-    object, so that ``_merged_autodiff`` merges their parameters."""
+    """Arguments that are different views of the same elements in the same order (``x`` and
+    ``x[:]``, ``x[:, None]`` and ``x.reshape(4, 1)``) get one object, so that
+    ``_merged_autodiff`` merges their parameters."""
     annotated = list(annotated)
     for a in annotated:
         t = type(a.val)
@@ -204,7 +285,7 @@ def _one_object_per_array(annotated: Any) -> list[Annotation]:
     out = []
     for a in annotated:
         if is_array(a.val):
-            v = first.setdefault(array_key(a.val), a.val)
+            v = first.setdefault(elements_key(a.val), a.val)
             if v is not a.val:
                 a = copy.copy(a)
                 a.val = v
@@ -250,7 +331,7 @@ def _same_annotation(a: Annotation, b: Annotation) -> bool:
     da, db = getattr(a, "dval", None), getattr(b, "dval", None)
     pairs = zip(da, db) if isinstance(da, tuple) and isinstance(db, tuple) and \
         len(da) == len(db) else [(da, db)]
-    return all(x is y or (is_array(x) and is_array(y) and array_key(x) == array_key(y))
+    return all(x is y or (is_array(x) and is_array(y) and elements_key(x) == elements_key(y))
                for x, y in pairs)
 
 
@@ -277,7 +358,7 @@ def one_object_per_memory(kernel: Any, shadows: dict[str, Any]) -> dict[str, Any
             len({id(d) for d in arrays}) == len(arrays) and disjoint(arrays)):
         return shadows          # (arrays that own their memory share it only if identical)
     seen: dict[tuple, Any] = {}
-    shadows = {p: seen.setdefault(array_key(d), d) for p, d in shadows.items()}
+    shadows = {p: seen.setdefault(elements_key(d), d) for p, d in shadows.items()}
     for p, q in sharing_pairs(list(shadows.items())):
         if shadows[p] is not shadows[q]:
             raise LaunchError(f"{kernel.name}: the shadows of {q} and {p} share some of their "

@@ -63,6 +63,8 @@ def argtype(kernel: Any, backend: Any, name: str, a: Any) -> Type:
         if a.dtype == np.float64:
             return FLOAT64
     if hasattr(a, "shape") and hasattr(a, "dtype"):
+        if isinstance(a, np.ma.MaskedArray):
+            raise LaunchError(f"{kernel.name}: argument {name} is a {masked_array(name)}")
         if not backend.owns(a):
             raise LaunchError(f"{kernel.name}: " + (backend.not_here(name, a) or (
                 f"argument {name} is a {type(a).__name__}, which does not live on "
@@ -83,6 +85,13 @@ def argtype(kernel: Any, backend: Any, name: str, a: Any) -> Type:
         return Array(dt, a.ndim)
     raise LaunchError(f"{kernel.name}: argument {name} is a {type(a).__name__}; kernels take "
                       "arrays and int, float or bool scalars")
+
+
+def masked_array(name: str) -> str:
+    """What to say of a ``numpy.ma.MaskedArray`` passed as ``name`` (after "... is a")."""
+    return (f"numpy.ma.MaskedArray; kernels take plain arrays and would ignore its mask. Pass "
+            f"its data, np.ma.getdata({name}) (a view: the kernel's stores reach it; the mask "
+            f"is left as it is), or {name}.filled(value) (a copy, value where it is masked)")
 
 
 def check_writable(kernel: Any, args: tuple) -> None:
@@ -120,13 +129,16 @@ def write_only(kernel: Any) -> frozenset[int]:
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_UINT64_LIMIT = np.uint64(_INT64_MAX)     # (np.uint64 compared with its own type: exact)
 
 
 def arg_key(args: tuple) -> tuple:
     """What a compiled kernel depends on: each argument's type, and for arrays also what
     their kind says (``ArrayKind.launch_key``: dtype and rank, and for NumPy's whether it is
     writeable and in native byte order).  An array no backend owns is refused; an int past
-    64 bits raises OverflowError (the launch's caller names the argument: kernels.py)."""
+    64 bits (a Python int, or an ``np.uint64`` past ``2**63 - 1``, which kernels would take
+    as a negative int64) raises OverflowError (the launch's caller names the argument:
+    kernels.py)."""
     key = []
     for a in args:
         t = type(a)
@@ -144,6 +156,8 @@ def arg_key(args: tuple) -> tuple:
             elif is_array(a):
                 array_kind(a, "a kernel launch")     # (raises: no backend owns it)
             else:
+                if t is np.uint64 and a > _UINT64_LIMIT:     # (it would wrap negative)
+                    raise OverflowError(f"int argument {a} does not fit in 64 bits")
                 key.append(t)
     return tuple(key)
 

@@ -29,6 +29,7 @@ accesses under conditions) is checked per element with ``TAPEGRAD_BOUNDSCHECK=1`
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,11 +130,15 @@ class _Analysis:
     """Collects the certain accesses of a kernel's body (see the module's docstring)."""
 
     def __init__(self, ir: KernelIR, argtypes: tuple[Type, ...], rank: int,
-                 groupsize: tuple[int, ...]):
+                 groupsize: tuple[int, ...], numpy_ints: frozenset[int] = frozenset()):
         self.ir, self.rank, self.W = ir, rank, groupsize
         self.arrays = {p: (k, t.ndim) for k, (p, t) in enumerate(zip(ir.params, argtypes))
                        if isinstance(t, Array)}
-        self.ints = {p: k for k, (p, t) in enumerate(zip(ir.params, argtypes))
+        # an int argument by name: ``a[k]``, or for a NumPy integer its Python int ``_ik``
+        # (converted once per check: NumPy's arithmetic wraps, 4 * np.int64(2**62) == 0, and
+        # an unsigned one refuses negative results)
+        self.ints = {p: f"_i{k}" if k in numpy_ints else f"a[{k}]"
+                     for k, (p, t) in enumerate(zip(ir.params, argtypes))
                      if isinstance(t, Scalar) and t.dtype in ("int32", "int64")}
         self.once = _assigned_once(ir.body)
         self.env: dict[str, Form | tuple] = {}
@@ -280,7 +285,7 @@ class _Analysis:
             return Form(f"a[{self.arrays[e.value.id][0]}].size")
         if isinstance(e, ast.Name):
             if e.id in self.ints:
-                return Form(f"a[{self.ints[e.id]}]")
+                return Form(self.ints[e.id])
             found = self.env.get(e.id)
             return found if isinstance(found, Form) else None
         if isinstance(e, ast.UnaryOp) and isinstance(e.op, (ast.USub, ast.UAdd)):
@@ -366,18 +371,20 @@ class Check:
     kernel: str
     filename: str
     source: str
+    numpy_ints: frozenset[int] = frozenset()   # positions of NumPy integers (as Python's)
 
     def error(self, args: tuple, nd: tuple[int, ...], groupsize: tuple[int, ...]
               ) -> KernelIndexError:
         scope = {"min": min, "max": max, "_div": _div}
+        values = {"a": args, "n": nd, **{f"_i{k}": int(args[k]) for k in self.numpy_ints}}
         for acc in self.accesses:
-            if acc.when and not eval(acc.when, scope, {"a": args, "n": nd}):
+            if acc.when and not eval(acc.when, scope, values):
                 continue
             shape = args[acc.position].shape
             for k, f in enumerate(acc.forms):
                 if f is None:
                     continue
-                lo, hi = (eval(x, scope, {"a": args, "n": nd}) for x in f.extremes())
+                lo, hi = (eval(x, scope, values) for x in f.extremes())
                 if lo < 0 or hi >= shape[k]:
                     where = "" if len(acc.forms) == 1 else f" in dimension {k}"
                     guard = f"{acc.indices[k]} >= 0" if lo < 0 else \
@@ -395,10 +402,14 @@ class Check:
 
 
 def launch_check(ir: KernelIR, argtypes: tuple[Type, ...], rank: int,
-                 groupsize: tuple[int, ...]) -> Check | None:
+                 groupsize: tuple[int, ...], numpy_ints: frozenset[int] = frozenset()
+                 ) -> Check | None:
     """The launch check of a kernel specialised to ``argtypes``, rank and workgroup size, or
-    None where it has no access to check."""
-    analysis = _Analysis(ir, argtypes, rank, groupsize)
+    None where it has no access to check.  ``numpy_ints``: the positions of the int
+    arguments that are NumPy integers (``np.int64(n)``, ``np.uint32(n)``), which the check
+    takes as Python ints, whose arithmetic neither wraps nor refuses negative values (the
+    launch key has each argument's type: a check serves one kind of each)."""
+    analysis = _Analysis(ir, argtypes, rank, groupsize, numpy_ints)
     analysis.block(ir.body, "")
     tests: dict[str, None] = {}
     for acc in analysis.accesses:
@@ -412,8 +423,11 @@ def launch_check(ir: KernelIR, argtypes: tuple[Type, ...], rank: int,
     if not tests:
         return None
     items = " and ".join(f"n[{d}]" for d in range(rank))
-    source = (f"def _out_of_range(a, n):\n"
-              f"    return {items} and ({' or '.join(tests)})\n")
+    used = sorted(k for k in numpy_ints if re.search(rf"\b_i{k}\b", " ".join(tests)))
+    source = ("def _out_of_range(a, n):\n"
+              + "".join(f"    _i{k} = int(a[{k}])\n" for k in used)
+              + f"    return {items} and ({' or '.join(tests)})\n")
     scope: dict[str, Any] = {"_div": _div}
     exec(compile(source, f"<tapegrad launch check of {ir.name}>", "exec"), scope)
-    return Check(scope["_out_of_range"], analysis.accesses, ir.name, ir.filename, source)
+    return Check(scope["_out_of_range"], analysis.accesses, ir.name, ir.filename, source,
+                 frozenset(numpy_ints))

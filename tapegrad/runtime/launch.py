@@ -12,6 +12,8 @@ import dataclasses
 from contextvars import ContextVar
 from typing import Any
 
+import numpy as np
+
 from tapegrad.backends.registry import kind_of
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import Type, specialize
@@ -194,8 +196,10 @@ def check_indices(cfg: Any, args: tuple, nd: tuple[int, ...]) -> Any:
     wgs = groupsize_of(cfg, len(nd))
     key = ("bounds", cfg.backend, arg_key(args), len(nd), wgs)
     if key not in kernel.cache:
+        # (NumPy integers the check takes as Python ints: their arithmetic would wrap)
+        numpy_ints = frozenset(k for k, a in enumerate(args) if isinstance(a, np.integer))
         kernel.cache[key] = launch_check(kernel_ir(kernel), check_args(kernel, cfg.backend, args),
-                                         len(nd), wgs)
+                                         len(nd), wgs, numpy_ints)
     check = kernel.cache[key]
     if check is not None and check.failing(args, nd):
         raise check.error(args, nd, wgs)

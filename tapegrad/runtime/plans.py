@@ -124,6 +124,9 @@ def argument_guard(k: int, a: Any, scope: dict) -> str | None:
     if kind is None:
         if t is int:       # (past 64 bits: the general path refuses it)
             return f"type(a{k}) is T{k} and -0x8000000000000000 <= a{k} <= 0x7fffffffffffffff"
+        if t is np.uint64:     # (past 2**63 - 1, as an int64 negative: refused there too)
+            scope[f"U{k}"] = np.uint64(2**63 - 1)
+            return f"type(a{k}) is T{k} and a{k} <= U{k}"
         return f"type(a{k}) is T{k}"
     if kind.per_object(a):
         return None

@@ -40,8 +40,13 @@ class OpenCLArrays(ArrayKind):
         # handle times 2**48, wider than any buffer), offsets within it are real, so that
         # arrays overlap exactly when they share memory (a tape's identities, the shadows'
         # overlap check).  A sub-buffer is its parent's memory from its origin on (OpenCL
-        # has no sub-buffer of a sub-buffer); asking costs about 0.1 us.
+        # has no sub-buffer of a sub-buffer); asking costs about 0.1 us.  An empty array
+        # (PyOpenCL gives it no buffer: base_data None) has no elements and overlaps nothing:
+        # its address is its object's, below every buffer's range, so that two empty arrays
+        # are two arrays (as NumPy's are) and a view's range is empty (identity.extent)
         buffer = x.base_data
+        if buffer is None:
+            return id(x)
         parent = buffer.get_info(_info().ASSOCIATED_MEMOBJECT)
         if parent is None:
             return (buffer.int_ptr << 48) + x.offset
@@ -61,6 +66,8 @@ class OpenCLArrays(ArrayKind):
         _elementwise("mark", x, x)
 
     def first_new_nonfinite(self, before: Any, after: Any, marked: bool = False) -> int | None:
+        if not after.size:
+            return None       # (nothing to look at; an empty array has no buffer)
         # (a view inside its buffer is copied first: the kernel reads from the buffer's start)
         a = after.copy() if after.offset else after
         found = _first_bad(before, a, marked)
@@ -73,6 +80,8 @@ class OpenCLArrays(ArrayKind):
         return x.reshape(-1)[flat:flat + 1].get()[0].item()
 
     def restore(self, x: Any, before: Any) -> None:
+        if not x.nbytes:
+            return            # (nothing to copy; an empty array has no buffer)
         import pyopencl as cl
         cl.enqueue_copy(x.queue, x.base_data, before.base_data, byte_count=x.nbytes,
                         dst_offset=x.offset, src_offset=before.offset)
@@ -146,6 +155,8 @@ def _group(queue: Any) -> int:
 
 def _elementwise(name: str, x: Any, other: Any) -> None:
     """The ``mark`` or ``unmark`` kernel over ``x`` (a view: its offset in elements)."""
+    if not x.size:
+        return            # (no work-items: OpenCL refuses an empty launch)
     queue, group = x.queue, _group(x.queue)
     kernel = _kernels(x.context, np.dtype(x.dtype), group)[name]
     groups = -(-x.size // group)

@@ -183,12 +183,15 @@ class _Launcher:
 def _disjoint(arrays: list[Any]) -> bool:
     """Whether no two of ``arrays`` share a byte: each buffer is memory of its own (as the
     tape takes it, ``OpenCLArrays.address``) unless it is a sub-buffer or wraps host memory,
-    which another buffer may share (then: not known to be disjoint)."""
+    which another buffer may share (then: not known to be disjoint).  An empty array shares
+    nothing (PyOpenCL gives it no buffer)."""
     import pyopencl as cl
     spans = []
     for a in arrays:
+        if not a.nbytes:
+            continue
         buffer = a.base_data
-        if a.nbytes and (buffer.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT) is not None
+        if (buffer.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT) is not None
                          or buffer.get_info(cl.mem_info.FLAGS) & cl.mem_flags.USE_HOST_PTR):
             return False
         spans.append((buffer.int_ptr, a.offset, a.offset + a.nbytes))
