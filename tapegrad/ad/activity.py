@@ -7,8 +7,12 @@ import ast
 import copy
 
 from tapegrad.errors import KernelActivityError, KernelError, located
-from tapegrad.frontend.ir import tg_name
+from tapegrad.frontend.ir import tg_call, tg_name
 from tapegrad.frontend.types import Array, Scalar, TupleT, TypedKernel
+
+# the calls whose value is one of their arguments: Python's max and min, NumPy's maximum and
+# minimum (np.maximum written in a kernel); the derivative goes to the argument returned
+SELECTIONS = ("max", "min", "maximum", "minimum")
 
 
 class Transform:
@@ -45,6 +49,34 @@ class Transform:
             if id(old) in self.tk.types:
                 self.tk.types[id(new)] = self.tk.types[id(old)]
         return copied
+
+    def selection(self, e: ast.Call) -> tuple[ast.expr, ast.expr, ast.expr]:
+        """``(test, a, b)`` for a call of ``SELECTIONS``: its value is ``a`` where ``test``
+        holds, else ``b``, exactly as the printers compute it, NaNs and ties included.
+
+        ``max(x1, ..., xn)`` folds from the left, each step Python's ``max(acc, x)``, ``x if
+        x > acc else acc`` (the first of equal ones; a NaN as it falls), so ``a`` is ``xn``
+        and ``b`` the fold of the others (``x1`` alone for two); ``min`` with ``<``.
+        ``np.maximum(x, y)`` is NumPy's: ``x if x >= y or x != x else y`` (a NaN is the
+        result, the first if both are; the first of equal ones); ``minimum`` with ``<=``.
+        ``a`` and ``b`` are the call's own argument nodes or a typed call of them; the test
+        reads copies."""
+        name = tg_name(e)
+        args = e.args
+        if name in ("maximum", "minimum"):
+            a, b = args
+            op = ast.GtE() if name == "maximum" else ast.LtE()
+            test = ast.Compare(left=copy.deepcopy(a), ops=[op], comparators=[copy.deepcopy(b)])
+            if self.is_float(a):          # (an int is never NaN: C warns at i != i)
+                test = ast.BoolOp(op=ast.Or(), values=[test, ast.Compare(
+                    left=copy.deepcopy(a), ops=[ast.NotEq()], comparators=[copy.deepcopy(a)])])
+            return test, a, b
+        *rest, a = args
+        b = rest[0] if len(rest) == 1 else tg_call(name, [self.clone(x) for x in rest])
+        self.tk.types[id(b)] = self.T(e)
+        op = ast.Gt() if name == "max" else ast.Lt()
+        test = ast.Compare(left=copy.deepcopy(a), ops=[op], comparators=[copy.deepcopy(b)])
+        return test, a, b
 
     def fresh(self, stem: str) -> str:
         # (stems must not make the names the backends' lowering uses for its loops, `_g0`,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 
 from tapegrad.ad import rules
+from tapegrad.ad.activity import SELECTIONS
 from tapegrad.ad.astutil import add as _add
 from tapegrad.ad.astutil import assign as _assign
 from tapegrad.ad.astutil import clone as _clone
@@ -71,14 +72,10 @@ class ExpressionAdjoints:
         if name == "where":
             return [ast.If(test=_clone(args[0]), body=self.backprop(args[1], g) or [ast.Pass()],
                            orelse=self.backprop(args[2], _clone(g)))]
-        if name in ("min", "max"):
-            first, rest = args[0], args[1:]
-            other = rest[0] if len(rest) == 1 else tg_call(name, [self.clone(a) for a in rest])
-            self.tk.types[id(other)] = self.T(e)   # max(a, b, c) = max(a, max(b, c))
-            op = ast.GtE() if name == "max" else ast.LtE()
-            return [ast.If(test=ast.Compare(left=_clone(first), ops=[op], comparators=[_clone(other)]),
-                           body=self.backprop(first, g) or [ast.Pass()],
-                           orelse=self.backprop(other, _clone(g)))]
+        if name in SELECTIONS:   # to the argument returned (max(a, b, c) = max(max(a, b), c))
+            test, a, b = self.selection(e)
+            return [ast.If(test=test, body=self.backprop(a, g) or [ast.Pass()],
+                           orelse=self.backprop(b, _clone(g)))]
         try:
             parts = rules.call_partials(name)
         except KeyError:

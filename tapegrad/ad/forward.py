@@ -17,7 +17,7 @@ import copy
 from dataclasses import dataclass
 
 from tapegrad.ad import rules
-from tapegrad.ad.activity import Transform
+from tapegrad.ad.activity import SELECTIONS, Transform
 from tapegrad.ad.astutil import add, assign, clone, const, name
 from tapegrad.frontend.ir import KernelIR, tg_call, tg_name
 from tapegrad.frontend.types import Array, TypedKernel
@@ -219,15 +219,10 @@ class _Forward(Transform):
         if call_name == "where":
             return ast.IfExp(test=clone(args[0]), body=self.tangent_or_zero(args[1], j),
                              orelse=self.tangent_or_zero(args[2], j))
-        if call_name in ("min", "max"):
-            first, rest = args[0], args[1:]
-            other = rest[0] if len(rest) == 1 else tg_call(call_name, [self.clone(a) for a in rest])
-            self.tk.types[id(other)] = self.T(e)
-            op = ast.GtE() if call_name == "max" else ast.LtE()
-            return ast.IfExp(test=ast.Compare(left=clone(first), ops=[op],
-                                              comparators=[clone(other)]),
-                             body=self.tangent_or_zero(first, j),
-                             orelse=self.tangent_or_zero(other, j))
+        if call_name in SELECTIONS:   # the argument returned's (Transform.selection)
+            test, a, b = self.selection(e)
+            return ast.IfExp(test=test, body=self.tangent_or_zero(a, j),
+                             orelse=self.tangent_or_zero(b, j))
         try:
             parts = rules.call_partials(call_name)
         except KeyError:

@@ -276,6 +276,8 @@ class ExprLowering:
             return self.primitive_call(row, node, t)
         if name in ("min", "max"):
             return name_call(name, [self.coerce(a, t) for a in args])
+        if name in ("maximum", "minimum"):   # NumPy's (Numba's np.maximum: a NaN wins)
+            return name_call(f"np.{name}", [self.coerce(a, t) for a in args])
         if name == "where":
             return ast.IfExp(test=self.truth(args[0]), body=self.coerce(args[1], t),
                              orelse=self.coerce(args[2], t))

@@ -40,8 +40,8 @@ def _intrinsic_table() -> dict[int, str]:
     for row in (*MATH.values(), ABS):           # np.arcsin written in a kernel is tg.asin
         if row.numpy_name is not None:
             table[id(getattr(np, row.numpy_name))] = row.name
-    table[id(np.minimum)] = "min"
-    table[id(np.maximum)] = "max"
+    table[id(np.minimum)] = "minimum"         # NumPy's rule, not Python's min: a NaN wins
+    table[id(np.maximum)] = "maximum"
     table[id(np.where)] = "where"
     table[id(builtins.abs)] = "abs"
     table[id(builtins.min)] = "min"
@@ -271,6 +271,13 @@ class _Resolver(ast.NodeTransformer):
 
 def _not_callable(text: str, obj: Any) -> str:
     """Why ``obj`` (written ``text``) cannot be called in a kernel, in the user's terms."""
+    if obj is np.fmax or obj is np.fmin:
+        kind = obj.__name__[1:]
+        return (f"{text} cannot be called in a kernel: it ignores a NaN argument, which "
+                f"{kind}(a, b) (Python's rule: {kind}(1.0, nan) is 1.0, {kind}(nan, 1.0) is "
+                f"nan) and np.{kind}imum(a, b) (NumPy's: a NaN is the result) do not. Write "
+                f"one of those, with a test of your own where a NaN must be skipped "
+                f"(b if a != a else a if b != b else {kind}(a, b))")
     what = "not a math function, a tapegrad intrinsic or a @tg.func device function"
     module = getattr(obj, "__module__", None) or ""
     if module == "numpy" or module.startswith("numpy."):

@@ -443,6 +443,10 @@ class _Inference:
             if len(args) < 2:
                 raise self.fail(node, f"{name} in a kernel takes two or more numbers")
             return self.join_at(node, *args)
+        if name in ("maximum", "minimum"):     # np.maximum(a, b) in a kernel
+            if len(args) != 2:
+                raise self.fail(node, f"np.{name} in a kernel takes two numbers")
+            return self.join_at(node, *args)
         if name == "where":
             self.need_args(node, args, 3)
             return self.join_at(node, args[1], args[2])

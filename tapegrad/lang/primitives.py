@@ -119,6 +119,8 @@ def _row(name: str, *partials: str | None, **fields: Any) -> Primitive:
 _VECTORISED_ON_CPU: dict[str, Any] = {"numba": "vmath.{}"}
 
 _ABS_PARTIAL = "tg.copysign(1.0, x) if x != 0.0 else 0.0 * x"
+# the quotient q of x % y and of fmod(x, y), r = x - q * y: see fmod's row
+_QUOTIENT = "tg.floor((x - r) / y + 0.5)"
 
 MATH: dict[str, Primitive] = {p.name: p for p in [
     _row("sin", "tg.cos(x)", **_VECTORISED_ON_CPU),
@@ -130,11 +132,14 @@ MATH: dict[str, Primitive] = {p.name: p for p in [
     _row("sinh", "tg.cosh(x)", **_VECTORISED_ON_CPU),
     _row("cosh", "tg.sinh(x)", **_VECTORISED_ON_CPU),
     _row("tanh", "1.0 - r * r", **_VECTORISED_ON_CPU),
-    _row("asinh", "1.0 / tg.sqrt(x * x + 1.0)", numpy="arcsinh"),
-    _row("acosh", "1.0 / tg.sqrt(x * x - 1.0)", numpy="arccosh", domain=((1.05, 4.0),)),
+    # (asinh', acosh', atan2's partials and expm1': no x * x to overflow or underflow, and
+    # no r + 1.0 to lose a tiny r, where the derivative itself is an ordinary number)
+    _row("asinh", "1.0 / tg.hypot(1.0, x)", numpy="arcsinh"),
+    _row("acosh", "1.0 / (tg.sqrt(x - 1.0) * tg.sqrt(x + 1.0))", numpy="arccosh",
+         domain=((1.05, 4.0),)),
     _row("atanh", "1.0 / (1.0 - x * x)", numpy="arctanh", domain=(_UNIT,)),
     _row("exp", "r", **_VECTORISED_ON_CPU),
-    _row("expm1", "r + 1.0", **_VECTORISED_ON_CPU),
+    _row("expm1", "tg.exp(x)", **_VECTORISED_ON_CPU),
     _row("exp2", "r * 0.6931471805599453", numba="np.exp2"),
     _row("log", "1.0 / x", domain=(_POSITIVE,), **_VECTORISED_ON_CPU),
     _row("log1p", "1.0 / (1.0 + x)", domain=(_POSITIVE,), **_VECTORISED_ON_CPU),
@@ -151,20 +156,27 @@ MATH: dict[str, Primitive] = {p.name: p for p in [
     _row("isnan", None, result="bool"),
     _row("isinf", None, result="bool"),
     _row("isfinite", None, result="bool"),
-    _row("atan2", "y / (x * x + y * y)", "-x / (x * x + y * y)",   # atan2(y=x, x=y)
+    _row("atan2", "y / tg.hypot(x, y) / tg.hypot(x, y)",          # atan2(y=x, x=y)
+         "-x / tg.hypot(x, y) / tg.hypot(x, y)",
          numpy="arctan2", domain=(_SMOOTH, _POSITIVE)),
     _row("hypot", "x / r if r != 0.0 else 0.0 * r", "y / r if r != 0.0 else 0.0 * r"),
     # (x ** k at x = 0, k = 0 and the exponent's derivative at x <= 0: the plain formulas give
-    # NaN for a finite derivative)
-    _row("pow", "y * tg.pow(x, y - 1.0) if y != 0.0 else 0.0 * x",
+    # NaN for a finite derivative; x ** 0 is 1 for every x, inf and nan included, so its
+    # derivative is 0: 0.0 * y, as y is 0 there, where 0.0 * x was nan at x = +-inf)
+    _row("pow", "y * tg.pow(x, y - 1.0) if y != 0.0 else 0.0 * y",
          "r * tg.log(x) if x > 0.0 else 0.0 * x", numpy="power", domain=(_POSITIVE, _SMOOTH)),
     _row("copysign", "tg.copysign(1.0, x) * tg.copysign(1.0, y) if x != 0.0 else 0.0 * x", None,
          domain=(_SMOOTH, _POSITIVE)),
-    _row("fmod", "1.0 + 0.0 * x", "-tg.trunc(x / y) * 1.0", numba="np.fmod",
+    # d/dy is minus the quotient the result implies, r = x - q * y: (x - r) / y rounded to the
+    # nearest integer (x - r is exact or nearly so), where trunc(x / y) rounds x / y first and
+    # can land on the next integer (fmod(1.0, 0.1) = 1.0 - 9 * 0.1, but 1.0 / 0.1 == 10.0)
+    _row("fmod", "1.0 + 0.0 * x", f"-{_QUOTIENT}", numba="np.fmod",
          domain=((0.3, 0.9), (1.0, 2.0))),
     # log(exp(x) + exp(y)) without overflow (softplus(x) is logaddexp(x, 0.0)); the partials
-    # are the softmax weights, 1/2 each at a tie
-    _row("logaddexp", "tg.exp(x - r)", "tg.exp(y - r)",
+    # are the softmax weights, 1 / (1 + exp(y - x)): 1 or 0 at an infinite argument (where
+    # exp(x - r) was exp(nan)), 1/2 each at a tie, infinite ties included
+    _row("logaddexp", "0.5 if x == y else 1.0 / (1.0 + tg.exp(y - x))",
+         "0.5 if x == y else 1.0 / (1.0 + tg.exp(x - y))",
          numba="np.logaddexp",
          c="x == y ? x + 0.6931471805599453 : fmax(x, y) + log1p(exp(-fabs(x - y)))"),
 ]}
@@ -195,7 +207,7 @@ OPERATORS: dict[str, Operator] = {
     "Mult": Operator("*", ("g * y", "g * x"), operator.mul),
     "Div": Operator("/", ("g / y", "-(g * r) / y"), operator.truediv),
     "Pow": Operator("**", MATH["pow"].partials, operator.pow),
-    "Mod": Operator("%", ("g", "-(g * tg.floor(x / y))"), operator.mod),   # x - y floor(x / y)
+    "Mod": Operator("%", ("g", f"-(g * {_QUOTIENT})"), operator.mod),   # x - y floor(x / y)
     "USub": Operator("neg", ("-g",), operator.neg),
     "UAdd": Operator("pos", ("g",), operator.pos),
 }

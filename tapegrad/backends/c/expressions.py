@@ -303,6 +303,17 @@ class Expressions:
                 return out
             b = self.coerce(args[1], t)
             return f"(({b}) {'>' if name == 'max' else '<'} ({out}) ? ({b}) : ({out}))"
+        if name in ("maximum", "minimum"):
+            # NumPy's: a NaN is the result (the first if both are), else the first of equal
+            # ones; a helper, so that each operand is printed and evaluated once (of ints,
+            # Python's max and min: the same numbers)
+            if t.is_float:
+                test = f"x {'>=' if name == 'maximum' else '<='} y || x != x"
+                fn = self.h.primitive_helper(primitives.Primitive(name, (None, None)),
+                                             t.dtype, f"({test}) ? x : y")
+            else:
+                fn = self.h.extremum_helper(name[:3], t.dtype)
+            return f"{fn}({self.coerce(args[0], t)}, {self.coerce(args[1], t)})"
         if name == "len":
             return f"{self.cname(args[0].id)}_shape0"
         if name.startswith("atomic_") or name == "group_reduce_add":
