@@ -20,6 +20,7 @@ from tapegrad.ad.sinkzeros import sink_zero_stores
 from tapegrad.ad.tidy import tidy
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import Array, Type, specialize
+from tapegrad.frontend.unassigned import zeroed_unassigned
 
 
 def adjoint_ir(kernel: Any, argtypes: tuple[Type, ...], activity: tuple[str, ...], rank: int,
@@ -31,6 +32,7 @@ def adjoint_ir(kernel: Any, argtypes: tuple[Type, ...], activity: tuple[str, ...
     ir = kernel_ir(kernel)                                          # parse, check, resolve
     flat = normalize(ir, kernel_ir, keep=lambda f: f.reverse_rule is not None)  # inline...
     typed = specialize(flat, argtypes, rank, groupsize, kernel_ir)  # infer types
+    typed = zeroed_unassigned(typed)                                # a read before x = ...: 0
     adjoint = reverse_kernel(typed, activity, stack_depth, discard)  # generate the adjoint
     if full_groups:                                                 # tiles: no atomics
         gathered = gather_local_updates(adjoint.ir, groupsize)

@@ -16,6 +16,7 @@ from tapegrad.backends.numba_lower import func_symbol
 from tapegrad.errors import KernelSyntaxError, located
 from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import TupleT, TypedKernel
+from tapegrad.frontend.unassigned import upward_exposed
 
 
 def is_barrier(s: ast.stmt) -> bool:
@@ -451,48 +452,6 @@ def _group_stmts(blocks: list):
             yield b
             for inner in b.blocks:
                 yield from _group_stmts(inner)
-
-
-def upward_exposed(stmts: list[ast.stmt]) -> set[str]:
-    """Names that ``stmts`` may read before assigning them (so their value comes from before)."""
-    exposed: set[str] = set()
-
-    def reads(e: ast.AST | None, assigned: set[str]) -> None:
-        if e is not None:
-            exposed.update(n.id for n in ast.walk(e) if isinstance(n, ast.Name)
-                           and isinstance(n.ctx, ast.Load) and n.id not in assigned)
-
-    def block(body: list[ast.stmt], assigned: set[str]) -> set[str]:
-        assigned = set(assigned)
-        for s in body:
-            if isinstance(s, ast.Assign):
-                reads(s.value, assigned)
-                for target in s.targets:      # (generated code chains them: _lo = _hi = 0)
-                    if isinstance(target, ast.Subscript):
-                        reads(target, assigned)
-                    else:
-                        assigned |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
-            elif isinstance(s, ast.AugAssign):
-                reads(s.value, assigned)
-                reads(s.target, assigned)
-                if isinstance(s.target, ast.Name) and s.target.id not in assigned:
-                    exposed.add(s.target.id)
-            elif isinstance(s, ast.For):
-                for a in s.iter.args:
-                    reads(a, assigned)
-                block(s.body, assigned | {s.target.id})
-            elif isinstance(s, ast.While):
-                reads(s.test, assigned)
-                block(s.body, assigned)
-            elif isinstance(s, ast.If):
-                reads(s.test, assigned)
-                assigned |= block(s.body, assigned) & block(s.orelse, assigned)
-            else:
-                reads(s, assigned)
-        return assigned
-
-    block(stmts, set())
-    return exposed
 
 
 def _single_target(s: ast.stmt) -> str | None:

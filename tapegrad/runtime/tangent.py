@@ -8,6 +8,7 @@ from tapegrad.ad import Tangent, normalize, tangent_kernel
 from tapegrad.backends.structure import check_barrier_rules
 from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import Type, specialize
+from tapegrad.frontend.unassigned import zeroed_unassigned
 from tapegrad.runtime.arguments import arg_key, check_args, groupsize_of, write_only
 from tapegrad.runtime.nans import NANS, checked
 from tapegrad.runtime.show import show
@@ -30,7 +31,7 @@ def tangent_ir(kernel: Any, argtypes: tuple[Type, ...], activity: tuple[str, ...
     ir = kernel_ir(kernel)
     check_barrier_rules(specialize(ir, argtypes, rank, groupsize, kernel_ir))
     flat = normalize(ir, kernel_ir, keep=lambda f: f.forward_rule is not None)
-    typed = specialize(flat, argtypes, rank, groupsize, kernel_ir)
+    typed = zeroed_unassigned(specialize(flat, argtypes, rank, groupsize, kernel_ir))
     return tangent_kernel(typed, activity, width)
 
 

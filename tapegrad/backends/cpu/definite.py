@@ -43,10 +43,9 @@ declares it (``zeroed_per_item``), not an earlier work-item's value or Numba's g
 from __future__ import annotations
 
 import ast
-import dataclasses
 
-from tapegrad.backends.structure import upward_exposed
-from tapegrad.frontend.types import BOOL, INT64, Scalar, TypedKernel
+from tapegrad.frontend.types import TypedKernel
+from tapegrad.frontend.unassigned import unassigned_scalars, zeroed_unassigned
 
 _ZERO = {"float64": "0.0", "float32": "np.float32(0.0)", "int64": "0", "int32": "np.int32(0)",
          "bool": "False"}
@@ -55,36 +54,14 @@ _ZERO = {"float64": "0.0", "float32": "np.float32(0.0)", "int64": "0", "int32": 
 def unassigned_locals(tk: TypedKernel, body: list[ast.stmt] | None = None) -> dict[str, str]:
     """The scalar locals that ``body`` (the kernel's, by default) may read before assigning
     them, each with the generated source of its type's zero, in name order."""
-    body = tk.ir.body if body is None else body
-    exposed = upward_exposed(body)
-    out = {}
-    for name in sorted(exposed):
-        t = tk.locals.get(name)
-        if isinstance(t, Scalar) and name not in tk.ir.params:
-            out[name] = _ZERO[t.dtype]
-    return out
+    return {name: _ZERO[tk.locals[name].dtype] for name in unassigned_scalars(tk, body)}
 
 
 def zeroed_per_item(tk: TypedKernel) -> TypedKernel:
     """``tk`` with ``x = 0`` (its type's zero) at the top of the work-item body for each scalar
-    local it may read before assigning it; a kernel the transforms made is left as it is
-    (its reads before assignment are never used: see above)."""
-    if tk.ir.generated or not tk.ir.body:
+    local it may read before assigning it (``frontend/unassigned.py``); a kernel the
+    transforms made is left as it is (its reads before assignment are never used: see
+    above, and the transforms wrote the user's zeros into it)."""
+    if tk.ir.generated:
         return tk
-    names = unassigned_locals(tk)
-    if not names:
-        return tk
-    first = tk.ir.body[0]
-    types = dict(tk.types)
-    inits: list[ast.stmt] = []
-    for name in names:
-        t = tk.locals[name]
-        target = ast.Name(id=name, ctx=ast.Store())
-        value = ast.Constant(value=False if t.dtype == "bool" else 0)
-        types[id(target)], types[id(value)] = t, BOOL if t.dtype == "bool" else INT64
-        init = ast.Assign(targets=[target], value=value)
-        for node in (init, target, value):
-            ast.copy_location(node, first)
-        inits.append(init)
-    ir = dataclasses.replace(tk.ir, body=inits + list(tk.ir.body))
-    return dataclasses.replace(tk, ir=ir, types=types)
+    return zeroed_unassigned(tk)
