@@ -83,21 +83,29 @@ class Kernel(KernelFunction):
                 f"{self.name}(...) takes a backend first, e.g. {self.name}(tg.CPU()) or "
                 f"{self.name}(tg.get_backend(A)), then the arguments: "
                 f"{self.name}(backend)(A, B, ndrange=n); got {type(backend).__name__}.")
-        if isinstance(workgroupsize, list):
-            workgroupsize = tuple(workgroupsize)
+        workgroupsize = self.group_key(workgroupsize)
         # keyed by the backend's value (its type and settings, ``Backend.__eq__``), not its
         # identity: ``kern(tg.get_backend(x))`` in a loop finds one entry, whatever object
         # each call passes
         key = (backend, workgroupsize)
-        try:
-            cfg = self._configured.get(key)
-        except TypeError:
-            raise LaunchError(f"{self.name}: workgroupsize must be an int or a tuple of ints, "
-                              f"got {type(workgroupsize).__name__}") from None
+        cfg = self._configured.get(key)
         if cfg is None:
             cfg = ConfiguredKernel(self, backend, workgroupsize)
             self._configured[key] = cfg
         return cfg
+
+    def group_key(self, wgs: Any) -> int | tuple[int, ...] | None:
+        """``wgs`` as Python ints (4 and np.int64(4) are one configuration); anything but
+        None, an int or a list or tuple of ints is refused here, before it is a key (4.0,
+        equal to 4, once made that key fail for 4 as well)."""
+        if wgs is None:
+            return None
+        items = tuple(wgs) if isinstance(wgs, (tuple, list)) else (wgs,)
+        if not all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+                   for x in items):
+            raise LaunchError(f"{self.name}: workgroupsize must be an int or a tuple of ints, "
+                              f"got {wgs!r}")
+        return tuple(int(x) for x in items) if isinstance(wgs, (tuple, list)) else int(wgs)
 
     def source(self, mode: str = "primal", backend: Any = None) -> str:
         """The kernel as tapegrad will run it, as readable Python.

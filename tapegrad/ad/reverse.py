@@ -408,8 +408,13 @@ class _Reverse(ExpressionAdjoints, Transform):
         name = tg_name(call)
         array = call.args[0].id
         if array in self.memory_kind:
-            raise self.fail(s, f"tg.{name} on local or private memory cannot be differentiated "
-                               "yet; accumulate into an argument array instead")
+            if array not in self.active_arrays and not self.active(call.args[2]):
+                # (a count in local memory: nothing to differentiate, but the forward sweep
+                # must count again, as it recomputes what the kernel's local memory held)
+                return [copy.deepcopy(s)], []
+            raise self.fail(s, f"tg.{name} of a differentiated value on local or private "
+                               "memory cannot be differentiated yet; accumulate into an "
+                               "argument array instead")
         if array in self.loaded:
             raise self.fail(s, f"the kernel both reads {array} and updates it with tg.{name}; "
                                "the reads would depend on the order of the atomics, so this "

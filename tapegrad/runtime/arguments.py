@@ -8,6 +8,7 @@ workgroup size.
 from __future__ import annotations
 
 import ast
+import math
 from typing import Any
 
 import numpy as np
@@ -222,7 +223,7 @@ def _checked_groupsize(cfg: Any, rank: int) -> tuple[int, ...]:
                           f"workgroupsize={(16,) * rank}")
     if not all(isinstance(x, (int, np.integer)) and x > 0 for x in w):
         raise LaunchError(f"workgroupsize must hold positive ints, got {wgs!r}")
-    limit, items = cfg.backend.max_group_items, int(np.prod(w))
+    limit, items = cfg.backend.max_group_items, math.prod(int(x) for x in w)
     if limit is not None and items > limit:
         raise LaunchError(f"{cfg.kernel.name}: workgroupsize {wgs!r} has {items} work-items but "
                           f"{cfg.backend.name} allows at most {limit} per workgroup; use a "

@@ -55,6 +55,9 @@ class CPU(Backend):
 
     name = "cpu"
     arrays = NUMPY
+    # a workgroup is a loop here, but its local memory is allocated per task: 2**40 items'
+    # tile failed inside Numba as "a tapegrad bug" (GPUs allow 1024-4096)
+    max_group_items = 1 << 20
     scalar_sum_size = SUM_SLOTS        # (an Active scalar's sum: a slot per task, sums.py)
 
     def __init__(self, without: Iterable[str] = ()):
