@@ -41,10 +41,15 @@ from tapegrad.tape.activity import (
 from tapegrad.tape.arrays import is_array, zeros_like
 from tapegrad.tape.forward import ForwardContext
 from tapegrad.tape.identity import sharing_pairs
-from tapegrad.tape.modes import current_forward, recording_tapes, refuse_nested
+from tapegrad.tape.modes import (
+    current_forward,
+    recording_tapes,
+    refuse_nested,
+    refuse_while_recording,
+)
 from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain, plain_value
 from tapegrad.tape.sweep import not_a_scalar
-from tapegrad.tape.tape import Tape, refuse_while_recording
+from tapegrad.tape.tape import Tape
 from tapegrad.tracebacks import api_boundary
 
 

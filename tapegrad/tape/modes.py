@@ -76,6 +76,20 @@ def refuse_nested() -> None:
             "For second derivatives use tg.hvp(f, x, v) on its own")
 
 
+def refuse_while_recording() -> None:
+    """Reverse mode of host code is refused while a tape records: the recording tape sees
+    kernel launches and tapegrad operations, not the sweep's derivative computation."""
+    if tapes_var.get():
+        raise TapegradError(
+            "a gradient was asked for while a tape records (tg.gradient, tg.vjp, "
+            "tg.jacobian, tg.autodiff of a function or tape.gradient inside a `with "
+            "tg.Tape()` block or a function being differentiated): the recording tape "
+            "sees kernel launches and tapegrad operations, not the derivative computed "
+            "from them, so that gradient would be a constant to it; a loss built from it "
+            "(a gradient penalty) would silently lose its second-order terms. Ask for the "
+            "gradient after the block ends; for second derivatives use tg.hvp(f, x, v)")
+
+
 class suspended:
     """``with suspended():`` runs its body outside forward mode: a registered forward rule
     works on plain values and the tangents it is given, and may use forward mode itself."""

@@ -33,7 +33,7 @@ from tapegrad.tape.arrays import empty_like, is_array, only_tape_holds
 from tapegrad.tape.fingerprint import fingerprint
 from tapegrad.tape.identity import Identities, array_key
 from tapegrad.tape.memory import MemoryLimit, held_bytes
-from tapegrad.tape.modes import current_forward, tapes_var
+from tapegrad.tape.modes import current_forward, refuse_while_recording, tapes_var
 from tapegrad.tape.provenance import Provenance
 from tapegrad.tape.recorder import RecordPlan, recorder
 from tapegrad.tape.records import LaunchRecord, Record
@@ -591,16 +591,3 @@ class Tape:
 def verify_by_default() -> bool:
     return os.environ.get("TAPEGRAD_VERIFY", "") not in ("", "0")
 
-
-def refuse_while_recording() -> None:
-    """Reverse mode of host code is refused while a tape records: the recording tape sees
-    kernel launches and tapegrad operations, not the sweep's derivative computation."""
-    if tapes_var.get():
-        raise TapegradError(
-            "a gradient was asked for while a tape records (tg.gradient, tg.vjp, "
-            "tg.jacobian, tg.autodiff of a function or tape.gradient inside a `with "
-            "tg.Tape()` block or a function being differentiated): the recording tape "
-            "sees kernel launches and tapegrad operations, not the derivative computed "
-            "from them, so that gradient would be a constant to it; a loss built from it "
-            "(a gradient penalty) would silently lose its second-order terms. Ask for the "
-            "gradient after the block ends; for second derivatives use tg.hvp(f, x, v)")
