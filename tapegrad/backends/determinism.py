@@ -79,7 +79,8 @@ def unordered_atomics(tk: TypedKernel, private: frozenset[str] = frozenset(),
     which its work-items' atomics happen: a float ``atomic_add``/``atomic_sub`` or an Active
     scalar's group sum into an array of ``spaces`` other than the ``private`` (per-task copies),
     or any atomic whose old value the kernel uses (a counter handing out slots).  Float atomic
-    min and max whose value is unused give the same result in any order."""
+    min and max whose value is unused give the same result in any order (but for a +0.0
+    and a -0.0, which compare equal: the first to arrive stays; docs/debugging.md)."""
     return any(unordered_atomic_calls(tk, private, spaces))
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.backends.determinism import DETERMINISTIC
 from tapegrad.backends.registry import array_kind, backend_of
 from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
@@ -186,6 +187,10 @@ def dot(x: Any, y: Any) -> Any:
 
 
 def _vdot(a: Any, b: Any) -> float:
+    if DETERMINISTIC.on and isinstance(a, np.ndarray):
+        # (NumPy's vdot is BLAS's, whose threads split the sum: other bits with another
+        # OPENBLAS_NUM_THREADS; NumPy's own sum adds in one order, pairwise)
+        return float(np.sum(np.multiply(a.ravel(), b.ravel(), dtype=np.result_type(a, b))))
     return float(_xp(a).vdot(a.ravel(), b.ravel()))
 
 
@@ -200,7 +205,8 @@ def norm(x: Any) -> Any:
 
 def _norm(a: Any) -> float:
     with np.errstate(over="ignore", under="ignore"):    # (an edge seen to below)
-        value = float(_xp(a).linalg.norm(a.ravel()))
+        value = math.sqrt(_vdot(a, a)) if DETERMINISTIC.on and isinstance(a, np.ndarray) \
+            else float(_xp(a).linalg.norm(a.ravel()))
     if (value == 0.0 or value == math.inf) and a.size:
         # the sum of squares may have over- or underflowed in a's precision (float32's at
         # 1e19 or 1e-23) where the norm itself does not: again, scaled by the largest

@@ -115,3 +115,16 @@ def test_host_operations_refuse_an_opencl_array_of_another_queue():
     # a bare AssertionError from PyOpenCL before ("queues must match")
     with pytest.raises(tg.TapegradError, match="another queue"):
         tg.gradient(lambda x: tg.dot(x, x), own)
+
+
+def test_host_reductions_add_in_one_order_under_deterministic():
+    # tg.dot and tg.norm were BLAS's, whose threads split the sum: a gradient through
+    # tg.norm had other bits with OPENBLAS_NUM_THREADS=1 and 2; NumPy's own sum is pairwise,
+    # in one order whatever the threads
+    rng = np.random.default_rng(3)
+    a, b = rng.random(100_003), rng.random(100_003)
+    with tg.deterministic():
+        assert float(tg.dot(a, b)) == float(np.sum(a * b))
+        assert float(tg.norm(a)) == float(np.sqrt(np.sum(a * a)))
+        (g,) = tg.gradient(tg.norm, a)
+    np.testing.assert_allclose(g, a / np.linalg.norm(a), rtol=1e-12)
