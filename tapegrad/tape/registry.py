@@ -36,13 +36,7 @@ class OpRecord(Record):
             y_bar = sweep.shadow(self.out_id)
         else:
             y_bar = sweep.scalar_bar.get(self.scalar_out, 0.0)
-        cotangents = self.rule(y_bar, *self.views)
-        if not isinstance(cotangents, (tuple, list)):
-            cotangents = (cotangents,)
-        if len(cotangents) != len(self.views):
-            raise TapegradError(f"the reverse rule of {self.op_name} returned "
-                                f"{len(cotangents)} cotangent(s) for {len(self.views)} "
-                                "argument(s); return one per argument (None where there is none)")
+        cotangents = check_count(self.op_name, self.rule(y_bar, *self.views), len(self.views))
         for k, (ident, node, c) in enumerate(zip(self.arg_ids, self.arg_nodes, cotangents)):
             if c is None:
                 continue
@@ -167,6 +161,18 @@ def check_result(name: str, y: Any, args: list[Any]) -> None:
             f"{name}, registered with tg.register_adjoint, returned a {type(y).__name__}; a "
             "registered function returns one array or one number: for several outputs "
             "register one function per output, or return them stacked into one array")
+
+
+def check_count(name: str, cotangents: Any, n: int) -> tuple[Any, ...]:
+    """A reverse rule's result as one cotangent per argument (``n`` of them, ``None`` where
+    there is none); a bare value is the one cotangent of a one-argument function."""
+    if not isinstance(cotangents, (tuple, list)):
+        cotangents = (cotangents,)
+    if len(cotangents) != n:
+        raise TapegradError(f"the reverse rule of {name} returned {len(cotangents)} "
+                            f"cotangent(s) for {n} argument(s); return one per argument (None "
+                            "where there is none)")
+    return tuple(cotangents)
 
 
 def check_like(name: str, what: str, k: int | None, value: Any, like: Any) -> None:

@@ -6,6 +6,7 @@ own kernels (see docs/testing.md).  Hypothesis is needed only for the strategies
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +14,7 @@ import numpy as np
 
 from tapegrad.api import gradient
 from tapegrad.tape.activity import Duplicated, make_zero
-from tapegrad.testing.tape import check_tape
+from tapegrad.testing.tape import agrees, check_tape, disagreement
 
 __all__ = ["check_grad", "check_tape", "arrays", "duplicated", "shadow_of"]
 
@@ -21,7 +22,8 @@ def check_grad(f: Callable[..., Any], *arrays: Any, eps: float = 1e-6, rtol: flo
                atol: float = 1e-7, max_elements: int = 64, seed: int = 0) -> bool:
     """True when the reverse-mode gradients of the scalar ``f(*arrays)`` agree with central
     finite differences in float64; otherwise an ``AssertionError`` naming the worst element.
-    Arguments are arrays or floats (a float's gradient is a float).
+    Arguments are arrays or floats (a float's gradient is a float).  A NaN on either side
+    fails, and so does an infinity unless both are the same infinity.
 
     Float32 arrays are checked on float64 copies (kernels are precision-generic). At most
     ``max_elements`` elements per array are probed (a fixed random sample beyond that).
@@ -51,15 +53,18 @@ def check_grad(f: Callable[..., Any], *arrays: Any, eps: float = 1e-6, rtol: flo
                 minus[k][idx] -= eps
             fd = (float(f(*plus)) - float(f(*minus))) / (2 * eps)
             rev = float(np.asarray(g)[idx])
-            err = abs(rev - fd)
-            bound = atol + rtol * abs(fd)
-            if err > bound and (worst is None or err - bound > worst[0]):
-                worst = (err - bound, k, idx, rev, fd)
+            if agrees(rev, fd, atol, rtol, abs(fd)):
+                continue
+            # (a NaN or an infinity: the worst)
+            excess = abs(rev - fd) - (atol + rtol * abs(fd)) if math.isfinite(rev) and \
+                math.isfinite(fd) else math.inf
+            if worst is None or excess > worst[0]:
+                worst = (excess, k, idx, rev, fd)
     if worst is not None:
         _, k, idx, rev, fd = worst
         raise AssertionError(f"gradient of argument {k} at index {idx}: reverse mode gives "
-                             f"{rev!r}, central finite differences {fd!r} (|difference| "
-                             f"{abs(rev - fd):.3g} > atol {atol} + rtol {rtol} * |fd|)")
+                             f"{rev!r}, central finite differences {fd!r} "
+                             f"({disagreement(rev, fd, atol, rtol, '|fd|')})")
     return True
 
 

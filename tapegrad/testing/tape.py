@@ -8,14 +8,20 @@ launch: with random ``v`` (a direction for every float input) and ``w`` (a weigh
 float array after the launch), its adjoint (``tg.autodiff`` in reverse mode, every float array
 ``Duplicated`` with the seed ``w``, every float number ``Active``) gives ``<J^T w, v>``, its
 tangent (forward mode, the shadows ``v``) gives ``<w, J v>``, and the launch run on the copies
-moved by ``+h v`` and ``-h v`` gives ``<w, F(x + h v) - F(x - h v)> / 2h``.  Functions made
-with ``tg.register_adjoint`` are checked the same way, their rules against ``fn``.  One random
-direction tests every element at once: a wrong rule agrees with it only by chance.
+moved by ``+h v`` and ``-h v`` gives ``<w, F(x + h v) - F(x - h v)> / 2h``, with ``h = eps``
+and each input's part of ``v`` scaled by its own size (``max(1, its largest magnitude)``), so
+that each input moves by ``eps`` times its own size (a frequency of 1000 beside an x in
+[0, 1) moves x by ``eps``, not ``1000 eps``).  Functions made with ``tg.register_adjoint``
+are checked the same way, their rules against ``fn``, and held to what the tape accepts of
+them (``tape/registry.py``: one cotangent per argument, each of its argument's shape).  One
+random direction tests every element at once: a wrong rule agrees with it only by chance.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +34,8 @@ from tapegrad.errors import TapegradError
 from tapegrad.runtime.arguments import write_only
 from tapegrad.runtime.nans import collecting, uncollected
 from tapegrad.tape.activity import Active, Const, Duplicated, Forward, Reverse
+from tapegrad.tape.arrays import is_array
+from tapegrad.tape.registry import check_count, check_like, check_result
 
 
 @dataclass
@@ -50,6 +58,7 @@ class _Op:
     forward: Callable[..., Any] | None
     args: list
     where: str
+    widened: list         # per argument: its host copy has another dtype (float32 -> float64)
 
     @property
     def name(self) -> str:
@@ -65,7 +74,10 @@ class _Collector:
 
     def op(self, label: str, fn: Callable[..., Any], reverse: Callable[..., Any],
            forward: Callable[..., Any] | None, args: list) -> None:
-        self.seen.append(_Op(label, fn, reverse, forward, _host_copies(args), user_line()))
+        copies = _host_copies(args)
+        widened = [getattr(a, "dtype", None) != getattr(c, "dtype", None)
+                   for a, c in zip(args, copies)]
+        self.seen.append(_Op(label, fn, reverse, forward, copies, user_line(), widened))
 
 
 def _host_copies(args: Any) -> list:
@@ -150,17 +162,20 @@ def _check_launch(seen: _Launch, rng: Any, eps: float, rtol: float, atol: float,
 
     # directions only where the inputs are finite and read (an array the kernel only writes
     # holds whatever memory held), weights only where the outputs are finite (an infinity
-    # would make every difference NaN); the step relative to the inputs' size
+    # would make every difference NaN); each input's part of the direction scaled by its own
+    # size, so that the step eps moves each by eps times its own size (one scale for all would
+    # move an x in [0, 1) by 1e-3 beside a frequency of 1000: sin(1000 x) by a radian)
     unread = {id(a) for k, a in enumerate(seen.args) if k in write_only(seen.cfg.kernel)}
     base = after({}, {})
     v = {i: np.where(np.isfinite(by_id[i]) & (i not in unread),
                      rng.standard_normal(by_id[i].shape), 0.0) for i in arrays}
     w = {i: np.where(np.isfinite(base[i]), rng.standard_normal(by_id[i].shape), 0.0)
          for i in arrays}
-    v_scalar = {k: float(rng.standard_normal()) for k in scalar_at}
-    sizes = [float(np.max(np.abs(by_id[i][v[i] != 0]), initial=0.0)) for i in arrays] + \
-        [abs(seen.args[k]) for k in scalar_at]
-    h = eps * max([1.0, *sizes])
+    v_scalar = {k: float(rng.standard_normal()) * max(1.0, abs(seen.args[k]))
+                for k in scalar_at}
+    for i in arrays:
+        v[i] *= max(1.0, float(np.max(np.abs(by_id[i][v[i] != 0]), initial=0.0)))
+    h = eps
 
     def weighted(step: float) -> float:
         moved = {i: by_id[i] + step * v[i] for i in arrays}
@@ -203,18 +218,33 @@ def _check_launch(seen: _Launch, rng: Any, eps: float, rtol: float, atol: float,
 def _check_op(seen: _Op, rng: Any, eps: float, rtol: float, atol: float, forward: bool,
               number: str) -> None:
     args = seen.args
+    # what the tape refuses (tape/registry.py) is refused here too: fn returning its argument
+    # or a tuple (an argument widened to float64 here is not the caller's array:
+    # np.asarray(x, np.float64) may return it), too few cotangents, a cotangent or tangent of
+    # another shape than what it stands for (NumPy would broadcast it below)
     with uncollected():          # (the kernels fn launches: its rules stand for them)
-        y = np.asarray(seen.fn(*args), dtype=np.float64)
-        w = np.where(np.isfinite(y), rng.standard_normal(y.shape), 0.0)
-        cotangents = seen.reverse(w if y.ndim else float(w), *args)
-    cotangents = cotangents if isinstance(cotangents, (tuple, list)) else (cotangents,)
-    # the arguments with a cotangent vary (None: a constant, which the rule may say)
-    moving = [k for k, a in enumerate(args) if (_is_float_array(a) or isinstance(a, float))
-              and k < len(cotangents) and cotangents[k] is not None]
-    v = {k: np.where(np.isfinite(args[k]), rng.standard_normal(np.shape(args[k])), 0.0)
+        result = seen.fn(*args)
+    with _refused(seen, number):
+        check_result(seen.label, result,
+                     [None if widened else a for a, widened in zip(args, seen.widened)])
+    y = np.asarray(result, dtype=np.float64)
+    w = np.where(np.isfinite(y), rng.standard_normal(y.shape), 0.0)
+    with uncollected():
+        returned = seen.reverse(w if y.ndim else float(w), *args)
+    with _refused(seen, number):
+        cotangents = check_count(seen.label, returned, len(args))
+        # the arguments with a cotangent vary (None: a constant, which the rule may say)
+        moving = [k for k, a in enumerate(args) if (_is_float_array(a) or isinstance(a, float))
+                  and cotangents[k] is not None]
+        for k in moving:
+            check_like(seen.label, "reverse rule's cotangent", k, cotangents[k],
+                       args[k] if np.ndim(args[k]) else None)
+    # each argument's part of the direction scaled by its own size (as for a launch)
+    v = {k: np.where(np.isfinite(args[k]), rng.standard_normal(np.shape(args[k])), 0.0) *
+         max(1.0, float(np.max(np.abs(np.asarray(args[k])[np.isfinite(args[k])]),
+                               initial=0.0)))
          for k in moving}
-    h = eps * max([1.0, *(float(np.max(np.abs(np.asarray(args[k])[np.isfinite(args[k])]),
-                                       initial=0.0)) for k in moving)])
+    h = eps
 
     def along(step: float) -> list:
         return [a + step * (v[k] if np.ndim(a) else float(v[k])) if k in v else a
@@ -226,22 +256,51 @@ def _check_op(seen: _Op, rng: Any, eps: float, rtol: float, atol: float, forward
         return float(np.vdot(w, np.where(w != 0, out, 0.0)))
 
     fd = (weighted(h) - weighted(-h)) / (2 * h)
-    reverse = sum(float(np.vdot(np.broadcast_to(np.asarray(cotangents[k], np.float64),
-                                                np.shape(v[k])), v[k])) for k in moving)
+    reverse = sum(float(np.vdot(np.asarray(cotangents[k], np.float64), v[k])) for k in moving)
     _compare(seen.name, number, "its reverse rule gives <J^T w, v> =", reverse, fd, rtol, atol)
     if forward and seen.forward is not None:
         dots = [(v[k] if np.ndim(a) else float(v[k])) if k in v else None
                 for k, a in enumerate(args)]
         with uncollected():
-            tangent = float(np.vdot(w, np.asarray(seen.forward(*args, *dots), np.float64)))
+            rule_says = seen.forward(*args, *dots)
+        with _refused(seen, number):
+            check_like(seen.label, "forward rule's tangent", None, rule_says,
+                       result if is_array(result) else None)
+        tangent = float(np.vdot(w, np.asarray(rule_says, np.float64)))
         _compare(seen.name, number, "its forward rule gives <w, J v> =", tangent, fd, rtol,
                  atol)
 
 
+@contextmanager
+def _refused(seen: _Op, number: str) -> Iterator[None]:
+    """The tape's refusal of a registered function's rule as check_tape's failure."""
+    try:
+        yield
+    except TapegradError as e:
+        raise AssertionError(f"check_tape, launch {number}: {seen.name}: {e}") from e
+
+
+def agrees(got: float, reference: float, atol: float, rtol: float, scale: float) -> bool:
+    """Whether the derivative ``got`` agrees with its ``reference``: both finite and within
+    ``atol + rtol * scale``, or the same infinity.  A NaN never agrees, nor does an infinity
+    with a finite number (``abs(got - ref) > bound`` is False for a NaN, and an infinite
+    ``got`` in ``scale`` would make the bound infinite)."""
+    if math.isfinite(got) and math.isfinite(reference):
+        return abs(got - reference) <= atol + rtol * scale
+    return got == reference
+
+
+def disagreement(got: float, reference: float, atol: float, rtol: float, scale: str) -> str:
+    """Why ``agrees`` said no, for the message."""
+    if math.isfinite(got) and math.isfinite(reference):
+        return f"|difference| {abs(got - reference):.3g} > atol {atol} + rtol {rtol} * {scale}"
+    return "not both finite: a NaN agrees with nothing, an infinity only with the same one"
+
+
 def _compare(name: str, number: str, says: str, got: float, fd: float, rtol: float,
              atol: float) -> None:
-    if not abs(got - fd) <= atol + rtol * max(abs(fd), abs(got)):
+    if not agrees(got, fd, atol, rtol, max(abs(fd), abs(got))):
         raise AssertionError(
             f"check_tape, launch {number}: {name}: {says} {got!r}, central finite differences "
-            f"of that launch alone {fd!r} (|difference| {abs(got - fd):.3g} > atol {atol} + "
-            f"rtol {rtol} * max); v and w are random directions and weights, float64")
+            f"of that launch alone {fd!r} ({disagreement(got, fd, atol, rtol, 'max')}); v and "
+            "w are random directions and weights, float64")

@@ -170,8 +170,8 @@ def test_no_false_alarms_at_infinities_large_values_and_tape_scalars():
 
 def test_a_registered_function_is_checked_by_its_rules_not_its_kernels():
     """(its kernels are not checked alone: its rules stand for them, and a kernel there may
-    have no adjoint at all); a scalar cotangent for an array and None for a constant are the
-    rules' own conventions"""
+    have no adjoint at all); None for a constant is the rules' own convention (a cotangent
+    has its argument's shape: a scalar for an array is refused, as the tape refuses it)"""
     @tg.kernel
     def ranks(out, X):                        # no derivative (an integer result cast back)
         i = tg.index()
@@ -183,7 +183,7 @@ def test_a_registered_function_is_checked_by_its_rules_not_its_kernels():
         return out
 
     doubled = tg.register_adjoint(twice, reverse=lambda yb, X: 2.0 * yb)
-    mean = tg.register_adjoint(np.mean, reverse=lambda yb, x: yb / x.size)
+    mean = tg.register_adjoint(np.mean, reverse=lambda yb, x: np.full_like(x, yb / x.size))
     weigh = tg.register_adjoint(lambda x, w: x * w, reverse=lambda yb, x, w: (yb * w, None))
     X, w = np.random.default_rng(7).random(4), np.arange(1.0, 5.0)
     assert check_tape(lambda X: mean(doubled(X)) + tg.sum(weigh(X, w)), X) == 3
