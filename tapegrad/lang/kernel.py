@@ -37,6 +37,9 @@ class KernelFunction:
 
     merged_from: KernelFunction | None = None   # a variant with parameters merged: its kernel
     tangent_of: KernelFunction | None = None    # a kernel's tangent as a kernel: that kernel
+    # how tg.debug_nans names its launches and their arguments, where not as a kernel's own
+    # (a tangent as a kernel: as forward mode names the launches of ``tangent_of``)
+    reported_as: tuple[str, list[str]] | None = None
 
     def __init__(self, pyfunc: Callable[..., Any]):
         self.pyfunc = pyfunc

@@ -159,8 +159,8 @@ def checking_primal(cfg: Any, launcher: Any) -> Any:
                 return None     # (its Python function is not the code that ran)
             return statement(kernel.pyfunc, args, nd, groupsize_of(cfg, len(nd)), k, flat,
                              positions)
-        checked(lambda: launcher(args, nd), args, params, f"the launch of kernel {kernel.name}",
-                find, positions)
+        what, names = kernel.reported_as or (f"the launch of kernel {kernel.name}", params)
+        checked(lambda: launcher(args, nd), args, names, what, find, positions)
     return run
 
 

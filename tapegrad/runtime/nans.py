@@ -131,9 +131,11 @@ def checked(run: Callable[[], Any], args: Sequence[Any], names: Sequence[str],
     infinity in one of its float arrays raises ``NonFiniteError`` after its arrays are put
     back (as they are if the launch raises).  ``what`` says which launch it is ("the launch
     of kernel step"); ``find(k, flat)``, the statement that made element ``flat`` of argument
-    ``k`` (run on the arrays put back), or None; ``write_only``: the positions of arrays the
-    launch writes and never reads, whose old NaNs and infinities (memory from ``np.empty``)
-    must not hide new ones (``ArrayKind.mark_nonfinite``)."""
+    ``k`` (run on the arrays put back), or None, or an :class:`Unattributed` where which
+    work-item wrote that element is not known (then no input is named "there" either);
+    ``write_only``: the positions of arrays the launch writes and never reads, whose old NaNs
+    and infinities (memory from ``np.empty``) must not hide new ones
+    (``ArrayKind.mark_nonfinite``)."""
     arrays = []                     # every array: all are put back on an error
     for k, a in enumerate(args):
         kind = kind_of(a)
@@ -174,11 +176,12 @@ def _report(what: str, value: float, args: Sequence[Any], names: Sequence[str], 
     a = args[k]
     index = tuple(int(i) for i in np.unravel_index(flat, tuple(a.shape)))
     where = f"[{', '.join(map(str, index))}]"
+    unknown = isinstance(statement, Unattributed)   # (which work-item wrote it)
     there, elsewhere = [], []
     for j, other, kind, old in floats:
         if j in write_only:
             continue                        # (what it held does not matter: not read)
-        if tuple(other.shape) == tuple(a.shape):
+        if tuple(other.shape) == tuple(a.shape) and not unknown:
             there.append(f"{_name(names, j)}{where} = {kind.element(old, flat)!r}")
         bad = kind.first_new_nonfinite(kind.new(tuple(old.shape), kind.dtype(old), True), old)
         if bad is not None:
@@ -190,7 +193,14 @@ def _report(what: str, value: float, args: Sequence[Any], names: Sequence[str], 
             there.append(f"{_name(names, j)} = {float(x)!r}")
             if not np.isfinite(float(x)):
                 elsewhere.append(f"{_name(names, j)} = {float(x)!r}")
-    held = (f"Before the launch its inputs held there {', '.join(there)}. " if there else "")
+    if unknown:
+        why = statement.format(array=_name(names, k))
+        held = (f"The work-item that wrote it is not known ({why}), so neither its statement "
+                "nor its inputs are named. " + (f"Its numbers: {', '.join(there)}. " if there
+                                                else ""))
+    else:
+        held = (f"Before the launch its inputs held there {', '.join(there)}. " if there
+                else "")
     if elsewhere:
         verdict = (f"Not every input was finite: {', '.join(elsewhere)} (the first NaN or "
                    "infinity of each): it may have come in from there (host code, the data "
@@ -199,7 +209,7 @@ def _report(what: str, value: float, args: Sequence[Any], names: Sequence[str], 
         verdict = ("Every input was finite: the kernel made it (a 0/0, a log or sqrt of a "
                    "negative number, an overflow, inf - inf...).")
     found = (f" The statement, run again in Python for that element: {statement}."
-             if statement else "")
+             if statement and not unknown else "")
     line = user_line()
     return (f"{line + ': ' if line else ''}{what} wrote {value!r} into {_name(names, k)}{where}"
             f" (tg.debug_nans). {held}{verdict}{found} The launch's arrays are as they were "
@@ -208,6 +218,21 @@ def _report(what: str, value: float, args: Sequence[Any], names: Sequence[str], 
 
 def _name(names: Sequence[str], k: int) -> str:
     return names[k] if k < len(names) else f"argument {k}"
+
+
+class Unattributed(str):
+    """``find``'s answer where the work-item that wrote the element is not known: its text
+    says why (``{array}``: the array's name).  The report names neither a statement nor the
+    inputs "there", which may be another work-item's."""
+
+
+def forward_what(kernel_name: str, params: Sequence[str],
+                 tangent_params: Sequence[tuple[str, int]], width: int) -> tuple[str, list[str]]:
+    """How a forward-mode launch's error names it and its arguments: ``params``, then the
+    tangent of each ``(parameter, direction)`` in ``tangent_params``."""
+    names = list(params) + [f"the tangent of {p}" + (f" (direction {j})" if width > 1 else "")
+                            for p, j in tangent_params]
+    return f"the forward-mode launch (values and tangents) of kernel {kernel_name}", names
 
 
 def adjoint_what(kernel_name: str) -> str:

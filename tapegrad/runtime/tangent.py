@@ -10,7 +10,7 @@ from tapegrad.frontend import kernel_ir
 from tapegrad.frontend.types import Type, specialize
 from tapegrad.frontend.unassigned import zeroed_unassigned
 from tapegrad.runtime.arguments import arg_key, check_args, groupsize_of, write_only
-from tapegrad.runtime.nans import NANS, checked
+from tapegrad.runtime.nans import NANS, checked, forward_what
 from tapegrad.runtime.show import show
 
 
@@ -50,6 +50,10 @@ def tangent_variant(cfg: Any, values: tuple, activity: tuple[str, ...], rank: in
         variant = type(kernel)(kernel.pyfunc)
         variant.cache["ir"] = tangent.ir
         variant.tangent_of = kernel
+        # (tg.debug_nans names its launches as forward mode's launches of ``kernel``, "the
+        # tangent of B", not by its IR's names)
+        variant.reported_as = forward_what(kernel.name, kernel_ir(kernel).params,
+                                           tangent.tangent_params, 1)
         kernel.cache[key] = variant
     return variant(backend, cfg.workgroupsize)
 
@@ -88,15 +92,12 @@ def launch_tangent(cfg: Any, entry: tuple[Any, Any], values: tuple, tangents: di
         if NANS.on:
             params = kernel_ir(kernel).params
             width = max((len(t) for t in tangents.values()), default=1)
-            names = list(params) + [f"the tangent of {p}" + (f" (direction {j})" if width > 1
-                                                               else "")
-                                    for p, j in tangent.tangent_params]
+            what, names = forward_what(kernel.name, params, tangent.tangent_params, width)
             only = write_only(kernel)       # (its outputs, and their tangents)
             positions = only | frozenset(len(params) + j for j, (p, _)
                                          in enumerate(tangent.tangent_params)
                                          if params.index(p) in only)
-            checked(lambda: launcher(tuple(args), nd), args, names,
-                    f"the forward-mode launch (values and tangents) of kernel {kernel.name}",
+            checked(lambda: launcher(tuple(args), nd), args, names, what,
                     write_only=positions)
             return
         launcher(tuple(args), nd)
