@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -29,23 +30,49 @@ from tapegrad.backends import cachedir, numba_cache
 PREFIX = "tapegrad_gen_"     # every generated module's name starts so
 
 
+# One module runs at a time: a module is in ``sys.modules`` before its code has run (other
+# generated modules import it), so a second thread finding it there could take it half
+# built (its kernel function not defined yet: a bare AttributeError on a first launch from
+# two threads).  Re-entrant: a module's code may load another.
+_LOCK = threading.RLock()
+_running: dict[str, int] = {}    # the modules whose code is running -> the thread running it
+
+
+def _loaded(modname: str) -> ModuleType | None:
+    """A module that has run (or runs in this thread: one it imports needs it)."""
+    module = sys.modules.get(modname)
+    if module is None or _running.get(modname, threading.get_ident()) != threading.get_ident():
+        return None
+    return module
+
+
 def load_source(source: str, name: str) -> tuple[ModuleType, Path]:
     """The module that ``source`` defines (once per process), run from its file in the cache."""
     modname = f"{PREFIX}{name}_{_digest(source)}"
-    module = sys.modules.get(modname)
+    module = _loaded(modname)
     if module is not None:
         return module, Path(module.__file__)
-    path = _source_file(source, f"{modname}.py")
-    return _run(source, path), path
+    with _LOCK:
+        module = sys.modules.get(modname)
+        if module is not None:
+            return module, Path(module.__file__)
+        path = _source_file(source, f"{modname}.py")
+        return _run(source, path), path
 
 
 def load_file(path: Path) -> ModuleType:
     """The generated module in ``path`` (once per process), written earlier by
     :func:`load_source` (here or in another process); ImportError if the file is not trusted
     or does not hold the code its name's hash stands for."""
-    module = sys.modules.get(path.stem)
+    module = _loaded(path.stem)
     if module is not None:
         return module
+    with _LOCK:
+        module = sys.modules.get(path.stem)
+        return module if module is not None else _checked_run(path)
+
+
+def _checked_run(path: Path) -> ModuleType:
     reason = cachedir.untrusted(path)
     source = path.read_text(encoding="utf-8") if reason is None else ""
     if reason is None and not path.stem.endswith(f"_{_digest(source)}"):
@@ -67,11 +94,14 @@ def _run(source: str, path: Path) -> ModuleType:
     module.__file__ = str(path)
     numba_cache.claim_numba_locators()
     sys.modules[modname] = module        # before running it: other generated modules import it
+    _running[modname] = threading.get_ident()
     try:
         exec(compile(source, str(path), "exec"), module.__dict__)
     except BaseException:
         del sys.modules[modname]
         raise
+    finally:
+        del _running[modname]
     for value in list(vars(module).values()):
         if getattr(getattr(value, "py_func", None), "__module__", None) == modname:
             numba_cache.adopt(value)
