@@ -26,7 +26,7 @@ from tapegrad.runtime.arguments import (
     write_only,
 )
 from tapegrad.runtime.bounds import launch_check
-from tapegrad.runtime.nans import NANS, checked
+from tapegrad.runtime.nans import NANS, checked, collector
 from tapegrad.runtime.plans import make_plan
 from tapegrad.runtime.show import show
 from tapegrad.runtime.workitem import statement
@@ -57,8 +57,9 @@ def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
     is recording)."""
     seen_by = _intercepting()
     if NANS.slow:          # (tg.debug_nans, check_tape: the general path, watched)
-        if NANS.collect is not None:
-            NANS.collect.launch(cfg, args, ndrange)
+        watcher = collector()
+        if watcher is not None:
+            watcher.launch(cfg, args, ndrange)
     elif seen_by is None:
         for plan in cfg.kernel.cache.get(("plans", cfg), ()):     # (plans.py)
             if plan.fn(args, ndrange):

@@ -21,6 +21,7 @@ was not finite).
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Any
@@ -35,23 +36,22 @@ from tapegrad.errors import NonFiniteError
 class _Switch:
     """Whether launches are watched.  ``slow`` is read once per launch on the hot path: when
     set, launches take the general path (no launch plans) and captured functions run as
-    plain ones.  ``on``: NaN checks (here); ``collect``: an object whose ``launch(cfg, args,
-    ndrange)`` sees every primal launch before it runs and whose ``op(...)`` sees every
-    registered adjoint's call (``tapegrad.testing.check_tape``)."""
+    plain ones.  ``on``: NaN checks (here, for the whole process); ``collectors``: how many
+    threads' ``collecting`` blocks are open (``collector()`` is this thread's, or None)."""
 
-    __slots__ = ("on", "depth", "always", "collect", "slow")
+    __slots__ = ("on", "depth", "always", "collectors", "slow")
 
     def __init__(self) -> None:
         self.always = os.environ.get("TAPEGRAD_DEBUG_NANS", "").lower() in ("1", "on", "true",
                                                                               "yes")
         self.depth = 0
         self.on = self.always
-        self.collect: Any = None
+        self.collectors = 0
         self.slow = self.on
 
     def update(self) -> None:
         self.on = self.always or self.depth > 0
-        self.slow = self.on or self.collect is not None
+        self.slow = self.on or self.collectors > 0
 
 
 NANS = _Switch()
@@ -92,23 +92,40 @@ class debug_nans:
         NANS.update()
 
 
+# The collector of this thread (context): tapegrad.testing.check_tape's, which sees every
+# primal launch before it runs (``launch(cfg, args, ndrange)``) and every registered
+# adjoint's call (``op(...)``) of this thread only; another thread's launches are its own.
+_COLLECTOR: ContextVar[Any] = ContextVar("tapegrad_collector", default=None)
+_COUNT = threading.Lock()
+
+
+def collector() -> Any:
+    """This thread's collector, or None."""
+    return _COLLECTOR.get()
+
+
 class collecting:
-    """``with collecting(collector):`` every primal launch is shown to ``collector.launch``
-    before it runs, every registered adjoint's call to ``collector.op`` (one at a time)."""
+    """``with collecting(collector):`` this thread's primal launches are shown to
+    ``collector.launch`` before they run, its registered adjoints' calls to ``collector.op``
+    (one at a time).  Launches take the general path in every thread meanwhile."""
 
     def __init__(self, collector: Any):
         self.collector = collector
 
     def __enter__(self) -> Any:
-        if NANS.collect is not None:
+        if _COLLECTOR.get() is not None:
             raise RuntimeError("tapegrad.testing.check_tape inside check_tape")
-        NANS.collect = self.collector
-        NANS.update()
+        self.token = _COLLECTOR.set(self.collector)
+        with _COUNT:
+            NANS.collectors += 1
+            NANS.update()
         return self.collector
 
     def __exit__(self, *exc: Any) -> None:
-        NANS.collect = None
-        NANS.update()
+        _COLLECTOR.reset(self.token)
+        with _COUNT:
+            NANS.collectors -= 1
+            NANS.update()
 
 
 class uncollected:
@@ -116,12 +133,10 @@ class uncollected:
     adjoint's own function: its rules stand for its kernels)."""
 
     def __enter__(self) -> None:
-        self.collector, NANS.collect = NANS.collect, None
-        NANS.update()
+        self.token = _COLLECTOR.set(None)
 
     def __exit__(self, *exc: Any) -> None:
-        NANS.collect = self.collector
-        NANS.update()
+        _COLLECTOR.reset(self.token)
 
 
 def checked(run: Callable[[], Any], args: Sequence[Any], names: Sequence[str],

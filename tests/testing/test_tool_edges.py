@@ -161,3 +161,40 @@ def test_registered_rules_with_inputs_of_different_scales():
                                               float(np.sum(np.cos(t * x) * y_bar))))
     with pytest.raises(AssertionError, match="its reverse rule gives"):
         check_tape(lambda x, t: tg.sum(wrong_t(x, t)), x, 1000.0)
+
+
+def test_check_tape_sees_its_own_threads_launches_only():
+    # its collector was the process's: another thread's wrong rule was blamed on this
+    # program, two check_tapes at once raised "check_tape inside check_tape", and a
+    # registered call in another thread could leave a collector installed for good
+    import threading
+
+    from tapegrad.runtime.nans import NANS
+    square = tg.register_adjoint(np.square, reverse=lambda y_bar, x: 2 * x * y_bar)
+    wrong = tg.register_adjoint(np.square, reverse=lambda y_bar, x: 3 * x * y_bar)
+    x = np.linspace(0.5, 1.5, 5)
+    stop, errors = threading.Event(), []
+
+    def busy():
+        while not stop.is_set():
+            wrong(x)
+
+    def checking():
+        try:
+            for _ in range(50):
+                assert check_tape(lambda x: tg.sum(square(x)), x) == 1
+        except BaseException as e:          # (reported by the main thread)
+            errors.append(e)
+
+    others = [threading.Thread(target=busy)] + [threading.Thread(target=checking)
+                                                for _ in range(2)]
+    for t in others:
+        t.start()
+    for t in others[1:]:
+        t.join()
+    stop.set()
+    others[0].join()
+    assert not errors, errors[0]
+    assert NANS.collectors == 0 and not NANS.slow
+    with pytest.raises(AssertionError, match="wrong|disagree|adjoint"):
+        check_tape(lambda x: tg.sum(wrong(x)), x)
