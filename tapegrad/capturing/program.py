@@ -303,6 +303,10 @@ def build(tape: TraceTape, fn: Any, args: tuple, params: list[tuple[int, int]], 
             f"{name} uses a tape scalar from outside (a closure's or a global's) without "
             "taking it as an argument: a replay would use its value at the first call, and "
             "its gradient would be lost. Pass it as a float argument")
+    rebind = _rebind(tape, slots, slot_of)
+    # (first: an array it made with NumPy whose contents a kernel reads, an atomic's target
+    # or an update in place included, is a const to the trace, as a global is)
+    _check_origins(fn, args, slots, name)
     for slot in slots:
         if slot.kind == CONST and slot.written:
             raise CaptureError(
@@ -311,8 +315,6 @@ def build(tape: TraceTape, fn: Any, args: tuple, params: list[tuple[int, int]], 
                 "global's or a closure's): a replay would write it "
                 "without the function's Python to say so. Pass it as an argument (or return "
                 "a new array)")
-    rebind = _rebind(tape, slots, slot_of)
-    _check_origins(fn, args, slots, name)
     scratch = _scratch(slots, ops)
     last_guard = max((k for k, op in enumerate(ops) if op.kind == "guard"), default=0)
     written_before = any(
@@ -487,12 +489,17 @@ def _check_origins(fn: Any, args: tuple, slots: list[Slot], name: str) -> None:
                 "it inside the function (np.empty_like)")
         if slot.kind == CONST and id(x) not in outside and id(base) not in outside \
                 and id(base) not in made:
+            fix = ("Make it outside the captured function (a closure's or a global's "
+                   "constant), pass it as an argument, or make it with a kernel")
+            if slot.written:      # (an atomic's target, A[i] += x: what is there is read)
+                fix = ("A kernel updates it in place (an atomic, +=), which reads what is there, "
+                       "np.zeros's zeros too. Pass it as an argument, or make it with a kernel "
+                       "(one that stores zeros, say, before the one that adds into it)")
             raise CaptureError(
                 f"{_at(slot.used_at)}{name} reads an array of shape {tuple(x.shape)} that no "
                 "recorded operation wrote and that it was not given: made by host code inside the function "
                 "(NumPy, say), which a replay does not run: every replay would read the first "
-                "call's contents. Make it outside the captured function (a closure's or a "
-                "global's constant), pass it as an argument, or make it with a kernel")
+                f"call's contents. {fix}")
         if base is not x and id(base) in made and (slot.kind == CONST or
                                                    made[id(base)] != "an array it made"):
             raise CaptureError(

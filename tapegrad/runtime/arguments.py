@@ -7,7 +7,6 @@ workgroup size.
 
 from __future__ import annotations
 
-import ast
 import math
 from typing import Any
 
@@ -18,7 +17,6 @@ from tapegrad.ad.access import array_access
 from tapegrad.backends.registry import array_kind, is_array, kind_of
 from tapegrad.errors import LaunchError
 from tapegrad.frontend import kernel_ir
-from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import (
     BOOL,
     FLOAT32,
@@ -115,17 +113,14 @@ def access(kernel: Any) -> tuple[set[str], set[str]]:
 
 def write_only(kernel: Any) -> frozenset[int]:
     """The positions of the parameters the kernel writes with plain stores and never reads
-    (not atomics' targets, which read what is there); cached on the kernel."""
+    (``access`` counts atomics' targets and updates in place, ``A[i] += x``, as read: what is
+    there matters); cached on the kernel."""
     found = kernel.cache.get("write only")
     if found is None:
         reads, writes = access(kernel)
-        ir = normalize(kernel_ir(kernel), kernel_ir)
-        atomic = {n.args[0].id for n in ast.walk(ast.Module(body=list(ir.body), type_ignores=[]))
-                  if isinstance(n, ast.Call) and (tg_name(n) or "").startswith("atomic_")
-                  and n.args and isinstance(n.args[0], ast.Name)}
         found = kernel.cache["write only"] = frozenset(
             k for k, p in enumerate(kernel_ir(kernel).params)
-            if p in writes and p not in reads and p not in atomic)
+            if p in writes and p not in reads)
     return found
 
 
