@@ -343,7 +343,7 @@ class Tape:
             else "const" for a, v in zip(args, plain))
         everything = frozenset(kernel_ir(kernel).params)
         if "dup" not in activity and "active" not in activity:
-            return everything
+            return frozenset()     # (no derivative goes through it: it has no adjoint to read)
         try:
             return values_read(kernel, cfg.backend, plain, activity, nd,
                                  groupsize_of(cfg, len(nd)))
