@@ -98,8 +98,9 @@ class Kernel(KernelFunction):
         """``wgs`` as Python ints (4 and np.int64(4) are one configuration); anything but
         None, an int or a list or tuple of ints is refused here, before it is a key (4.0,
         equal to 4, once made that key fail for 4 as well)."""
-        if wgs is None:
-            return None
+        if wgs is None or type(wgs) is int or type(wgs) is tuple and all(
+                type(x) is int for x in wgs):    # (the usual ones: as they are, at once)
+            return wgs
         items = tuple(wgs) if isinstance(wgs, (tuple, list)) else (wgs,)
         if not all(isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
                    for x in items):
