@@ -25,7 +25,9 @@ from tapegrad.errors import (  # noqa: F401
     LaunchError,
     TapegradError,
 )
+from tapegrad.frontend import kernel_ir
 from tapegrad.kernels import ConfiguredKernel, Kernel, int_too_big
+from tapegrad.runtime.arguments import access
 from tapegrad.tape.activity import (
     Active,
     Annotation,
@@ -116,6 +118,9 @@ def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = N
             if error is None:
                 raise
             raise error from None
+        tapes = recording_tapes()
+        if tapes:
+            _derivatives_written(tapes, mode, f, args)
         ctx = current_forward()
         if mode.reverse and ctx is not None:   # (its primal launch carried tangents)
             ctx.unknown([a.dval for a in map(annotate, args) if isinstance(a, Duplicated)],
@@ -176,6 +181,24 @@ def _result_tangents(ctx: ForwardContext, result: Any, width: int) -> list[Any]:
         return [0.0] * width
     raise TapegradError(f"forward mode needs f to return a scalar or an array, got "
                         f"{type(result).__name__}")
+
+
+def _derivatives_written(tapes: tuple, mode: Mode, cfg: ConfiguredKernel, args: tuple) -> None:
+    """A kernel-level tg.autodiff inside a recording: the tapes record its primal launch, not
+    its derivative launches, so the derivatives it wrote are marked (``stamps.Derivatives``):
+    a recorded operation reading them before one writes them is refused.  Reverse mode: the
+    shadows of arrays the kernel reads (an output's shadow is zeroed or, as a seed, only
+    read); forward mode: the tangents of arrays it writes."""
+    reads, writes = access(cfg.kernel)
+    wrote = reads if mode.reverse else writes
+    what = (f"tg.autodiff({'tg.Reverse' if mode.reverse else 'tg.Forward'}, "
+            f"{cfg.kernel.name}, ...)")
+    for p, a in zip(kernel_ir(cfg.kernel).params, map(annotate, args)):
+        if p in wrote and isinstance(a, Duplicated):
+            for d in (a.dval if isinstance(a.dval, tuple) else (a.dval,)):
+                if is_array(d):
+                    for tape in tapes:
+                        tape.derivatives_written(d, what)
 
 
 def _autodiff_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> tuple:

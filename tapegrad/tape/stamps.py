@@ -54,3 +54,36 @@ def host_change(x: Any, reader: str) -> TapegradError:
         "that change. Do it in a kernel, or with tapegrad's recorded host operations "
         "(B2 = tg.scale(B, 3.0), tg.copy, tg.reshape); to change a result only for "
         "display, change a copy (B.copy())")
+
+
+class Derivatives:
+    """The stamp of an array that holds derivatives a computation the tape does not record
+    wrote (a kernel-level ``tg.autodiff`` inside the recording: its primal launch is
+    recorded, its derivative launches are not).  It matches no sample, so the next recorded
+    operation that reads the array before one writes it is refused (``error``): a gradient
+    through those values would lose their own derivatives (a simulation's forces computed
+    that way would lose their second-order terms)."""
+
+    __slots__ = ("what",)
+
+    def __init__(self, what: str):
+        self.what = what
+
+    def __eq__(self, other: Any) -> bool:
+        return False
+
+    def __ne__(self, other: Any) -> bool:
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def error(self, x: Any, reader: str) -> TapegradError:
+        return TapegradError(
+            f"{reader} reads an array of shape {tuple(x.shape)} that holds derivatives "
+            f"{self.what} computed inside the recording; the tape records that call's primal "
+            "launch, not its derivative launches, so the derivative through these values "
+            "would be lost (forces computed as such derivatives inside a recorded simulation "
+            "would lose their second-order terms). Compute them with launches the tape "
+            "records (a kernel of their own, or tg.register_adjoint with its rule), or "
+            "compute them outside the recording; to use them as constants on purpose, read a "
+            "copy (d.copy())")

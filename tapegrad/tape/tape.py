@@ -38,7 +38,7 @@ from tapegrad.tape.provenance import Provenance
 from tapegrad.tape.recorder import RecordPlan, recorder
 from tapegrad.tape.records import LaunchRecord, Record
 from tapegrad.tape.scalars import TrackedScalar, plain
-from tapegrad.tape.stamps import host_change, same_bits, sample
+from tapegrad.tape.stamps import Derivatives, host_change, same_bits, sample
 from tapegrad.tape.sweep import Sweep
 from tapegrad.tracebacks import api_boundary
 
@@ -397,9 +397,17 @@ class Tape:
         """A recorded operation is about to read ``x``, which an earlier recorded operation
         read or wrote, and its contents differ from what it found or left (``stamp``): host
         code changed it."""
+        if type(stamp) is Derivatives:
+            raise stamp.error(x, reader)
         if same_bits(stamp, self.sample(x)):
             return                # (NaN samples compare unequal to themselves)
         raise host_change(x, reader)
+
+    def derivatives_written(self, x: Any, what: str) -> None:
+        """``x`` now holds derivatives a computation the tape does not record wrote (``what``:
+        which): a recorded operation reading it before one writes it is refused
+        (``stamps.Derivatives``; arrays on the host, and elsewhere under ``verify``)."""
+        self.stamps[self.track(x)] = Derivatives(what)
 
     def memory(self) -> dict[str, int]:
         r"""Bytes this tape holds, by kind: ``arrays`` its records keep (launch arguments

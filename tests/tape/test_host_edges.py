@@ -128,3 +128,41 @@ def test_host_reductions_add_in_one_order_under_deterministic():
         assert float(tg.norm(a)) == float(np.sqrt(np.sum(a * a)))
         (g,) = tg.gradient(tg.norm, a)
     np.testing.assert_allclose(g, a / np.linalg.norm(a), rtol=1e-12)
+
+
+@tg.kernel
+def cubed(E, X):
+    i = tg.index()
+    E[i] = X[i] * X[i] * X[i]
+
+
+@tg.kernel
+def moved(Y, X, F, dt):
+    i = tg.index()
+    Y[i] = X[i] + dt * F[i]
+
+
+def _simulate(x, constant_forces=False, steps=3):
+    """Forces F = dE/dx computed by a kernel-level tg.autodiff inside the recording."""
+    for _ in range(steps):
+        E, F = np.zeros_like(x), np.zeros_like(x)
+        tg.autodiff(tg.Reverse, cubed(tg.CPU()), tg.Const, tg.Duplicated(E, np.ones_like(x)),
+                    tg.Duplicated(x, F), ndrange=x.size)
+        y = np.empty_like(x)
+        moved(tg.CPU())(y, x, F.copy() if constant_forces else F, -0.01, ndrange=x.size)
+        x = y
+    return tg.sum(x)
+
+
+def test_derivatives_a_kernel_level_autodiff_wrote_inside_a_recording_are_refused_when_read():
+    # its derivative launches are not recorded: the gradient lost the forces' own derivative
+    # (d/dx of x - 0.03 x^2 per step), silently
+    x = np.linspace(0.1, 1.0, 5)
+    with pytest.raises(tg.TapegradError, match="holds derivatives tg.autodiff"):
+        tg.gradient(_simulate, x)
+    h = 1e-6
+    exact = np.array([(float(_simulate(x + h * e)) - float(_simulate(x - h * e))) / (2 * h)
+                      for e in np.eye(5)])
+    (constant,) = tg.gradient(lambda x: _simulate(x, constant_forces=True), x)
+    np.testing.assert_allclose(constant, 1.0)           # the copy: constants, on purpose
+    assert np.abs(exact - 1.0).max() > 1e-2             # (which is not the true gradient)
