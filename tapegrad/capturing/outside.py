@@ -96,6 +96,46 @@ def _names(fn: Any) -> list[tuple]:
     return found
 
 
+def outside_arrays(fn: Any) -> dict[int, Any]:
+    """Arrays ``fn`` can reach without being given them: what its closure holds, the globals
+    its code names (and their attributes it names), its object's attributes; and so on, four
+    levels deep, through the functions, lists, tuples, dicts and objects among those."""
+    arrays: dict[int, Any] = {}
+    found, seen = [fn], set()
+    for _ in range(4):
+        inner: list[Any] = []
+        for v in found:
+            if id(v) in seen:
+                continue
+            seen.add(id(v))
+            if is_array(v):
+                arrays[id(v)] = v
+            elif isinstance(v, dict):
+                inner += v.values()
+            elif isinstance(v, (list, tuple)):
+                inner += v
+            elif callable(v) and hasattr(v, "__code__") or hasattr(v, "__func__"):
+                inner += _reached(v)
+            elif not isinstance(v, (type, ModuleType)) and hasattr(v, "__dict__"):
+                inner += vars(v).values()
+        found = inner
+    return arrays
+
+
+def _reached(fn: Any) -> list[Any]:
+    """What a function's code reaches by name (``_names``), a module's attributes it names
+    in the module's place."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    names = code_names(code) if code is not None else {}
+    found: list[Any] = []
+    for step, v in _names(fn):
+        if isinstance(v, ModuleType):
+            found += [getattr(v, m) for m in names if m != step[-1] and hasattr(v, m)]
+        else:
+            found.append(v)
+    return found
+
+
 def code_names(code: Any) -> dict[str, None]:
     """The global and attribute names a code object uses, with those of the code nested in
     it (a comprehension's, a lambda's: same globals), in order."""

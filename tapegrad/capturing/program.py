@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -26,7 +25,7 @@ from tapegrad.backends.cuda.graphs import plan as cuda_plan
 from tapegrad.backends.cuda.launches import plan as cuda_launches
 from tapegrad.backends.notice import compiling
 from tapegrad.backends.opencl.queue import plan as opencl_plan
-from tapegrad.capturing.outside import code_names
+from tapegrad.capturing.outside import outside_arrays
 from tapegrad.capturing.trace import Step, TraceTape
 from tapegrad.errors import CaptureError
 from tapegrad.tape.arrays import empty_like, is_array
@@ -471,7 +470,7 @@ def _check_origins(fn: Any, args: tuple, slots: list[Slot], name: str) -> None:
     ``fn``'s closure, its globals or its object (a replay writes the program's memory, not
     that buffer); and a view of an argument or a temporary that ``fn`` made anew (a replay
     would use the first call's view)."""
-    outside = _outside_arrays(fn)
+    outside = outside_arrays(fn)
     made = {id(owner(a)): f"argument {k}" for k, a in enumerate(args) if is_array(a)}
     for slot in slots:
         if slot.kind in (TEMP, OUTPUT) and slot.proto is not None:
@@ -507,58 +506,6 @@ def _check_origins(fn: Any, args: tuple, slots: list[Slot], name: str) -> None:
                 f"{tuple(base.shape)}) to a recorded operation; a captured function does not "
                 "replay views of its arguments or of arrays it made yet: pass whole arrays "
                 "and let the kernel's indices pick the part")
-
-
-def _outside_arrays(fn: Any) -> dict[int, Any]:
-    """Arrays ``fn`` can reach without being given them: what its closure holds, the globals
-    its code names (and their attributes it names), its object's attributes; and so on, four
-    levels deep, through the functions, lists, tuples, dicts and objects among those."""
-    arrays: dict[int, Any] = {}
-    found, seen = [fn], set()
-    for _ in range(4):
-        inner: list[Any] = []
-        for v in found:
-            if id(v) in seen:
-                continue
-            seen.add(id(v))
-            if is_array(v):
-                arrays[id(v)] = v
-            elif isinstance(v, dict):
-                inner += v.values()
-            elif isinstance(v, (list, tuple)):
-                inner += v
-            elif callable(v) and hasattr(v, "__code__") or hasattr(v, "__func__"):
-                inner += _names_of(v)
-            elif not isinstance(v, (type, ModuleType)) and hasattr(v, "__dict__"):
-                inner += vars(v).values()
-        found = inner
-    return arrays
-
-
-def _names_of(fn: Any) -> list[Any]:
-    """What a function's code can reach by name: its closure's contents, the globals it names
-    (a module's attributes it names too), its bound object."""
-    found: list[Any] = []
-    owner = getattr(fn, "__self__", None)
-    if owner is not None and not isinstance(owner, ModuleType):
-        found.append(owner)
-    target = getattr(fn, "__func__", fn)
-    for cell in getattr(target, "__closure__", None) or ():
-        try:
-            found.append(cell.cell_contents)
-        except ValueError:          # an empty cell
-            pass
-    code, globals_ = getattr(target, "__code__", None), getattr(target, "__globals__", {})
-    if code is None:
-        return found
-    names = code_names(code)
-    for n in names:
-        v = globals_.get(n)
-        if isinstance(v, ModuleType):
-            found += [getattr(v, m) for m in names if m != n and hasattr(v, m)]
-        elif v is not None:
-            found.append(v)
-    return found
 
 
 def _scratch(slots: list[Slot], ops: list[Op]) -> list[Any]:
