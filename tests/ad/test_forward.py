@@ -527,6 +527,9 @@ def test_host_scalars_reach_kernel_level_autodiff_and_the_apis_inside_a_recordin
         with tg.Tape(), pytest.raises(tg.TapegradError, match="while a tape records"):
             call(tg.sum(x))
     assert tg.autodiff(tg.Reverse, f, tg.Active, tg.Active(6.0)) == ((3.0,),)
+    y, x_bar = tg.vjp(lambda y: tg.dot(y, y), x, 6.0)      # (outside: the weight by value)
+    assert y == pytest.approx(14.0)
+    np.testing.assert_allclose(x_bar, 2 * x * 6.0, rtol=1e-12)
 
 
 @tg.kernel
