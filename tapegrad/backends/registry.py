@@ -40,6 +40,15 @@ class ArrayKind:
     def owns(self, x: Any) -> bool:
         raise NotImplementedError
 
+    def check_operable(self, x: Any, what: str) -> None:
+        """Refuse ``x`` where this kind's array module cannot ``what`` it (a copy, a scale,
+        a reshape, zeroing in place) with a tapegrad error saying what to pass instead."""
+
+    def memory(self, x: Any) -> Any:
+        """The object owning ``x``'s memory where ``views_know_their_base`` is False (then
+        the tape holds it while other arrays share it: tape/identity.py), else None."""
+        return None
+
     def per_object(self, x: Any) -> bool:
         """Whether other objects of ``type(x)`` may get another answer from :meth:`owns`
         than ``x`` does (then :func:`kind_of` asks every object, not once per type)."""
@@ -215,7 +224,8 @@ def array_kind(x: Any, who: str = "tapegrad") -> ArrayKind:
     if kind is None:
         if not is_array(x):
             raise BackendError(f"{who} expects an array (numpy.ndarray, or a GPU array), got "
-                               f"{type(x).__name__}")
+                               f"{type(x).__name__}" + ("; make it an array first, e.g. "
+                               "numpy.asarray(x)" if isinstance(x, (list, tuple)) else ""))
         advice = next((a for a in (k.advice(x) for k in _KINDS) if a), None)
         raise BackendError(
             f"{who} got a {type(x).__module__}.{type(x).__name__}, which no tapegrad backend "

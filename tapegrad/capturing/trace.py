@@ -62,10 +62,12 @@ class TraceTape(Tape):
         self.depth = 0       # (record_launch within record_launch: a merged launch)
 
     def __enter__(self) -> TraceTape:
+        # (the arguments' fingerprints first: taking one can fail, e.g. a PyOpenCL view
+        # that skips elements, and must leave no tape recording behind)
+        self.arguments.start()
         Tape.__enter__(self)
         self.watching = concretized.set(self.compared)
         self.host_math = hostmath.install(self.fn)
-        self.arguments.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:

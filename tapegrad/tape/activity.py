@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad.backends.registry import array_kind
+from tapegrad.backends.registry import array_kind, is_array
 from tapegrad.errors import TapegradError
 
 
@@ -116,5 +116,7 @@ def make_zero(x: Any) -> Any:
 
 def make_zero_(dx: Any) -> Any:
     """Zero ``dx`` in place (shadows accumulate, so reset them between gradients); returns it."""
+    if type(dx) is not np.ndarray and is_array(dx):
+        array_kind(dx).check_operable(dx, "tg.make_zero_")
     dx[...] = 0
     return dx

@@ -35,8 +35,15 @@ def only_tape_holds(x: Any, held: int) -> bool:
     its memory (no user view or base can reach it), so user code can no longer change it."""
     # besides the held ones getrefcount sees the caller's variable, this function's parameter
     # and its own argument (tests/tape/test_tape.py checks both outcomes)
-    return _EXACT_REFCOUNTS and getattr(x, "base", None) is None \
-        and sys.getrefcount(x) - 3 <= held
+    if not (_EXACT_REFCOUNTS and getattr(x, "base", None) is None
+            and sys.getrefcount(x) - 3 <= held):
+        return False
+    if type(x) is np.ndarray:
+        return True
+    # memory that views share without a base (a PyOpenCL buffer): x must be alone on it (its
+    # reference, this local and getrefcount's argument; a tape's anchor counts as another)
+    memory = array_kind(x).memory(x)
+    return memory is None or sys.getrefcount(memory) <= 3
 
 
 class Spares:

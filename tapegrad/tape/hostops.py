@@ -126,7 +126,9 @@ def _reduce(name: str, arrays: tuple, reduce: Callable[..., float],
     return scalar
 
 
-def _check_array(fn: str, x: Any) -> None:
+def _check_array(fn: str, x: Any, on_device: bool = False) -> None:
+    """Refuse what ``tg.<fn>`` cannot take (``on_device``: it computes where ``x`` lives,
+    which PyOpenCL cannot do on a view that skips elements)."""
     if type(x) is np.ndarray:
         return
     if not is_array(x):
@@ -135,6 +137,8 @@ def _check_array(fn: str, x: Any) -> None:
     if not backend.owns(x):     # (a PyOpenCL array on a queue of the user's own)
         raise TapegradError(f"tg.{fn}: " + (backend.not_here("x", x) or
                                              f"its array is not on {backend!r}"))
+    if on_device:
+        array_kind(x).check_operable(x, f"tg.{fn}")
 
 
 @api_boundary
@@ -175,8 +179,12 @@ def dot(x: Any, y: Any) -> Any:
     >>> float(tg.dot(np.ones((2, 2)), np.full((2, 2), 3.0)))
     12.0
     """
-    _check_array("dot", x)
-    _check_array("dot", y)
+    _check_array("dot", x, on_device=True)
+    _check_array("dot", y, on_device=True)
+    if type(x) is not type(y) and array_kind(x) is not array_kind(y):
+        raise TapegradError(f"tg.dot of arrays of two kinds ({array_kind(x).name} and "
+                            f"{array_kind(y).name}): bring both to one backend first "
+                            "(tg.asarray(backend, x))")
     if x.size != y.size:
         raise TapegradError(f"tg.dot needs arrays of the same size, got {x.shape} and {y.shape}")
     return _reduce("dot", (x, y), _vdot,
@@ -197,7 +205,7 @@ def _vdot(a: Any, b: Any) -> float:
 @api_boundary
 def norm(x: Any) -> Any:
     """The Euclidean norm of all elements, differentiable (its gradient at 0 is 0)."""
-    _check_array("norm", x)
+    _check_array("norm", x, on_device=True)
     return _reduce("norm", (x,), _norm,
                    lambda bar, k, v, a: _norm_cotangent(bar, a, v),
                    lambda t, v, a: _f(t[0], lambda d: dot(a, d) / v if v else 0.0))
@@ -304,7 +312,7 @@ def copy(x: Any) -> Any:
     >>> tg.copy(np.arange(3.0)).tolist()
     [0.0, 1.0, 2.0]
     """
-    _check_array("copy", x)
+    _check_array("copy", x, on_device=True)
     y = x.copy()
     ctx = current_forward()
     if ctx is not None and ctx.tangent_of(x) is not None:
@@ -326,8 +334,12 @@ def reshape(x: Any, shape: Any) -> Any:
     >>> tg.reshape(np.arange(4.0), (2, 2)).tolist()
     [[0.0, 1.0], [2.0, 3.0]]
     """
-    _check_array("reshape", x)
-    y = x.reshape(shape).copy()
+    _check_array("reshape", x, on_device=True)
+    try:
+        y = x.reshape(shape).copy()
+    except (ValueError, TypeError) as e:
+        raise TapegradError(f"tg.reshape: an array of shape {tuple(x.shape)} cannot take "
+                            f"shape {shape!r} ({e})") from None
     ctx = current_forward()
     if ctx is not None and ctx.tangent_of(x) is not None:
         ctx.seed(y, [ctx.taped_or_plain(reshape, lambda t, shape: t.reshape(shape).copy(), t,
@@ -347,7 +359,7 @@ def scale(x: Any, a: Any) -> Any:
     >>> tg.scale(np.arange(3.0), 2.0).tolist()
     [0.0, 2.0, 4.0]
     """
-    _check_array("scale", x)
+    _check_array("scale", x, on_device=True)
     ctx = current_forward()
     if ctx is not None and ctx.taped:
         return _scale_on_tape(ctx, x, a)

@@ -95,7 +95,7 @@ class Ident:
     hashing a memory tuple on every lookup would add up).  Identities are ordered by when
     they were registered, which breaks ties in the sorted list of memory ranges."""
 
-    __slots__ = ("serial", "owner", "weak", "meta", "span", "released")
+    __slots__ = ("serial", "owner", "weak", "meta", "span", "released", "anchor")
 
     def __init__(self, serial: int, owner: Any, weak: bool, meta: tuple, span: tuple):
         self.serial = serial
@@ -104,9 +104,12 @@ class Ident:
         self.meta = meta        # (array type, shape, dtype): enough to make its shadow
         self.span = span        # (lo, hi): the bytes its elements occupy (see extent)
         self.released = None    # the tape's weak slot for records that do not keep it
+        # the memory itself, held, where other array objects share it and no view leads to
+        # it (ArrayKind.memory: a PyOpenCL buffer): the identity then lives as long as the tape
+        self.anchor = None
 
     def alive(self) -> bool:
-        return not self.weak or self.owner() is not None
+        return not self.weak or self.anchor is not None or self.owner() is not None
 
     def __lt__(self, other: Ident) -> bool:
         return self.serial < other.serial
@@ -138,11 +141,16 @@ class Identities:
         t = type(x)
         key = (_numpy_address(x), shape, strides, x.dtype) if t is np.ndarray else \
             (x.data.ptr, shape, strides, x.dtype) if _CUPY_TYPES[t] else \
-            (_address(x), shape, strides, x.dtype) if isinstance(x, np.ndarray) else \
-            array_key(x)        # other array types may give shape and strides as lists
-        ident = self.by_memory.get(key)
-        if ident is None or ident.weak and ident.owner() is None:     # (not alive)
-            ident = self._register(x, key, ident)
+            (_address(x), shape, strides, x.dtype) if isinstance(x, np.ndarray) else None
+        if key is None:         # other array types may give shape and strides as lists
+            key = array_key(x)
+            ident = self.by_memory.get(key)
+            if ident is not None and ident.anchor is None and ident.alive():
+                _anchor(ident, x)
+        else:
+            ident = self.by_memory.get(key)
+        if ident is None or ident.weak and ident.anchor is None and ident.owner() is None:
+            ident = self._register(x, key, ident)       # (new, or not alive)
         try:
             self.known[id(x)] = (weakref.ref(x), shape, strides, ident)
         except TypeError:      # no weak references to this array type: remember nothing
@@ -204,6 +212,8 @@ class Identities:
             ident = Ident(self.serial, weakref.ref(owner), True, meta, span)
         except TypeError:
             ident = Ident(self.serial, owner, False, meta, span)
+        if ident.weak and type(x) is not np.ndarray and not _CUPY_TYPES[type(x)]:
+            _anchor(ident, x)
         if entry is not None:
             entry[2] = ident
         elif span[1] > span[0]:   # an empty range overlaps nothing (and would hide neighbours)
@@ -236,6 +246,19 @@ class Identities:
                     "identical views, so pass the same view every time (or copy)")
             self.entry_of.pop(other, None)
             self.extents.pop(clash)[2] = None     # freed memory, now reused: not listed
+
+
+def _anchor(ident: Ident, x: Any) -> None:
+    """Hold the memory of ``x`` in ``ident`` where another object may reach it too and no
+    view leads to it (a PyOpenCL view shares a buffer that takes no weak references): the
+    identity then outlives ``x``, as the memory does, so that a new view of the same elements
+    is the same array (a temporary view's identity died with it, and the tape took the next
+    view for a new, unwritten array).  An array object alone on its memory (a simulation's
+    new state) is not held: the tape frees it as it frees NumPy's."""
+    memory = array_kind(x).memory(x)
+    # (references: x's own, this local, getrefcount's argument; more: another object's)
+    if memory is not None and (sys.getrefcount(memory) > 3 or ident.owner() is not x):
+        ident.anchor = memory
 
 
 def disjoint(arrays: list) -> bool:

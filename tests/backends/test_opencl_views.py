@@ -242,8 +242,9 @@ def test_host_reductions_and_their_tangents_on_views(cl):
     assert y == pytest.approx(np.linalg.norm(a) + np.vdot(a, An[0]), rel=1e-14)
     assert y_dot == pytest.approx(np.vdot(a, v) / np.linalg.norm(a) + np.vdot(v, An[0]),
                                   rel=1e-13)
-    with pytest.raises(tg.TapegradError, match="skips elements"):
-        tg.sum(A[:, 1])
+    # (a view that skips elements is read through its strides, in one copy of its span)
+    assert float(tg.sum(A[:, 1])) == pytest.approx(An[:, 1].sum(), rel=1e-14)
+    assert float(tg.mean(A.T[::-1])) == pytest.approx(An.mean(), rel=1e-14)
 
 
 @tg.kernel
@@ -309,3 +310,117 @@ def test_a_captured_function_sees_views_of_one_buffer_on_a_replay_too(cl):
     with pytest.raises(tg.TapegradError, match="two different views of the same memory"):
         captured(big[:8], big[2:10])
     np.testing.assert_array_equal(big.get(), np.arange(10.0))
+
+
+def test_a_tape_follows_temporary_views_of_one_buffer(cl):
+    """A PyOpenCL view knows no base: the tape holds the buffer that temporary views share,
+    so a new view of the same elements is the array the kernel wrote (it was taken for a
+    new, unwritten one: the kernel's share of the gradient was lost), and a view of other
+    elements of a written buffer is refused as on the CPU."""
+    An = np.linspace(0.1, 1.0, 20)
+    for make, be in ((on, cl), (lambda _, x: x.copy(), tg.CPU())):
+        A, B = make(cl, An), make(cl, np.zeros(16))
+        with tg.Tape() as tape:
+            sin_times(be)(B[2:10], A[3:11], ndrange=8)        # temporaries, dropped here
+            loss = tg.sum(B[2:10]) + tg.dot(A[3:11], A[3:11])
+        (g,) = tape.gradient(loss, [A[3:11]])
+        a = An[3:11]
+        np.testing.assert_allclose(tg.to_numpy(g), np.sin(a) + a * np.cos(a) + 2 * a,
+                                   rtol=1e-13)
+
+        def stencil(A, make=make, be=be):
+            B, C = make(cl, np.zeros(16)), make(cl, np.zeros(16))
+            sin_times(be)(B[2:10], A, ndrange=8)
+            sin_times(be)(C, B, ndrange=16)
+            return tg.sum(C)
+        with pytest.raises(tg.TapegradError, match="two different views of the same memory"):
+            tg.gradient(stencil, make(cl, An[:8]))
+
+
+def test_a_change_after_the_recording_through_a_parent_array_is_refused(cl):
+    """An input read through a temporary view and changed through its parent after the
+    recording: refused at gradient(), as on the CPU (it was taken for memory only the tape
+    held, and the gradient used the new contents: 0.0 for 6.0)."""
+    An = np.linspace(0.1, 1.6, 16)
+    A, B = on(cl, An), on(cl, np.zeros(8))
+    with tg.Tape() as tape:
+        k = tape.watch(0.5)
+        saxpy(cl)(B, k, A[3:11], ndrange=8)
+        loss = tg.sum(B)
+    A.fill(0.0)
+    with pytest.raises(tg.TapegradError, match="changed after recording"):
+        tape.gradient(loss, [k])
+    A.set(An)
+    assert tape.gradient(loss, [k])[0] == pytest.approx(An[3:11].sum(), rel=1e-14)
+
+
+def test_buffers_on_one_host_memory_are_one_memory(cl):
+    """Two buffers made with USE_HOST_PTR on one NumPy array share their elements: a shadow
+    on the other is refused before anything runs (the adjoint added into A itself)."""
+    import pyopencl
+    flags = pyopencl.mem_flags.READ_WRITE | pyopencl.mem_flags.USE_HOST_PTR
+    An = np.linspace(0.1, 1.6, 16)
+    host = An.copy()
+    A, dA = (cla.Array(cl.queue, 16, np.float64,
+                       data=pyopencl.Buffer(cl.queue.context, flags, hostbuf=host))
+             for _ in range(2))
+    B, dB = on(cl, np.zeros(16)), on(cl, np.ones(16))
+    with pytest.raises(tg.TapegradError, match="shares memory with it"):
+        tg.autodiff(tg.Reverse, sin_times(cl), tg.Const, tg.Duplicated(B, dB),
+                    tg.Duplicated(A, dA), ndrange=16)
+    np.testing.assert_array_equal(A.get(), An)
+    np.testing.assert_array_equal(dB.get(), np.ones(16))
+
+
+def test_arrays_on_shared_virtual_memory_are_refused_with_the_way_out(cl):
+    import pyopencl.tools
+    svm = pyopencl.tools.SVMAllocator(cl.queue.context, alignment=0, queue=cl.queue)
+    X = cla.to_device(cl.queue, np.arange(8.0), allocator=svm)
+    Y = cla.zeros(cl.queue, 8, np.float64, allocator=svm)
+    for call in (lambda: saxpy(cl)(Y, 2.0, X, ndrange=8),
+                 lambda: tg.gradient(lambda A: tg.sum(A), X)):
+        with pytest.raises(tg.LaunchError, match="shared virtual memory.*default allocator"):
+            call()
+    assert not Y.get().any()
+
+
+def test_host_operations_on_views_that_skip_elements(cl):
+    """Read: the values NumPy's view has (tg.to_numpy, tg.asarray, reductions). Computed on
+    the device (tg.copy/scale/reshape/make_zero_/dot), which PyOpenCL cannot do on such a
+    view: a tapegrad error with the way out, the array untouched; it works as advised."""
+    An = np.arange(12.0).reshape(3, 4)
+    A, x = on(cl, An), on(cl, np.arange(10.0))
+    for view, host in ((A[:, 1], An[:, 1]), (A.T, An.T), (x[::-3], np.arange(10.0)[::-3])):
+        np.testing.assert_array_equal(tg.to_numpy(view), host)
+        np.testing.assert_array_equal(tg.asarray(cl, view).get(), host)
+    for call, name in ((lambda: tg.copy(A[:, 1]), "copy"), (lambda: tg.scale(A.T, 2.0), "scale"),
+                       (lambda: tg.reshape(A.T, (12,)), "reshape"),
+                       (lambda: tg.make_zero_(x[::2]), "make_zero_"),
+                       (lambda: tg.dot(A.T, A.T), "dot"), (lambda: tg.norm(A.T), "norm")):
+        with pytest.raises(tg.TapegradError, match=rf"tg.{name} got a view .* skips elements"
+                                                   r".*tg.asarray\(backend, tg.to_numpy\(x\)\)"):
+            call()
+    np.testing.assert_array_equal(A.get(), An)
+    np.testing.assert_array_equal(x.get(), np.arange(10.0))
+    np.testing.assert_array_equal(tg.copy(tg.asarray(cl, tg.to_numpy(A[:, 1]))).get(), An[:, 1])
+    with pytest.raises(tg.TapegradError, match=r"two kinds \(opencl and numpy\).*tg.asarray"):
+        tg.dot(x, np.ones(10))
+    for arr in (x, np.arange(10.0)):
+        with pytest.raises(tg.TapegradError, match=r"shape \(10,\) cannot take shape \(3, 3\)"):
+            tg.reshape(arr, (3, 3))
+
+
+def test_a_captured_call_that_fails_on_entry_leaves_no_tape_recording(cl):
+    """A captured call refused while it starts (a view that skips elements) leaves nothing
+    behind: no tape records afterwards and math is Python's again (the tape stayed on)."""
+    from tapegrad.tape.modes import recording_tapes
+
+    def f(Y, X):
+        saxpy(cl)(Y, 2.0, X, ndrange=8)
+        return tg.sum(Y)
+    captured = tg.capture(f)
+    captured(on(cl, np.zeros(8)), on(cl, np.ones(8)))
+    with pytest.raises(tg.TapegradError):
+        captured(on(cl, np.zeros(8)), on(cl, np.arange(16.0))[::2])
+    assert recording_tapes() == ()
+    assert math.sin is math.sin.__self__.sin and float(tg.sum(np.ones(3))) == 3.0

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from tapegrad.backends.registry import MARK, ArrayKind
-from tapegrad.errors import LaunchError
+from tapegrad.errors import LaunchError, TapegradError
 
 
 class OpenCLArrays(ArrayKind):
@@ -18,6 +18,17 @@ class OpenCLArrays(ArrayKind):
     def owns(self, x: Any) -> bool:
         # (by module, so that asking costs no import of pyopencl where it is not installed)
         return type(x).__module__.startswith("pyopencl") and hasattr(x, "base_data")
+
+    def memory(self, x: Any) -> Any:
+        return x.base_data
+
+    def check_operable(self, x: Any, what: str) -> None:
+        if x.size and not x.flags.c_contiguous:
+            raise TapegradError(
+                f"{what} got a view of an OpenCL array that skips elements (shape "
+                f"{tuple(x.shape)}, strides {tuple(x.strides)}), which PyOpenCL cannot operate "
+                "on; pass a contiguous array (a view may start anywhere: x[3:], A[1]), or a "
+                "contiguous copy made on the host: tg.asarray(backend, tg.to_numpy(x))")
 
     def device(self, x: Any) -> Any:
         """The OpenCL device ``x`` lives on (its queue's)."""
@@ -44,16 +55,32 @@ class OpenCLArrays(ArrayKind):
         # (PyOpenCL gives it no buffer: base_data None) has no elements and overlaps nothing:
         # its address is its object's, below every buffer's range, so that two empty arrays
         # are two arrays (as NumPy's are) and a view's range is empty (identity.extent)
-        buffer = x.base_data
-        if buffer is None:
+        # (the same for a buffer made on host memory (USE_HOST_PTR), whose elements are that
+        # memory's, as are those of every other buffer made on it: its address is the host's,
+        # below every buffer's range)
+        if x.base_data is None:
             return id(x)
+        buffer = buffer_of(x)
         parent = buffer.get_info(_info().ASSOCIATED_MEMOBJECT)
-        if parent is None:
-            return (buffer.int_ptr << 48) + x.offset
-        return (parent.int_ptr << 48) + buffer.get_info(_info().OFFSET) + x.offset
+        origin = x.offset
+        if parent is not None:
+            origin += buffer.get_info(_info().OFFSET)
+            buffer = parent
+        if buffer.flags & _mem_flags().USE_HOST_PTR:
+            return buffer.get_host_array((1,), np.uint8).ctypes.data + origin
+        return (buffer.int_ptr << 48) + origin
 
     def to_numpy(self, x: Any) -> np.ndarray:
-        return x.get()
+        if x.flags.forc or not x.size:
+            return x.get()
+        # a view that skips elements (PyOpenCL's get() takes none): the bytes it spans, read
+        # in one copy, seen through its strides
+        import pyopencl as cl
+        first = sum((n - 1) * st for n, st in zip(x.shape, x.strides) if st < 0)
+        last = sum((n - 1) * st for n, st in zip(x.shape, x.strides) if st > 0)
+        span = np.empty(last - first + x.dtype.itemsize, np.uint8)
+        cl.enqueue_copy(x.queue, span, buffer_of(x), src_offset=x.offset + first)
+        return np.ndarray(x.shape, x.dtype, span, -first, x.strides).copy()
 
     def upload(self, x: Any, host: np.ndarray) -> None:
         x.set(host)
@@ -187,8 +214,25 @@ def _first_bad(before: Any, after: Any, marked: bool) -> int:
 OPENCL_ARRAYS = OpenCLArrays()
 
 
+def buffer_of(x: Any, name: str = "") -> Any:
+    """The OpenCL buffer holding ``x``'s elements (``name``: the kernel argument it is)."""
+    buffer = x.base_data
+    if not hasattr(buffer, "get_info"):
+        raise LaunchError(f"{'argument ' + name + ': ' if name else ''}a PyOpenCL array on a "
+                          f"{type(buffer).__name__} (shared virtual memory): tapegrad takes "
+                          "arrays on OpenCL buffers; allocate it with PyOpenCL's default "
+                          "allocator or a MemoryPool")
+    return buffer
+
+
 @functools.cache
 def _info() -> Any:
     """PyOpenCL's ``mem_info`` (imported where an OpenCL array is first asked about)."""
     import pyopencl as cl
     return cl.mem_info
+
+
+@functools.cache
+def _mem_flags() -> Any:
+    import pyopencl as cl
+    return cl.mem_flags

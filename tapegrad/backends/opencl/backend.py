@@ -18,7 +18,7 @@ from tapegrad.backends.c.items import (
 from tapegrad.backends.c.printer import SCALAR_SUM_SIZE, kernel_symbol
 from tapegrad.backends.determinism import DETERMINISTIC, unordered_atomics
 from tapegrad.backends.launch_chain import LaunchChain
-from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
+from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS, buffer_of
 from tapegrad.backends.opencl.device import arrays_on, devices, queue
 from tapegrad.backends.opencl.printer import OpenCLPrinter
 from tapegrad.backends.ordered import OrderedLaunch
@@ -77,7 +77,8 @@ class OpenCL(Backend):
 
     def asarray(self, x: Any) -> Any:
         import pyopencl.array as cla
-        host = x.get() if hasattr(x, "get") else np.array(x, copy=True)
+        host = OPENCL_ARRAYS.to_numpy(x) if OPENCL_ARRAYS.owns(x) else \
+            x.get() if hasattr(x, "get") else np.array(x, copy=True)
         return cla.to_device(self.queue, np.ascontiguousarray(host))
 
     def synchronize(self) -> None:
@@ -190,7 +191,7 @@ def _disjoint(arrays: list[Any]) -> bool:
     for a in arrays:
         if not a.nbytes:
             continue
-        buffer = a.base_data
+        buffer = buffer_of(a)
         if (buffer.get_info(cl.mem_info.ASSOCIATED_MEMOBJECT) is not None
                          or buffer.get_info(cl.mem_info.FLAGS) & cl.mem_flags.USE_HOST_PTR):
             return False
@@ -206,7 +207,7 @@ def _buffer(name: str, a: Any) -> Any:
                           f"the device: pass the whole array and index it in the kernel, or "
                           f"a contiguous array made on the host, tg.asarray(backend, "
                           f"np.ascontiguousarray(host_view))")
-    return a.base_data
+    return buffer_of(a, name)
 
 
 def element_offset(name: str, a: Any) -> int:
