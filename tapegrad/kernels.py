@@ -4,6 +4,7 @@ Both are checked against the kernel language when decorated, at the user's line.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,7 @@ from tapegrad.frontend.checks import check_syntax
 from tapegrad.lang.kernel import DeviceFunction, KernelFunction
 from tapegrad.runtime.launch import launch
 from tapegrad.runtime.show import passes_of, source_of
-from tapegrad.tracebacks import filter_error
+from tapegrad.tracebacks import api_boundary, filter_error
 
 
 class Func(DeviceFunction):
@@ -29,6 +30,7 @@ class Func(DeviceFunction):
     9.0
     """
 
+    @api_boundary
     def reverse(self, rule: Callable[..., Any]) -> Func:
         """Decorator: a hand-written reverse rule, used instead of differentiating the body.
 
@@ -47,6 +49,7 @@ class Func(DeviceFunction):
         self.reverse_rule = Func(rule)
         return self.reverse_rule
 
+    @api_boundary
     def forward(self, rule: Callable[..., Any]) -> Func:
         """Decorator: a hand-written forward rule ``rule(*args, *arg_dots) -> r_dot``."""
         check_syntax(rule, is_kernel=False)
@@ -78,12 +81,13 @@ class Kernel(KernelFunction):
     def __call__(self, backend: Any, workgroupsize: int | tuple[int, ...] | None = None,
                  *args: Any, ndrange: Any = None) -> ConfiguredKernel:
         """Bind a backend and a workgroup size: ``kern(backend, 64)(*args, ndrange=n)``."""
-        if args or ndrange is not None or not hasattr(backend, "compile"):
-            raise LaunchError(
-                f"{self.name}(...) takes a backend first, e.g. {self.name}(tg.CPU()) or "
-                f"{self.name}(tg.get_backend(A)), then the arguments: "
-                f"{self.name}(backend)(A, B, ndrange=n); got {type(backend).__name__}.")
-        workgroupsize = self.group_key(workgroupsize)
+        try:                           # (api_boundary, inlined: tracebacks.py)
+            if args or ndrange is not None or not hasattr(backend, "compile"):
+                raise self.no_backend(backend, hasattr(backend, "compile"))
+            workgroupsize = self.group_key(workgroupsize)
+        except TapegradError as e:
+            filter_error(e)
+            raise
         # keyed by the backend's value (its type and settings, ``Backend.__eq__``), not its
         # identity: ``kern(tg.get_backend(x))`` in a loop finds one entry, whatever object
         # each call passes
@@ -93,6 +97,18 @@ class Kernel(KernelFunction):
             cfg = ConfiguredKernel(self, backend, workgroupsize)
             self._configured[key] = cfg
         return cfg
+
+    def no_backend(self, got: Any, with_backend: bool) -> LaunchError:
+        """The error for ``kern(B, A)`` (``got``: what came where the backend goes), or with
+        ``with_backend`` for ``kern(backend, 64, B, A)``: the arguments in the first call."""
+        params = list(inspect.signature(self.pyfunc).parameters) or ["..."]
+        example = (f"{self.name}(tg.CPU()) or {self.name}(tg.get_backend({params[0]}))"
+                   if params[0] != "..." else f"{self.name}(tg.CPU())")
+        what = ("the arguments with the backend, in one call" if with_backend
+                else type(got).__name__)
+        return LaunchError(
+            f"{self.name}(...) takes a backend first, e.g. {example}, then the arguments: "
+            f"{self.name}(backend)({', '.join(params)}, ndrange=n); got {what}.")
 
     def group_key(self, wgs: Any) -> int | tuple[int, ...] | None:
         """``wgs`` as Python ints (4 and np.int64(4) are one configuration); anything but
@@ -108,6 +124,7 @@ class Kernel(KernelFunction):
                               f"got {wgs!r}")
         return tuple(int(x) for x in items) if isinstance(wgs, (tuple, list)) else int(wgs)
 
+    @api_boundary
     def source(self, mode: str = "primal", backend: Any = None) -> str:
         """The kernel as tapegrad will run it, as readable Python.
 
@@ -116,6 +133,7 @@ class Kernel(KernelFunction):
         """
         return source_of(self, mode, backend)
 
+    @api_boundary
     def passes(self, mode: str = "primal", backend: Any = None) -> str:
         """What each of the CPU's optimisation passes did for the code the most recent launch
         in ``mode`` on ``backend`` ran (``tapegrad.backends.cpu.passes``), one line each.
@@ -145,17 +163,17 @@ class ConfiguredKernel:
         self.workgroupsize = workgroupsize
 
     def __call__(self, *args: Any, ndrange: int | tuple[int, ...] | None = None) -> None:
-        try:
-            launch(self, args, ndrange)
-        except TapegradError as e:     # (the user's frames only: tracebacks.py)
+        try:                           # (api_boundary, inlined: tracebacks.py)
+            try:
+                launch(self, args, ndrange)
+            except OverflowError:      # (an int the launch could not pass: nothing ran)
+                error = int_too_big(self.kernel, args)
+                if error is None:
+                    raise
+                raise error from None
+        except TapegradError as e:
             filter_error(e)
             raise
-        except OverflowError:          # (an int the launch could not pass: nothing ran)
-            error = int_too_big(self.kernel, args)
-            if error is None:
-                raise
-            filter_error(error)
-            raise error from None
 
     def __repr__(self) -> str:
         return f"<tg.kernel {self.kernel.name} on {self.backend!r}, workgroupsize={self.workgroupsize}>"
@@ -175,12 +193,14 @@ def int_too_big(kernel: Kernel, args: tuple) -> LaunchError | None:
     return None
 
 
+@api_boundary
 def kernel(fn: Callable[..., Any]) -> Kernel:
     """Decorator: turn a Python function written in the kernel language into a kernel."""
     check_syntax(fn)                  # fail early, at the decorated line
     return Kernel(fn)
 
 
+@api_boundary
 def func(fn: Callable[..., Any]) -> Func:
     """Decorator: a device function callable from kernels."""
     check_syntax(fn, is_kernel=False)

@@ -8,6 +8,14 @@ through them and take tapegrad's frames (and its generated code's) out of its tr
 the user sees their own frames and the entry point's one line.  Errors that are not
 tapegrad's (a bug, the user's own exception) keep every frame.
 
+The frames of the libraries tapegrad calls into (the standard library's ``ast`` visitors, Numba,
+NumPy, ...) go too where tapegrad called them; where the user's code called them they stay.
+
+Every public entry point is wrapped with :func:`api_boundary`; the two calls of the launch path
+(``kern(backend)`` and ``kern(backend)(*args)``, made in loops) inline its ``try``/``except``
+instead, which costs nothing until an error passes (a wrapper's extra call would add a quarter
+to a ``kern(cpu, 64)``).
+
 ``TAPEGRAD_TRACEBACK_FILTERING=off`` keeps every frame (as JAX's
 ``JAX_TRACEBACK_FILTERING=off``), for reporting a tapegrad bug.
 """
@@ -15,7 +23,9 @@ tapegrad's (a bug, the user's own exception) keep every frame.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
+import sysconfig
 import types
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -32,11 +42,52 @@ def filtering() -> bool:
         "off", "0", "false", "no")
 
 
+# the libraries whose frames between tapegrad's own say nothing to the user (the user's
+# code is never in them)
+_LIBRARIES = ("numpy", "numba", "llvmlite", "cupy", "cupy_backends", "pyopencl", "torch",
+              "jax", "jaxlib", "mpi4py")
+
+
+@functools.cache
+def _library_folders() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The standard library's folders, and the folders of :data:`_LIBRARIES` installed."""
+    stdlib = {os.path.abspath(sysconfig.get_paths()[k]) + os.sep
+              for k in ("stdlib", "platstdlib")}
+    packages = set()
+    for name in _LIBRARIES:
+        try:
+            spec = importlib.util.find_spec(name)    # (finds it, imports nothing)
+        except (ImportError, ValueError):
+            continue
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            packages.add(os.path.abspath(folder) + os.sep)
+    return tuple(stdlib), tuple(packages)
+
+
+def _librarys(filename: str) -> bool:
+    """Whether code in ``filename`` is the standard library's (not that of a package installed
+    below it, in ``site-packages``) or one of :data:`_LIBRARIES`'."""
+    stdlib, packages = _library_folders()
+    if filename.startswith(packages) or filename.startswith("<frozen "):
+        return True
+    return any(filename.startswith(folder) and not {"site-packages", "dist-packages"} & set(
+        filename[len(folder):].split(os.sep)) for folder in stdlib)
+
+
 def users_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
-    """``tb`` without tapegrad's frames."""
+    """``tb`` without tapegrad's frames, nor the libraries' frames that tapegrad called (an
+    ``ast.NodeVisitor``'s ``visit`` between two of tapegrad's checks): the user's frames, and
+    the libraries' frames that the user's code called."""
     kept = []
+    called_by_tapegrad = False      # (whether the innermost non-library frame is tapegrad's)
     while tb is not None:
-        if not tapegrads(tb.tb_frame.f_code.co_filename):
+        filename = tb.tb_frame.f_code.co_filename
+        if tapegrads(filename):
+            called_by_tapegrad = True
+        elif not _librarys(filename):
+            called_by_tapegrad = False
+            kept.append(tb)
+        elif not called_by_tapegrad:
             kept.append(tb)
         tb = tb.tb_next
     out = None

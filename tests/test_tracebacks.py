@@ -1,9 +1,11 @@
 """Tracebacks of tapegrad's errors show the user's frames and at most two of tapegrad's
-(tapegrad/tracebacks.py); TAPEGRAD_TRACEBACK_FILTERING=off shows them all; other exceptions
-keep every frame."""
+(tapegrad/tracebacks.py), none of the standard library's that tapegrad called (ast.py's
+visitors); TAPEGRAD_TRACEBACK_FILTERING=off shows them all; other exceptions keep every
+frame."""
 
 from __future__ import annotations
 
+import sysconfig
 import traceback
 
 import numpy as np
@@ -21,6 +23,12 @@ def uses_print(B):
     i = tg.index()
     print(i)
     B[i] = 1.0
+
+
+def uses_a_list(B):              # (made a kernel in the tests: refused when decorated)
+    i = tg.index()
+    xs = [1.0, 2.0]
+    B[i] = xs[0]
 
 
 def simulate(A, n):
@@ -41,6 +49,11 @@ def _frames(call):
     return info.value, frames, ours
 
 
+def _stdlibs(frames):
+    stdlib = sysconfig.get_paths()["stdlib"]
+    return [f for f in frames if f.filename.startswith(stdlib) and "-packages" not in f.filename]
+
+
 @pytest.mark.parametrize("call", [
     lambda: simulate(np.ones(4), 8),                                  # a launch out of range
     lambda: tg.gradient(lambda A: simulate(A, 8), np.ones(4)),
@@ -51,15 +64,43 @@ def _frames(call):
     lambda: tg.checkpoint_loop(lambda u: simulate(u, 8), np.ones(4), 3),
     lambda: tg.gradient(tg.checkpoint(lambda A: simulate(A, 8)), np.ones(4)),
     lambda: tg.sum(3),
+    lambda: tg.kernel(uses_a_list),                                   # refused when decorated
+    lambda: double(np.zeros(4), np.ones(4)),                          # no backend
+    lambda: tg.testing.check_grad(lambda A: tg.sum(A), np.arange(4)),  # an int array
 ], ids=["launch", "gradient", "autodiff", "kernel-error", "capture", "checkpoint-loop",
-        "checkpoint", "host-reduction"])
+        "checkpoint", "host-reduction", "decorated", "no-backend", "check-grad"])
 def test_a_tapegrad_error_shows_the_users_frames(call):
     error, frames, ours = _frames(call)
     assert isinstance(error, tg.TapegradError) and len(ours) <= 2, ours
     assert any(f.filename == __file__ for f in frames)
+    assert not _stdlibs(frames), _stdlibs(frames)     # (ast.py's visitors: tapegrad called them)
     if isinstance(error, tg.KernelError):    # (Python shows the kernel's line itself)
         shown = "".join(traceback.format_exception(error))
-        assert "print(i)" in shown and "uses_print" not in str(ours)
+        assert ("print(i)" in shown or "xs = [1.0, 2.0]" in shown) and "uses_" not in str(ours)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: tg.kernel(uses_a_list),
+    lambda: uses_print(CPU)(np.zeros(4), ndrange=4),
+    lambda: double(np.zeros(4), np.ones(4)),
+    lambda: tg.testing.check_grad(lambda A: tg.sum(A), np.arange(4)),
+], ids=["decorated", "kernel-error", "no-backend", "check-grad"])
+def test_an_error_at_the_users_call_shows_that_line_alone(call):
+    """(nothing of tapegrad's or the standard library's between the user's call and the
+    error; a kernel error's own line, like a SyntaxError's, is no frame)"""
+    error, frames, _ = _frames(call)
+    assert isinstance(error, tg.TapegradError)
+    assert [f.filename for f in frames] == [__file__, __file__], frames
+    if isinstance(error, tg.KernelSyntaxError):
+        assert error.text.strip() in "".join(traceback.format_exception(error))
+
+
+def test_the_no_backend_error_names_the_kernel_and_its_parameters():
+    error, _, _ = _frames(lambda: uses_print(np.zeros(4)))
+    assert "uses_print(tg.get_backend(B))" in str(error)
+    assert "uses_print(backend)(B, ndrange=n); got ndarray" in str(error)
+    error, _, _ = _frames(lambda: double(CPU, 64, np.zeros(4), np.ones(4), ndrange=4))
+    assert "double(backend)(B, A, ndrange=n); got the arguments with the backend" in str(error)
 
 
 def test_the_launch_line_is_the_last_frame_of_a_launch_error():

@@ -28,6 +28,10 @@ def parse_function(fn: Callable[..., Any]) -> Parsed:
     Decorators are dropped: the caller already knows what ``fn`` is.
     """
     filename = inspect.getsourcefile(fn) or inspect.getfile(fn)
+    if fn.__name__ == "<lambda>":      # (its source line is no definition to parse)
+        raise KernelSyntaxError(
+            "a kernel or device function is defined with def, not lambda: "
+            "def f(x): return ...", filename, fn.__code__.co_firstlineno)
     try:
         lines, first_line = inspect.getsourcelines(fn)
     except (OSError, TypeError) as exc:

@@ -64,6 +64,10 @@ _MAX_ROUNDS = 50
 _KERNEL_ONLY = {f"{space}_{kind}": "index(...)" for space in ("global", "local", "group")
                 for kind in ("index", "indices")}
 _KERNEL_ONLY.update(groupsize="groupsize()", ndrange="ndrange()")
+# the intrinsics that give one value per dimension of the launch, as the user writes them
+_PER_DIMENSION = {f"{space}_indices": f"tg.index(tg.{space.title()}, tg.NTuple)"
+                  for space in ("global", "local", "group")}
+_PER_DIMENSION.update(groupsize="tg.groupsize()", ndrange="tg.ndrange()")
 
 
 def specialize(ir: KernelIR, argtypes: tuple[Type, ...], rank: int,
@@ -211,7 +215,8 @@ class _Inference:
             self.tk.types[id(target)] = self.env[name] if self.env[name] is not None else t
         elif isinstance(target, ast.Tuple):
             if t is not None and not (isinstance(t, TupleT) and len(t.items) == len(target.elts)):
-                raise self.fail(at, f"cannot unpack {t} into {len(target.elts)} names")
+                raise self.fail(at, f"cannot unpack {t} into {len(target.elts)} names"
+                                + self.rank_hint(at, len(target.elts)))
             for k, elt in enumerate(target.elts):
                 self.assign(elt, None if t is None else t.items[k], at)
         elif isinstance(target, ast.Subscript):
@@ -221,6 +226,18 @@ class _Inference:
                                     "a small per-work-item array")
             if elem is not None and t is not None:
                 self.store_check(at, elem, t)
+
+    def rank_hint(self, at: ast.stmt, names: int) -> str:
+        """Where ``at`` unpacks an intrinsic of one value per dimension: the launch's rank."""
+        call = _PER_DIMENSION.get(tg_name(at.value) or "") if isinstance(at, ast.Assign) \
+            else None
+        if call is None:
+            return ""
+        rank = self.tk.rank
+        dims = ", ".join(f"n{d}" for d in range(names))
+        return (f": this launch's ndrange is {rank}-D, so {call} gives {rank} "
+                f"value{'s' if rank > 1 else ''}; launch with a {names}-D ndrange "
+                f"(ndrange=({dims})) or unpack it into {rank} name{'s' if rank > 1 else ''}")
 
     def store_check(self, at: ast.AST, elem: Type, value: Type) -> None:
         if not isinstance(value, Scalar):

@@ -361,6 +361,27 @@ def _div(x: int, y: int, symbol: str) -> int:
     return x // y if symbol == "//" else x % y
 
 
+def _advice(acc: Access, k: int, form: Form, lo: int) -> str:
+    """What to write instead of ``acc``, out of range in dimension ``k`` (least index
+    ``lo``): an index that is the same for every work-item is not helped by another ndrange,
+    and a negative one is no NumPy index from the end."""
+    name, index = acc.array, acc.indices[k]
+    if form.coefs:
+        guard = f"{index} >= 0" if lo < 0 else f"{index} < {name}.shape[{k}]"
+        return (f"Launch over the array's extent (e.g. ndrange={name}.shape) or guard the "
+                f"access (if {guard}:).")
+    if lo >= 0:
+        return (f"{index} is the same for every work-item: no ndrange brings it in range; "
+                f"its last index is {name}.shape[{k}] - 1.")
+    if not isinstance(form.const, int):
+        return ("Indices in kernels never wrap around: an index below 0 is out of range, not "
+                "counted from the end as in NumPy.")
+    fixed = list(acc.indices)
+    fixed[k] = f"{name}.shape[{k}] - {-form.const}"
+    return (f"Indices in kernels never wrap around: {index} is out of range, not counted from "
+            f"the end as in NumPy; write {name}[{', '.join(fixed)}].")
+
+
 @dataclass
 class Check:
     """The launch check of one kernel specialisation: ``failing(args, ndrange)`` is the
@@ -387,14 +408,11 @@ class Check:
                 lo, hi = (eval(x, scope, values) for x in f.extremes())
                 if lo < 0 or hi >= shape[k]:
                     where = "" if len(acc.forms) == 1 else f" in dimension {k}"
-                    guard = f"{acc.indices[k]} >= 0" if lo < 0 else \
-                        f"{acc.indices[k]} < {acc.array}.shape[{k}]"
                     return KernelIndexError(
                         f"{self.filename}:{acc.line}: kernel {self.kernel}: {acc.text} would "
                         f"index {acc.array}{where} from {lo} to {hi}, but {acc.array}.shape is "
                         f"{tuple(shape)} (ndrange {nd}, workgroupsize {groupsize}); nothing "
-                        "ran. Launch over the array's extent (e.g. ndrange="
-                        f"{acc.array}.shape) or guard the access (if {guard}:). Indices "
+                        f"ran. {_advice(acc, k, f, lo)} Indices "
                         "affine in the work-item's index are checked at every launch; "
                         "TAPEGRAD_BOUNDSCHECK=1 checks every access, element by element")
         return KernelIndexError(f"kernel {self.kernel}: an access indexes outside its array "

@@ -36,6 +36,7 @@ from tapegrad.runtime.nans import collecting, uncollected
 from tapegrad.tape.activity import Active, Const, Duplicated, Forward, Reverse
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.registry import check_count, check_like, check_result
+from tapegrad.tracebacks import api_boundary
 
 
 @dataclass
@@ -96,6 +97,7 @@ def _host_copies(args: Any) -> list:
     return out
 
 
+@api_boundary
 def check_tape(f: Callable[..., Any], *args: Any, eps: float = 1e-6, rtol: float = 1e-5,
                atol: float = 1e-9, seed: int = 0, forward: bool = True) -> int:
     """Run ``f(*args)`` once and check the adjoint (and, with ``forward``, the tangent) of

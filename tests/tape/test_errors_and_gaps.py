@@ -28,7 +28,7 @@ def scaled_sin(B, A, c):
 
 def test_a_kernel_launched_without_a_backend_says_how_to_launch():
     A, B = np.ones(10), np.zeros(10)
-    with pytest.raises(tg.LaunchError, match=r"sq\(backend\)\(A, B, ndrange=n\)"):
+    with pytest.raises(tg.LaunchError, match=r"sq\(backend\)\(B, A, ndrange=n\)"):
         sq(B, A, ndrange=10)
     assert np.all(B == 0)
 

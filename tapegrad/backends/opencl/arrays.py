@@ -215,9 +215,10 @@ OPENCL_ARRAYS = OpenCLArrays()
 
 
 def buffer_of(x: Any, name: str = "") -> Any:
-    """The OpenCL buffer holding ``x``'s elements (``name``: the kernel argument it is)."""
+    """The OpenCL buffer holding ``x``'s elements (``name``: the kernel argument it is);
+    None for an empty array (PyOpenCL gives it no buffer)."""
     buffer = x.base_data
-    if not hasattr(buffer, "get_info"):
+    if buffer is not None and not hasattr(buffer, "get_info"):
         raise LaunchError(f"{'argument ' + name + ': ' if name else ''}a PyOpenCL array on a "
                           f"{type(buffer).__name__} (shared virtual memory): tapegrad takes "
                           "arrays on OpenCL buffers; allocate it with PyOpenCL's default "
