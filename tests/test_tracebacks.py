@@ -157,3 +157,14 @@ def test_wrapped_for_torch_and_jax_the_users_frames_too(call):
     error, frames, ours = _frames(call)
     assert isinstance(error, tg.TapegradError) and len(ours) <= 2, ours
     assert any(f.filename == __file__ for f in frames)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: tg.zeros("cpu", np.float64, 3), lambda: tg.get_backend([1.0]),
+    lambda: tg.make_zero([1.0]), lambda: tg.asarray(None, [1.0])])
+def test_array_helpers_refuse_at_the_users_line(call):
+    """tg.zeros/asarray without a backend (a bare AttributeError), tg.get_backend and
+    tg.make_zero of a list: tapegrad errors whose traceback ends in the caller's code."""
+    with pytest.raises(tg.TapegradError) as info:
+        call()
+    assert [f.filename for f in traceback.extract_tb(info.tb)] == [__file__, __file__]

@@ -14,6 +14,7 @@ import numpy as np
 
 from tapegrad.backends.registry import array_kind, is_array
 from tapegrad.errors import TapegradError
+from tapegrad.tracebacks import api_boundary
 
 
 class Mode:
@@ -103,6 +104,7 @@ def annotate(arg: Any) -> Annotation:
     return Const(arg)
 
 
+@api_boundary
 def make_zero(x: Any) -> Any:
     """A new zero-filled array like ``x``, on the same device (Enzyme's ``make_zero``)."""
     if isinstance(x, np.floating):
@@ -114,6 +116,7 @@ def make_zero(x: Any) -> Any:
     return array_kind(x, "tg.make_zero").module().zeros_like(x)
 
 
+@api_boundary
 def make_zero_(dx: Any) -> Any:
     """Zero ``dx`` in place (shadows accumulate, so reset them between gradients); returns it."""
     if type(dx) is not np.ndarray and is_array(dx):
