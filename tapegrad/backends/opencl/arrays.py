@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.backends.opencl.buffers import buffer_of, to_host
 from tapegrad.backends.registry import MARK, ArrayKind
 from tapegrad.errors import LaunchError, TapegradError
 
@@ -71,16 +72,7 @@ class OpenCLArrays(ArrayKind):
         return (buffer.int_ptr << 48) + origin
 
     def to_numpy(self, x: Any) -> np.ndarray:
-        if x.flags.forc or not x.size:
-            return x.get()
-        # a view that skips elements (PyOpenCL's get() takes none): the bytes it spans, read
-        # in one copy, seen through its strides
-        import pyopencl as cl
-        first = sum((n - 1) * st for n, st in zip(x.shape, x.strides) if st < 0)
-        last = sum((n - 1) * st for n, st in zip(x.shape, x.strides) if st > 0)
-        span = np.empty(last - first + x.dtype.itemsize, np.uint8)
-        cl.enqueue_copy(x.queue, span, buffer_of(x), src_offset=x.offset + first)
-        return np.ndarray(x.shape, x.dtype, span, -first, x.strides).copy()
+        return to_host(x)
 
     def upload(self, x: Any, host: np.ndarray) -> None:
         x.set(host)
@@ -212,18 +204,6 @@ def _first_bad(before: Any, after: Any, marked: bool) -> int:
 
 
 OPENCL_ARRAYS = OpenCLArrays()
-
-
-def buffer_of(x: Any, name: str = "") -> Any:
-    """The OpenCL buffer holding ``x``'s elements (``name``: the kernel argument it is);
-    None for an empty array (PyOpenCL gives it no buffer)."""
-    buffer = x.base_data
-    if buffer is not None and not hasattr(buffer, "get_info"):
-        raise LaunchError(f"{'argument ' + name + ': ' if name else ''}a PyOpenCL array on a "
-                          f"{type(buffer).__name__} (shared virtual memory): tapegrad takes "
-                          "arrays on OpenCL buffers; allocate it with PyOpenCL's default "
-                          "allocator or a MemoryPool")
-    return buffer
 
 
 @functools.cache

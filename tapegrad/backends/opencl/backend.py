@@ -18,7 +18,8 @@ from tapegrad.backends.c.items import (
 from tapegrad.backends.c.printer import SCALAR_SUM_SIZE, kernel_symbol
 from tapegrad.backends.determinism import DETERMINISTIC, unordered_atomics
 from tapegrad.backends.launch_chain import LaunchChain
-from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS, buffer_of
+from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
+from tapegrad.backends.opencl.buffers import buffer_of, to_host
 from tapegrad.backends.opencl.device import arrays_on, devices, queue
 from tapegrad.backends.opencl.printer import OpenCLPrinter
 from tapegrad.backends.ordered import OrderedLaunch
@@ -77,7 +78,7 @@ class OpenCL(Backend):
 
     def asarray(self, x: Any) -> Any:
         import pyopencl.array as cla
-        host = OPENCL_ARRAYS.to_numpy(x) if OPENCL_ARRAYS.owns(x) else \
+        host = to_host(x) if OPENCL_ARRAYS.owns(x) else \
             x.get() if hasattr(x, "get") else np.array(x, copy=True)
         return cla.to_device(self.queue, np.ascontiguousarray(host))
 

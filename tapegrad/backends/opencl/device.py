@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.backends.opencl.buffers import to_host
 from tapegrad.errors import BackendError, optional_module
 
 _INSTALL = ("install PyOpenCL and an OpenCL driver: pip install 'tapegrad[opencl]' "
@@ -105,8 +106,7 @@ class _Linalg:
 
 def _host(x: Any) -> np.ndarray:
     """``x``'s values on the host, for a host reduction (tapegrad/tape/hostops.py)."""
-    from tapegrad.backends.opencl.arrays import OPENCL_ARRAYS
-    return OPENCL_ARRAYS.to_numpy(x)
+    return to_host(x)
 
 
 def arrays_on(index: int) -> _Arrays:
