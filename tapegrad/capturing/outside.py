@@ -4,7 +4,8 @@ array by identity (and which argument, if any, it is), a number or string by val
 replay whose outside differs (``W = W * 3`` between calls, an array replaced in a dict, a
 global float rebound, the global array passed as an argument) records again instead of
 replaying the first call's objects.  Changes in place are not rebindings: a replay reads
-an array's contents as they are then."""
+an array's contents as they are then.  Checkpointed code (``tapegrad/checkpointing``), which
+the reverse sweep runs again, refuses a rebound array by the same check (``changed``)."""
 
 from __future__ import annotations
 
@@ -59,17 +60,56 @@ def outside(fn: Any, args: tuple) -> list[tuple]:
 
 def same_outside(fn: Any, args: tuple, expected: list[tuple]) -> bool:
     """Whether what ``fn`` reads from outside is as ``outside`` found it."""
+    return changed(fn, args, expected) is None
+
+
+def changed(fn: Any, args: tuple, expected: list[tuple]) -> tuple | None:
+    """The path of the first thing in ``expected`` (``outside``'s, or some of it) that ``fn``
+    reaches otherwise now (``W = W.copy()`` since), or None where all are as they were.
+    (Checkpointed code, which the reverse sweep runs again, refuses a rebound array by it.)"""
     for path, kind, want in expected:
         v = _follow(fn, path)
         if kind == "array":
             if v is not want[0] or _alias(v, args) != want[1]:
-                return False
+                return path
         elif kind == "==":
             if not (v is want or type(v) is type(want) and v == want):
-                return False
+                return path
         elif v is not want:
-            return False
-    return True
+            return path
+    return None
+
+
+def describe(fn: Any, path: tuple) -> tuple[str, str]:
+    """A path of ``outside``'s as the user writes it, and what holds it: ("W", "a global"),
+    ("cfg['W']", "a global"), ("w", "a closure variable"), ("self.w", "an attribute of the
+    method's object"); through a function the code reaches, ("W", "a global, read by helper")."""
+    expr, where, through = "", "", []
+    v = fn
+    for step in path:
+        kind = step[0]
+        if kind in ("self", "cell", "global"):
+            if expr:                              # (on into a function found there)
+                through.append(expr)
+            if kind == "global":
+                expr, where = step[1], "a global"
+            elif kind == "self":
+                expr, where = "self", "the method's object"
+            else:
+                code = getattr(getattr(v, "__func__", v), "__code__", None)
+                names = code.co_freevars if code is not None else ()
+                expr = names[step[1]] if step[1] < len(names) else f"cell {step[1]}"
+                where = "a closure variable"
+        elif kind == "item":
+            expr += f"[{step[1]!r}]"
+        else:
+            expr += f".{step[1]}"
+            if where == "the method's object":
+                where = "an attribute of the method's object"
+        v = _follow(v, (step,))
+    if through:
+        where += ", read by " + through[-1]
+    return expr, where
 
 
 def _alias(x: Any, args: tuple) -> int | None:

@@ -4,6 +4,10 @@
   array, an index array).  The loop treats them as parameters it was not told about: the
   enclosing tape follows them, so a gradient with respect to a float one comes out right, and
   one changed before the gradient (in place, or by a later recorded operation) is refused.
+- ``reached`` and ``refuse_rebound``: where the code reaches those arrays by name (a global,
+  a closure variable, an item or attribute of one: ``tg.capture``'s walk,
+  ``capturing/outside.py``); one rebound before the gradient (``W = W.copy()``) is refused,
+  naming it: the recomputation would read the new array.
 - ``signature``: what a recorded step's adjoint depends on (its operations in order, the
   scalars they took, which arrays they read and wrote, by their part in the step).  The
   linear shortcut replays the first step's adjoint for every step only while every step's
@@ -12,7 +16,8 @@
 - ``Samples``: two elements of each state after every step of the forward run; a step run
   again from the same state must give the same ones, else it is not a pure function of its
   state and parameters (a Python counter) and its recomputation would be wrong.
-- ``takes_index``: whether ``step`` has a parameter for the step index.
+- ``takes_index``: whether ``step`` has a parameter for the step index (and takes its
+  arguments at all).
 """
 
 from __future__ import annotations
@@ -25,9 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.capturing.outside import changed, describe, outside
 from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.identity import Ident, array_key
+from tapegrad.tape.memory import owner
 from tapegrad.tape.records import LaunchRecord
 from tapegrad.tape.scalars import TrackedScalar, _Rule
 
@@ -55,6 +62,39 @@ def outside_arrays(inner: Any, given: Iterable[Any], who: str) -> list[Any]:
         if array_key(x) not in keys:
             found.append(x)
     return found
+
+
+def reached(fn: Any, arrays: list[Any]) -> list[tuple]:
+    """Where ``fn`` reaches ``arrays`` (those it read from outside: ``outside_arrays``), or
+    arrays over their buffers, by name: ``capturing.outside``'s (path, "array", (array,
+    None)) for a global, a closure variable, an item or attribute of one, and so on in the
+    functions it calls.  (An array reached otherwise, through a module's attribute, has no
+    path here: ``refuse_rebound`` cannot see it rebound.)"""
+    if not arrays:
+        return []
+    bases = {id(owner(x)) for x in arrays}
+    return [(path, kind, want) for path, kind, want in outside(fn, ())
+            if kind == "array" and id(owner(want[0])) in bases]
+
+
+def refuse_rebound(fn: Any, paths: list[tuple], who: str, what: str, since: str,
+                   fix: str) -> None:
+    """Refuse where one of ``paths`` (``reached``'s) holds another array now than when
+    ``what`` (``fn``: "the step", a segment's name) ran (``W = W.copy()`` since, the next
+    iteration of an outer loop): run again in the reverse sweep, it would read the new one,
+    and the gradient would be another function's.  ``since``: when it ran ("the loop
+    ran"); ``fix``: how to pass the array in, ``{}`` standing for its name."""
+    path = changed(fn, (), paths)
+    if path is None:
+        return
+    old = next(want[0] for p, _, want in paths if p == path)
+    expr, where = describe(fn, path)
+    raise TapegradError(
+        f"{who} reads {expr} ({where}), an array of shape {tuple(old.shape)}, from outside, "
+        f"and {expr} has been rebound to another array since {since}: the reverse sweep runs "
+        f"{what} again, which would read the new {expr} and give another function's "
+        f"gradient. {fix.format(expr)} and use the argument (the tape then keeps what "
+        f"{what} read)")
 
 
 def signature(tape: Any, roles: dict[Any, tuple], records: list | None = None,
@@ -187,17 +227,41 @@ class Samples:
                         "k = 0, 1, ...")
 
 
-def takes_index(step: Callable[..., Any], n_args: int) -> bool:
-    """Whether ``step`` takes the step index after its ``n_args`` state and parameter
-    arguments: it has exactly ``n_args + 1`` positional parameters without a default (and
-    no ``*args``)."""
+def takes_index(step: Callable[..., Any], n_state: int, n_params: int) -> bool:
+    """Whether ``step`` takes the step index after its ``n_state`` state and ``n_params``
+    parameter arguments: it has exactly one positional parameter without a default more
+    than those (and no ``*args``).  One that can take neither is refused here, where the
+    loop is called, rather than by a TypeError from a step deep in the schedule."""
     try:
         sig = inspect.signature(step)
     except (TypeError, ValueError):
         return False
+    n_args = n_state + n_params
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in sig.parameters.values()):
         return False
     required = [p for p in sig.parameters.values()
                 if p.kind in kinds and p.default is inspect.Parameter.empty]
-    return len(required) == n_args + 1
+    if len(required) == n_args + 1:
+        return True
+    if not _binds(sig, n_args):
+        name = getattr(step, "__name__", type(step).__name__)
+        write = name if name.isidentifier() else "step"
+        state = "u" if n_state == 1 else ", ".join(f"u{k}" for k in range(n_state))
+        given = ", ".join([state] + [f"p{k}" for k in range(n_params)])
+        parts = f"the state's {n_state} array{'s' * (n_state != 1)}" + (
+            f" and the {n_params} value{'s' * (n_params != 1)} of params=" if n_params else "")
+        raise TapegradError(
+            f"tg.checkpoint_loop calls step(*state, *params): {parts}, {n_args} "
+            f"argument{'s' * (n_args != 1)}, or {n_args + 1} with the step's number last; "
+            f"{name}{sig} cannot take them. Write def {write}({given}), or "
+            f"def {write}({given}, k) for k = 0, 1, ...")
+    return False
+
+
+def _binds(sig: inspect.Signature, n: int) -> bool:
+    try:
+        sig.bind(*range(n))
+    except TypeError:
+        return False
+    return True

@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 
 from tapegrad.checkpointing.closure import check_closure, unrecorded
-from tapegrad.checkpointing.guards import Samples, outside_arrays, signature, takes_index
+from tapegrad.checkpointing.guards import (
+    Samples,
+    outside_arrays,
+    reached,
+    refuse_rebound,
+    signature,
+    takes_index,
+)
 from tapegrad.checkpointing.revolve import reverse_actions
 from tapegrad.checkpointing.second import loop_with_tangents
 from tapegrad.checkpointing.snapshots import Snapshots, agreed, choose_snapshots, least
@@ -80,7 +87,7 @@ def checkpoint_loop(step: Callable[..., Any], state: Any, n_steps: int,
     tapes = recording_tapes()
     if n == 0:
         return state
-    index = takes_index(step, len(states) + len(params))
+    index = takes_index(step, len(states), len(params))
     ctx = current_forward()
     if ctx is not None and ctx.taped:          # tg.hvp: states and tangents, checkpointed
         return loop_with_tangents(ctx, checkpoint_loop, step, states, n, params, single, index,
@@ -162,13 +169,35 @@ def _call(step: Callable[..., Any], states: tuple, params: tuple, single: bool,
     if new is None or len(new) != len(states) or not all(
             is_array(y) and tuple(y.shape) == tuple(x.shape) and y.dtype == x.dtype
             for x, y in zip(states, new)):
-        def shape(v: Any) -> str:
-            return f"{tuple(v.shape)} {v.dtype}" if is_array(v) else type(v).__name__
-        given = ", ".join(shape(x) for x in states)
-        returned = shape(out) if new is None else ", ".join(shape(y) for y in new)
-        raise TapegradError(f"tg.checkpoint_loop's step must return a state like the one it "
-                            f"takes ({given}), but returned {returned}")
+        raise TapegradError(_unlike(states, out, new, single))
     return new
+
+
+def _unlike(states: tuple, out: Any, new: tuple | None, single: bool) -> str:
+    """What tells the state a step returned (``out``; ``new``: its arrays, None where it is
+    not of the state's kind) from the one it was given, and what to write instead."""
+    def shape(v: Any) -> str:
+        return f"{tuple(v.shape)} {v.dtype}" if is_array(v) else type(v).__name__
+
+    def kind(v: Any) -> str:
+        if isinstance(v, (tuple, list)):
+            return f"a {type(v).__name__} of {len(v)} ({', '.join(shape(y) for y in v)})"
+        return f"an array ({shape(v)})" if is_array(v) else f"a {type(v).__name__}"
+    given = ", ".join(shape(x) for x in states)
+    head = "tg.checkpoint_loop's step must return a state like the one it takes"
+    if new is None and single:
+        fix = ": return the array itself, not a tuple" if isinstance(out, (tuple, list)) \
+            and len(out) == 1 else ""
+        return f"{head}, one array ({given}), but returned {kind(out)}{fix}"
+    if new is None:
+        fix = ("; a state of one array is given alone: checkpoint_loop(step, u0, ...), not "
+               "[u0] or (u0,)") if len(states) == 1 and is_array(out) else ""
+        return (f"{head}, a tuple or list of {len(states)} "
+                f"array{'s' * (len(states) != 1)} ({given}), but returned {kind(out)}{fix}")
+    if len(new) != len(states):
+        return (f"{head}, {len(states)} array{'s' * (len(states) != 1)} ({given}), but "
+                f"returned {kind(out)}")
+    return f"{head} ({given}), but returned {', '.join(shape(y) for y in new)}"
 
 
 def _copies(states: tuple) -> tuple:
@@ -185,6 +214,7 @@ class Loop:
         self.index = index                  # whether step takes the step index
         self.outside: list = []             # float arrays step reads without params=
         self.stale: list = []               # of those, ones a later operation overwrote
+        self.reached: list = []             # where step reaches those by name (guards.reached)
         self.s = min(s, n)
         self.actions = reverse_actions(n, self.s)
         self.first_reverse = next(k for k, a in enumerate(self.actions) if a[0] == "reverse")
@@ -217,6 +247,7 @@ class Loop:
         self.check_returned(tape, hand, before, out)
         check_closure(tape, who)
         self.outside = outside_arrays(tape, (*hand, *self.params), who)
+        self.reached = reached(self.step, self.outside)
         keys = {array_key(p) for p in (*self.params, *self.outside) if is_array(p)}
         if self.alike(all(array_key(owner(x)) in keys for _, x in
                           (kept for r in tape.records for kept in kept_by(r)))):
@@ -372,6 +403,8 @@ class Loop:
         bar = list(given)
         given.clear()
         param_bars: list[Any] = [None] * (len(self.params) + len(self.outside))
+        refuse_rebound(self.step, self.reached, "tg.checkpoint_loop's step", "the step",
+                       "the loop ran", "Pass it in params=({}, ...)")
         if self.stale:
             raise TapegradError(
                 f"tg.checkpoint_loop's step reads an array of shape {self.stale[0]} from "

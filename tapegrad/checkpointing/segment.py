@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tapegrad.checkpointing.closure import check_closure, unrecorded
-from tapegrad.checkpointing.guards import outside_arrays
+from tapegrad.checkpointing.guards import outside_arrays, reached, refuse_rebound
 from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.modes import current_forward, paused, recording_tapes
@@ -54,6 +54,8 @@ def checkpoint(fn: Callable[..., Any]) -> Callable[..., Any]:
     def reverse(y_bar: Any, *views: Any) -> tuple:
         hidden = views[-1]
         args, outside = views[:-1 - len(hidden.arrays)], views[-1 - len(hidden.arrays):-1]
+        refuse_rebound(fn, hidden.paths, who, name, f"{name} ran",
+                       f"Pass it in as an argument: {name}(..., {{}})")
         if any(x is not a for x, a in zip(outside, hidden.arrays)):
             x = next(x for x, a in zip(outside, hidden.arrays) if x is not a)
             raise TapegradError(
@@ -95,6 +97,7 @@ def checkpoint(fn: Callable[..., Any]) -> Callable[..., Any]:
         check_closure(inner, who)
         outside = outside_arrays(inner, plain, who)
         hidden = _Hidden(outside, inner, ran[0])
+        hidden.paths = reached(fn, outside)     # (where fn reaches them by name)
         try:
             y = op(*args, *outside, hidden)
         finally:
@@ -126,6 +129,7 @@ class _Hidden:
 
     def __init__(self, arrays: list[Any], inner: Tape, y: Any):
         self.arrays = arrays
+        self.paths: list = []             # where fn reaches them by name (guards.reached)
         self.comms: list = []
         self.holder = None
         if any(r.communicates for r in inner.records):

@@ -4,6 +4,9 @@ case of issue 43 (items 8-13): a checkpointed loop or segment gives the plain ta
 
 from __future__ import annotations
 
+import contextlib
+import traceback
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -299,6 +302,133 @@ def _gathered(u, idx):
     out = np.empty_like(u)
     gather_mul(tg.CPU())(out, u, idx, ndrange=u.size)
     return out
+
+
+# -- arrays read from outside rebound before the gradient (W = W.copy(); W[1] += 1) ---------
+
+WB = np.array([0.8, 0.9, 1.0, 1.1])      # rebound by the tests below, and put back
+
+
+def reads_rebound(u):
+    """Nonlinear: the reverse sweep runs it again, reading the global WB."""
+    out = np.empty_like(u)
+    soft(tg.CPU())(out, u, ndrange=u.size)
+    return weighted(out, WB)
+
+
+def adds_rebound(u):
+    """Linear: its recording keeps only WB, so one recording serves every step."""
+    out = np.empty_like(u)
+    shift(tg.CPU())(out, u, WB, ndrange=u.size)
+    return out
+
+
+@contextlib.contextmanager
+def _rebound(name, how):
+    """This module's global array ``name`` rebound as an outer loop's next iteration would:
+    its element 1 changed (the purity samples see a state's first and last elements only),
+    or all of it; put back after."""
+    keep = globals()[name]
+    globals()[name] = new = keep.copy()
+    if how == "middle":
+        new[1] += 1.0
+    else:
+        new *= 2.0
+    try:
+        yield
+    finally:
+        globals()[name] = keep
+
+
+@pytest.mark.parametrize("step, how", [(reads_rebound, "middle"), (reads_rebound, "all"),
+                                       (adds_rebound, "middle")],
+                         ids=["middle", "all", "linear"])
+def test_a_global_array_a_step_reads_rebound_before_the_gradient_is_refused(step, how):
+    """(WB's element 1 gave a gradient off there without a word (10.0 in the review's
+    example); all of WB was refused as an impure step, the message naming a step-number
+    parameter.  A linear step, whose sweep runs nothing again, is refused alike: one rule
+    for every step.)"""
+    u0 = np.array([0.9, 1.1, 0.8, 1.2])
+    with tg.Tape() as tape:
+        u = tg.checkpoint_loop(step, u0, 4, snapshots=2)
+        loss = tg.dot(u, u)
+    (record,) = [r for r in tape.records if isinstance(r, LoopRecord)]
+    assert (record.loop.linear is not None) == (step is adds_rebound)
+    with _rebound("WB", how), pytest.raises(tg.TapegradError, match=(
+            r"tg.checkpoint_loop's step reads WB \(a global\), an array of shape \(4,\), from "
+            r"outside, and WB has been rebound to another array since the loop ran: the "
+            r"reverse sweep runs the step again.*Pass it in params=\(WB, \.\.\.\) and use "
+            r"the argument")):
+        tape.gradient(loss, [u0])
+    # put back: the forward run's gradient (float64 central differences of the loop)
+    (got,) = tape.gradient(loss, [u0])
+    run = lambda: np.sum(_plain_loop(step, u0, 4) ** 2)        # noqa: E731
+    np.testing.assert_allclose(got, central(run, u0), rtol=1e-7, atol=1e-9)
+
+
+def test_a_closure_array_a_step_reads_rebound_before_the_gradient_is_refused():
+    w = np.array([0.5, 0.7])
+    step = lambda u: weighted(squared(u), w)                  # noqa: E731
+    u0 = np.array([0.9, 1.1])
+    with tg.Tape() as tape:
+        loss = tg.sum(tg.checkpoint_loop(step, u0, 3, snapshots=2))
+    w = w.copy()                                              # noqa: F841 (the step reads it)
+    with pytest.raises(tg.TapegradError, match=r"reads w \(a closure variable\), an array of "
+                       r"shape \(2,\), from outside, and w has been rebound.*params=\(w, "):
+        tape.gradient(loss, [u0])
+
+
+def test_a_global_array_a_segment_reads_rebound_before_the_gradient_is_refused():
+    segment = tg.checkpoint(reads_rebound)
+    u0 = np.array([0.9, 1.1, 0.8, 1.2])
+    with tg.Tape() as tape:
+        loss = tg.dot(segment(u0), segment(u0))
+    with _rebound("WB", "middle"):        # (0.25 off at element 1 without a word)
+        with pytest.raises(tg.TapegradError, match=(
+                r"tg.checkpoint's reads_rebound reads WB \(a global\), an array of shape "
+                r"\(4,\), from outside, and WB has been rebound to another array since "
+                r"reads_rebound ran.*Pass it in as an argument: reads_rebound\(\.\.\., WB\) "
+                r"and use the argument")):
+            tape.gradient(loss, [u0])
+    (got,) = tape.gradient(loss, [u0])
+    run = lambda: np.sum(reads_rebound(u0) ** 2)              # noqa: E731
+    np.testing.assert_allclose(got, central(run, u0), rtol=1e-7, atol=1e-9)
+
+
+# -- what the step is given and returns -----------------------------------------------------
+
+def test_a_step_taking_other_arguments_is_refused_naming_the_signature():
+    """(a TypeError from the loop's own frames, at some step of the schedule)"""
+    u0, w = np.array([0.9, 1.1]), np.array([0.5, 0.7])
+    for taped in (True, False):
+        with pytest.raises(tg.TapegradError, match=(
+                r"tg.checkpoint_loop calls step\(\*state, \*params\): the state's 1 array and "
+                r"the 2 values of params=, 3 arguments, or 4 with the step's number last; "
+                r"<lambda>\(u\) cannot take them. Write def step\(u, p0, p1\), or "
+                r"def step\(u, p0, p1, k\)")) as info:
+            with tg.Tape() if taped else contextlib.nullcontext():
+                tg.checkpoint_loop(lambda u: squared(u), u0, 3, params=(w, 0.1), snapshots=2)
+        frames = traceback.extract_tb(info.value.__traceback__)
+        assert frames[-1].filename == __file__             # at the user's call
+    with pytest.raises(tg.TapegradError, match=r"step\(\*state, \*params\): the state's 2 "
+                       r"arrays, 2 arguments, or 3 with the step's number last; squared\(u\) "
+                       r"cannot take them. Write def squared\(u0, u1\)"):
+        tg.checkpoint_loop(squared, (u0, u0), 3)
+
+
+def test_a_state_returned_in_another_kind_of_container_says_what_differs():
+    u0 = np.array([0.9, 1.1])
+    with pytest.raises(tg.TapegradError, match=(
+            r"must return a state like the one it takes, a tuple or list of 1 array "
+            r"\(\(2,\) float64\), but returned an array \(\(2,\) float64\); a state of one "
+            r"array is given alone: checkpoint_loop\(step, u0, \.\.\.\), not \[u0\]")):
+        with tg.Tape():
+            tg.checkpoint_loop(squared, [u0], 3, snapshots=2)
+    with pytest.raises(tg.TapegradError, match=(
+            r"must return a state like the one it takes, one array \(\(2,\) float64\), but "
+            r"returned a tuple of 1 \(\(2,\) float64\): return the array itself")):
+        with tg.Tape():
+            tg.checkpoint_loop(lambda u: (squared(u),), u0, 3, snapshots=2)
 
 
 # -- 10: params are watched like a launch's inputs ---------------------------------------------

@@ -259,8 +259,9 @@ def test_bad_arguments_are_clear_errors(data, bad, message):
 
 def test_a_step_returning_something_else_is_refused(data):
     u0, v0, forcing = data
-    with pytest.raises(tg.TapegradError, match=r"must return a state like the one it takes "
-                       r"\(\(16,\) float64, \(16,\) float64\), but returned \(16,\) float64"):
+    with pytest.raises(tg.TapegradError, match=r"must return a state like the one it takes, "
+                       r"a tuple or list of 2 arrays \(\(16,\) float64, \(16,\) float64\), but "
+                       r"returned an array \(\(16,\) float64\)$"):
         with tg.Tape():
             tg.checkpoint_loop(lambda u, v: step(u, v, forcing, 0.7)[0], (u0, v0), 3,
                                snapshots=2)
