@@ -74,7 +74,17 @@ __all__ = [
     "InplaceModificationError",
 ] + sorted(MATH_FUNCTIONS)
 
-from tapegrad.api import AdjointStackOverflow, autodiff, gradient, hvp, jacobian, jvp, vjp  # noqa: E402
+# (autodiff_deferred: Enzyme's name, which says what to call instead)
+from tapegrad.api import (  # noqa: E402
+    AdjointStackOverflow,
+    autodiff,
+    autodiff_deferred,  # noqa: F401
+    gradient,
+    hvp,
+    jacobian,
+    jvp,
+    vjp,
+)
 from tapegrad.backends.determinism import deterministic  # noqa: E402
 from tapegrad.capturing import capture  # noqa: E402
 from tapegrad.checkpointing.loop import checkpoint_loop  # noqa: E402

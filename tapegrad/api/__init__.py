@@ -12,11 +12,15 @@ from tapegrad.api.launches import (
     autodiff_kernel,
     batch_in_reverse,
     batch_width,
+    check_layout,
     check_shadows_apart,
+    floats,
     forward_annotation,
     host_array,
+    no_derivative,
 )
 from tapegrad.api.second import hvp  # noqa: F401
+from tapegrad.api.sources import call_on_sources, stamp_sources
 from tapegrad.capturing.captured import Captured
 from tapegrad.capturing.trace import TraceTape
 from tapegrad.errors import (  # noqa: F401
@@ -42,7 +46,7 @@ from tapegrad.tape.activity import (
 )
 from tapegrad.tape.arrays import is_array, zeros_like
 from tapegrad.tape.forward import ForwardContext
-from tapegrad.tape.identity import sharing_pairs
+from tapegrad.tape.identity import array_key, sharing_pairs
 from tapegrad.tape.modes import (
     current_forward,
     recording_tapes,
@@ -130,6 +134,12 @@ def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = N
     if isinstance(f, Kernel):
         raise TapegradError("configure the kernel first: tg.autodiff(mode, kern(backend, "
                             "workgroupsize), tg.Const, ..., ndrange=n)")
+    if isinstance(f, Annotation):      # (Enzyme's autodiff(Reverse, Const(f), ...))
+        inner = getattr(f.val, "__name__", None) or "f"
+        raise TapegradError(
+            f"tg.autodiff takes the function itself, not tg.{type(f).__name__}(...) around "
+            f"it (Enzyme's Const(f) has no counterpart: tapegrad differentiates no closure "
+            f"state): drop the wrapper, tg.autodiff(tg.Reverse, {inner}, tg.Active, ...)")
     if not callable(f):
         raise TapegradError(f"tg.autodiff differentiates a function or a configured kernel, "
                             f"got {type(f).__name__}")
@@ -142,6 +152,24 @@ def autodiff(mode: Mode, f: Any, ret_activity: Any, *args: Any, ndrange: Any = N
                             "tg.gradient(f, x) and tg.vjp(f, x, w) return new gradients "
                             "(nothing to zero first)")
     return _autodiff_host(mode, f, ret_activity, args)
+
+
+def autodiff_deferred(*args: Any, **kwargs: Any) -> None:
+    """Enzyme's ``autodiff_deferred`` differentiates a function from inside a kernel;
+    tapegrad has no such mode: it differentiates the host function that launches the kernel
+    (or the configured kernel itself) with ``tg.autodiff``, which says so.
+
+    >>> import tapegrad as tg
+    >>> tg.autodiff_deferred(tg.Reverse)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    tapegrad.errors.TapegradError: tapegrad has no deferred mode ...
+    """
+    raise TapegradError(
+        "tapegrad has no deferred mode (Enzyme's autodiff_deferred, which differentiates from "
+        "inside a kernel): differentiate the host function that launches the kernel, "
+        "tg.autodiff(tg.Reverse, f, tg.Active, tg.Duplicated(A, dA), ...), or the configured "
+        "kernel itself, tg.autodiff(tg.Reverse, kern(backend), tg.Const, ..., ndrange=n); a "
+        "kernel cannot call tg.autodiff")
 
 
 def _autodiff_forward_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> tuple:
@@ -228,7 +256,10 @@ def _autodiff_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> 
                 if isinstance(a, Duplicated):
                     sources.append(a.val)
                 call_args.append(a.val)
-        result = f(*call_args)
+        stamped = stamp_sources(tape, [(f"argument {k}", a.val) for k, a in
+                                        enumerate(annotated) if isinstance(a, Duplicated)])
+        result = call_on_sources("tg.autodiff", tape, stamped, lambda: f(*call_args))
+    _check_shared_shadows(f, tape, annotated)     # (before the sweep writes any shadow)
     shadows = {tape.key(a.val): a.dval for a in annotated if isinstance(a, Duplicated)}
     seeded = [a.val for a in annotated if isinstance(a, Duplicated)]
     if ret_kind == "active":
@@ -283,6 +314,32 @@ def _check_scalar_result(tape: Tape, result: Any) -> None:
     raise not_a_scalar(result)
 
 
+def _check_shared_shadows(f: Any, tape: Tape, annotated: list[Annotation]) -> None:
+    """One shadow given for several arrays collects the sum of their gradients, but where a
+    recorded operation wrote one of them it is that array's seed too, which its adjoint
+    consumes (a launch given both refuses it: runtime/adjoint.py).  Refused after the
+    recording, before the sweep seeds or writes any shadow."""
+    by_shadow: dict[tuple, list[int]] = {}
+    for k, a in enumerate(annotated):
+        if isinstance(a, Duplicated):
+            by_shadow.setdefault(array_key(a.dval), []).append(k)
+    groups = [ks for ks in by_shadow.values()
+              if len({tape.key(annotated[k].val) for k in ks}) > 1]
+    if not groups:
+        return
+    written = {ident for record in tape.records for ident in record.writes}
+    name = getattr(f, "__name__", "f")
+    for ks in groups:
+        for k in ks:
+            if tape.key(annotated[k].val) in written:
+                which = ", ".join(map(str, ks[:-1])) + f" and {ks[-1]}"
+                raise LaunchError(
+                    f"{name}: one shadow array is given for arguments {which}, and a "
+                    f"recorded operation wrote argument {k}: "
+                    "its shadow is a seed the sweep consumes, not a gradient to add to; give "
+                    "each array its own shadow (tg.make_zero(x))")
+
+
 def _check_host_annotation(f: Any, k: int, a: Annotation) -> None:
     name = getattr(f, "__name__", "f")
     if isinstance(a, BatchDuplicated):
@@ -292,12 +349,15 @@ def _check_host_annotation(f: Any, k: int, a: Annotation) -> None:
         if not is_array(x):
             raise TapegradError(f"{name}: argument {k} is Duplicated but is not an array; "
                                 "scalars are tg.Active(x) or tg.Const(x)")
+        if not floats(x):     # (as a kernel's: its shadow would stay zero)
+            raise no_derivative(name, f"argument {k}", x)
         if not is_array(dx) or dx.shape != x.shape or dx.dtype != x.dtype or \
                 type(dx) is not type(x):
             got = (f"shape {dx.shape}, dtype {dx.dtype}" if is_array(dx) else type(dx).__name__)
             raise LaunchError(f"{name}: the shadow of argument {k} must match it (shape "
                               f"{x.shape}, dtype {x.dtype}, same device); got {got}. Make one "
                               "with tg.make_zero(x)")
+        check_layout(name, f"argument {k}", dx)
     if isinstance(a, Active) and not isinstance(a.val, (float, np.floating)):
         raise TapegradError(f"{name}: tg.Active(x) needs a float scalar, got "
                             f"{type(a.val).__name__}; arrays are tg.Duplicated(x, dx)")
@@ -337,10 +397,11 @@ def gradient(f: Callable[..., Any], *args: Any) -> tuple:
     tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:
         sources = [tape.watch(a) for a in args]
+        stamped = stamp_sources(tape, [(f"argument {k}", a) for k, a in enumerate(args)])
         # (a captured function's result only seeds the sweep: where the reverse reads
         # nothing its forward computes, a linear simulation's, the forward is not run)
-        result = f.call(sources, {}, value_unused=True) if isinstance(f, Captured) \
-            else f(*sources)
+        result = call_on_sources("tg.gradient", tape, stamped, lambda: f.call(
+            sources, {}, value_unused=True) if isinstance(f, Captured) else f(*sources))
     _check_scalar_result(tape, result)
     return tuple(tape.gradient(result, sources))
 
@@ -368,7 +429,9 @@ def vjp(f: Callable[..., Any], x: Any, w: Any) -> tuple[Any, Any]:
     tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:
         xs = tuple(v if is_array(v) else tape.watch(v) for v in xs)    # (numbers: tape scalars)
-        y = f(*xs)
+        stamped = stamp_sources(tape, [(f"argument {k}" if several_in else "x", v)
+                                        for k, v in enumerate(xs)])
+        y = call_on_sources("tg.vjp", tape, stamped, lambda: f(*xs))
     several_out = isinstance(y, tuple)
     ys = y if several_out else (y,)
     ws = w if several_out else (w,)
@@ -406,7 +469,8 @@ def jacobian(f: Callable[..., Any], x: Any, mode: Mode = Reverse) -> Any:
     refuse_while_recording()
     tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:
-        y = f(x)
+        stamped = stamp_sources(tape, [("x", x)])
+        y = call_on_sources("tg.jacobian", tape, stamped, lambda: f(x))
     y = _vjp_output(tape, y)
     size = 1 if isinstance(y, TrackedScalar) else y.size
     rows = []

@@ -5,13 +5,14 @@ signature, written out as a small Python function once the general path
 A plan's guards, per argument: its annotation's class (a bare value is a ``Const``), its
 value's and its shadow's (forward mode: tangent's) type, dtype, rank and what else their kind
 keys on (as a launch plan's, ``runtime/plans.py``), an array's shadow of its shape and on the
-kernel's backend; no object passed twice; an ndrange of the same rank (in reverse mode,
-cutting a workgroup exactly when the plan's did: the adjoint differs).  Then, per call: the
-arrays and shadows in memory apart, the launch's index check.  A call that fails any of them
-takes the general path, which says what is wrong; one that passes runs what the general path
-found: in reverse mode (``ReverseRun``) the primal launch where its results are wanted, then
-the adjoint; in forward mode the tangent's launch.  So a loop that calls ``tg.autodiff`` on
-the same kinds of arrays pays the checks' full cost once (docs/autodiff.md).
+kernel's backend (a device's: C-contiguous); no object passed twice; an ndrange of the same
+rank (in reverse mode, cutting a workgroup exactly when the plan's did: the adjoint differs).
+Then, per call: the arrays and shadows in memory apart, the launch's index check.  A call that
+fails any of them takes the general path, which says what is wrong; one that passes runs what
+the general path found: in reverse mode (``ReverseRun``) the primal launch where its results
+are wanted, then the adjoint; in forward mode the tangent's launch.  So a loop that calls
+``tg.autodiff`` on the same kinds of arrays pays the checks' full cost once
+(docs/autodiff.md).
 
 >>> import numpy as np, tapegrad as tg
 >>> @tg.kernel
@@ -35,6 +36,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from tapegrad.backends.registry import kind_of
 from tapegrad.frontend import kernel_ir
 from tapegrad.runtime.adjoint import adjoint_again, adjoint_of, run_adjoint
 from tapegrad.runtime.arguments import groupsize_of
@@ -158,6 +160,19 @@ def autodiff_by_plan(mode: Any, cfg: Any, ret: Any, args: tuple, ndrange: Any,
     return (derivs,) if not mode.with_primal else (derivs, None)
 
 
+def _layout_guard(j: int, d: Any) -> str | None:
+    """The test that device shadow (or tangent) ``a{j}`` is still C-contiguous, as the
+    general path's ``launches.check_layout`` found it: a view that skips elements takes the
+    general path, which refuses it before anything runs (CuPy's flag read without building
+    its flags object).  None for host arrays, which may have any strides."""
+    kind = kind_of(d)
+    if kind is None or kind.host or getattr(d, "flags", None) is None:
+        return None
+    if type(d).__module__.startswith("cupy"):
+        return f"a{j}._c_contiguous"
+    return f"a{j}.flags.c_contiguous"
+
+
 def remember(cfg: Any, args: tuple, check: Any, nd: tuple[int, ...], *,
              how: ReverseRun | None = None, accumulate: bool = True,
              tangent: tuple | None = None) -> None:
@@ -204,6 +219,9 @@ def remember(cfg: Any, args: tuple, check: Any, nd: tuple[int, ...], *,
                 tests.append(f"a{j}.shape == a{k}.shape")
                 if not (type(dval) is np.ndarray or type(dval).__module__.startswith("cupy")):
                     tests.append(f"OWNS(a{j})")   # (NumPy's: the CPU's; CuPy's: device guarded)
+                layout = _layout_guard(j, dval)
+                if layout is not None:
+                    tests.append(layout)
                 dval_arrays.append(len(dvals))
                 held.append(dval)
             dvals.append(f"a{j}")

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from tapegrad.api.autodiff_plans import ReverseRun, derivatives, remember, run_reverse
+from tapegrad.backends.registry import kind_of
 from tapegrad.errors import AdjointStackOverflow, LaunchError, TapegradError  # noqa: F401
 from tapegrad.frontend import kernel_ir
 from tapegrad.kernels import ConfiguredKernel
@@ -175,15 +176,15 @@ def forward_annotation(owner: str, p: Any, a: Annotation, width: int, backend: A
             raise TapegradError(f"{owner}: mixing Duplicated with BatchDuplicated of width "
                                 f"{width}; give every varying argument {width} tangents")
         if is_array(a.val):
+            if not floats(a.val):     # (first: no tangent would do)
+                raise no_derivative(owner, p, a.val, "tangent")
             for d in dirs:
                 if not is_array(d) or d.shape != a.val.shape or d.dtype != a.val.dtype or \
                         (backend is not None and not backend.owns(d)):
                     raise LaunchError(f"{owner}: every tangent of {p} must match it (shape "
                                       f"{a.val.shape}, dtype {a.val.dtype}, same device); make "
                                       "one with tg.make_zero(x)")
-            if np.dtype(a.val.dtype).kind != "f":
-                raise TapegradError(f"{owner}: {p} has dtype {a.val.dtype}; only float arrays "
-                                    "carry tangents (pass integer arrays as Const)")
+                check_layout(owner, p, d, "tangent")
             return "dup", dirs
         if not isinstance(a.val, (float, np.floating)):
             raise TapegradError(f"{owner}: the tangent of {p} needs a float value, got "
@@ -240,6 +241,7 @@ def autodiff_kernel(mode: Mode, cfg: ConfiguredKernel, ret: Any, args: tuple, nd
     shadows = {p: a.dval for p, a in zip(params, annotated) if isinstance(a, Duplicated)}
     if accumulate:                        # (checked before anything runs)
         shadows = one_object_per_memory(kernel, shadows)
+        _check_seeds_apart(kernel, shadows)
     else:
         _check_separate(kernel, shadows)
     # (the adjoint found once for all uses where it runs on these very arrays: copies of
@@ -366,6 +368,25 @@ def one_object_per_memory(kernel: Any, shadows: dict[str, Any]) -> dict[str, Any
     return shadows
 
 
+def _check_seeds_apart(kernel: Any, shadows: dict[str, Any]) -> None:
+    """One shadow object for several arrays the kernel only reads collects their gradients;
+    for an array it writes, that shadow is a seed the adjoint consumes.  Refused before the
+    primal launch (the adjoint launch refuses it too, runtime/adjoint.py, after the primal
+    launch has written the outputs)."""
+    if len({id(d) for d in shadows.values()}) == len(shadows):
+        return
+    written = access(kernel)[1]
+    sharing: dict[int, list[str]] = {}
+    for p, d in shadows.items():
+        sharing.setdefault(id(d), []).append(p)
+    for group in sharing.values():
+        if len(group) > 1 and any(p in written for p in group):
+            raise LaunchError(f"{kernel.name}: one shadow array is given for {', '.join(group)}, "
+                              "and the kernel writes one of them: its shadow is a seed the "
+                              "adjoint consumes, not a gradient to add to; give each array its "
+                              "own shadow")
+
+
 def _check_separate(kernel: Any, shadows: dict[str, Any]) -> None:
     """With ``accumulate=False`` results are written while seeds are read: no two shadows may
     share memory (checked before anything runs)."""
@@ -384,6 +405,47 @@ def _primal_needed(kernel: Any, params: list[str], annotated: list[Annotation]) 
     return any(not isinstance(annotated[params.index(p)], DuplicatedNoNeed) for p in written)
 
 
+def floats(x: Any) -> bool:
+    """Whether array ``x`` holds floats (by its kind's dtype: PyTorch's are not NumPy's)."""
+    kind = kind_of(x)
+    return (kind.dtype(x) if kind is not None else np.dtype(x.dtype)).kind == "f"
+
+
+def no_derivative(owner: str, name: Any, x: Any, what: str = "derivative") -> TapegradError:
+    """The refusal of an integer (or boolean) array annotated ``Duplicated``, said before its
+    shadow is looked at: no shadow would make it differentiable.  ``name``: a parameter's
+    name, or ``argument k`` of a host function."""
+    return TapegradError(f"{owner}: {name} is an array of {x.dtype}, and integer "
+                         f"and boolean arrays carry no {what}; pass it as "
+                         f"tg.Const({_as_code(name)}) or as it is, without a shadow")
+
+
+def check_layout(owner: str, name: Any, d: Any, what: str = "shadow") -> None:
+    """A device array given as a shadow (``what``: or a tangent) must be C-contiguous: the
+    device kernels take no other (their launchers' rule: ``_buffer`` in
+    backends/opencl/backend.py, ``buffer`` in backends/cuda/backend.py), nor do PyOpenCL's
+    host operations that seed and zero it.  Refused before anything runs: the adjoint launch,
+    the first to take the shadow, comes after the primal launch and the seeding.  NumPy
+    arrays (the CPU's kernels) take any strides."""
+    kind = kind_of(d)
+    if kind is None or kind.host or not getattr(d, "size", 0):
+        return
+    flags = getattr(d, "flags", None)
+    if flags is None or flags.c_contiguous:
+        return
+    raise LaunchError(
+        f"{owner}: the {what} of {name} is a view that skips elements (shape "
+        f"{tuple(d.shape)}, strides {tuple(d.strides)}), and device kernels take C-contiguous "
+        f"arrays only; pass a contiguous {what}, tg.make_zero({_as_code(name)}) (for a "
+        "seed's values: tg.asarray(backend, tg.to_numpy(view))), and copy the part you need "
+        "into the view afterwards")
+
+
+def _as_code(name: Any) -> str:
+    """A parameter's name as it is; ``x`` for a host function's ``argument k``."""
+    return name if isinstance(name, str) and name.isidentifier() else "x"
+
+
 def batch_in_reverse(owner: str) -> TapegradError:
     """The refusal of ``BatchDuplicated`` in reverse mode (``owner``: the kernel or function)."""
     return TapegradError(f"{owner}: BatchDuplicated (several tangents at once) is for forward "
@@ -399,6 +461,8 @@ def _check_annotation(kernel: Any, backend: Any, name: str, a: Annotation) -> st
         if not hasattr(x, "shape"):
             raise TapegradError(f"{kernel.name}: argument {name} is a scalar; scalars are "
                                 f"tg.Active({name}) or tg.Const({name}), not Duplicated")
+        if not floats(x):      # (first: no shadow would do)
+            raise no_derivative(kernel.name, name, x)
         if not hasattr(dx, "shape") or dx.shape != x.shape or dx.dtype != x.dtype:
             got = (f"shape {dx.shape}, dtype {dx.dtype}" if hasattr(dx, "shape")
                    else type(dx).__name__)
@@ -409,9 +473,7 @@ def _check_annotation(kernel: Any, backend: Any, name: str, a: Annotation) -> st
             why = backend.not_here(f"d{name}", dx)
             raise LaunchError(f"{kernel.name}: the shadow of {name} does not live on {backend!r}"
                               + (f": {why}" if why else ""))
-        if np.dtype(x.dtype).kind != "f":
-            raise TapegradError(f"{kernel.name}: {name} has dtype {x.dtype}; only float arrays "
-                                "carry derivatives (pass integer arrays as Const)")
+        check_layout(kernel.name, name, dx)
         return "dup"
     if isinstance(a, Active):
         if hasattr(a.val, "shape") and getattr(a.val, "ndim", 0) > 0:

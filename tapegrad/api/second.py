@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.api.sources import call_on_sources, stamp_sources
 from tapegrad.errors import LaunchError, TapegradError
 from tapegrad.tape.arrays import is_array, zeros_like
 from tapegrad.tape.duals import TapedDual
@@ -56,9 +57,11 @@ def hvp(f: Callable[..., Any], x: Any, v: Any) -> Any:
     with tape:
         if is_array(x):
             source = x
+            stamped = stamp_sources(tape, [("x", x)])
             with ForwardContext(1, on_tape=True) as ctx:
                 ctx.seed(x, [v.copy()])      # (v's own copy: a step may update x in place)
-                target = _tangent(tape, ctx, f(x))
+                target = _tangent(tape, ctx, call_on_sources("tg.hvp", tape, stamped,
+                                                              lambda: f(x)))
         else:
             source = tape.watch(float(plain(x)))
             with ForwardContext(1, on_tape=True) as ctx:
