@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +21,7 @@ from tapegrad.api.launches import (
     no_derivative,
 )
 from tapegrad.api.second import hvp  # noqa: F401
-from tapegrad.api.sources import call_on_sources, stamp_sources
+from tapegrad.api.sources import call_on_sources, check_direction, is_number, stamp_sources
 from tapegrad.capturing.captured import Captured
 from tapegrad.capturing.trace import TraceTape
 from tapegrad.errors import (  # noqa: F401
@@ -172,43 +173,137 @@ def autodiff_deferred(*args: Any, **kwargs: Any) -> None:
         "kernel cannot call tg.autodiff")
 
 
-def _autodiff_forward_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> tuple:
-    """Run ``f`` with tangents: kernels launch their tangent kernels, reductions carry duals."""
+class _ForwardRun(ForwardContext):
+    """Forward mode over a host function (tg.jvp, tg.jacobian, tg.autodiff), noting what a
+    tape would have recorded: which seeded arrays had their tangents asked for (by a launch,
+    a reduction, a registered function: ``tangent_of``), and which arrays such operations
+    were given.  A result that carries no tangent is then told apart as reverse mode tells
+    it: from a source nothing used, or an array NumPy made (both refused: its derivative
+    would be a silent zero), or an array the operations used but no tangent reached (a
+    constant: zero, as ``tg.vjp`` gives)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__(width)
+        self.unread: dict[Any, tuple[str, Any]] = {}   # seeded sources nothing read yet
+        self.used: dict[int, weakref.ref] = {}   # (by id: arrays need not be hashable)
+
+    def watch(self, x: Any, label: str) -> None:
+        """``x`` (seeded) is a source, ``label`` in messages."""
+        self.unread[self.ids.find(x)] = (label, x)
+
+    def tangent_of(self, x: Any) -> list[Any] | None:
+        found = super().tangent_of(x)
+        if found is not None and self.unread:
+            self.unread.pop(self.ids.find(x), None)
+        used, key = self.used, id(x)
+        ref = used.get(key)
+        if ref is None or ref() is not x:
+            try:     # (dropped with the array: a long simulation's states are freed)
+                used[key] = weakref.ref(x, lambda _, key=key: used.pop(key, None))
+            except TypeError:       # (no weak references to this array type)
+                pass
+        return found
+
+    def was_used(self, y: Any) -> bool:
+        """Whether an operation of the run was given ``y`` (or another view of its memory)."""
+        ref = self.used.get(id(y))
+        if ref is not None and ref() is y:
+            return True
+        key = array_key(y)
+        return any(a is not None and array_key(a) == key
+                   for a in (r() for r in list(self.used.values())))
+
+    def refuse_unread(self, who: str) -> None:
+        """Refuse a source whose tangent nothing read (where a result carries none)."""
+        if self.unread:
+            label, x = next(iter(self.unread.values()))
+            raise TapegradError(
+                f"{who}: {label}, an array of shape {tuple(x.shape)}, was not used by any "
+                "kernel launch or tapegrad operation, so f's result carries no tangent and its "
+                "derivative would be a silent 0 (reverse mode refuses it too). If f copies it "
+                "with NumPy (x.copy(), np.array(x), x * 1) or computes from it with NumPy, "
+                "tapegrad cannot see that: use tg.copy(x), or launch kernels on x itself")
+
+
+def _autodiff_forward_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple,
+                           who: str = "tg.autodiff", labels: tuple[str, ...] = (),
+                           several_out: bool = False) -> tuple:
+    """Run ``f`` with tangents: kernels launch their tangent kernels, reductions carry duals.
+    ``who``, ``labels``: the call and its sources (by default ``argument k``) in messages;
+    ``several_out``: a tuple ``f`` returns is several outputs, each with its tangents."""
     refuse_nested()
     annotated = [annotate(a) for a in args]
     width = batch_width(annotated)
-    ctx = ForwardContext(width)
+    ctx = _ForwardRun(width)
+    name = getattr(f, "__name__", "f")
     call_args = []
     for k, a in enumerate(annotated):
-        kind, dirs = forward_annotation(getattr(f, "__name__", "f"), f"argument {k}", a, width)
+        label = labels[k] if labels else f"argument {k}"
+        kind, dirs = forward_annotation(name, f"argument {k}", a, width)
         if kind == "dup":
+            for d in dirs:     # (its shape and dtype checked: the device is left)
+                check_direction(name, a.val, d, names=(f"argument {k}", "its tangent"))
             ctx.seed(a.val, list(dirs))
+            ctx.watch(a.val, label)
             call_args.append(a.val)
         elif kind == "active":
             call_args.append(DualScalar(float(a.val), dirs))
         else:
             call_args.append(a.val)
     with ctx:
-        result = f(*call_args)
-    primal = plain_value(result) if isinstance(result, DualScalar) else result
+        result = call_on_sources(name, None, [], lambda: f(*call_args), f)
+    several = several_out and isinstance(result, tuple)
+    outputs = result if several else (result,)
+    primals = tuple(plain_value(y) if isinstance(y, DualScalar) else y for y in outputs)
+    primal = primals if several else primals[0]
     if ret is Const or isinstance(ret, Const):
         return (primal,) if mode.with_primal else ()
-    tangents = _result_tangents(ctx, result, width)
-    tangent = tangents[0] if width == 1 and not (
-        ret is BatchDuplicated or isinstance(ret, BatchDuplicated)) else tuple(tangents)
+    batch = ret is BatchDuplicated or isinstance(ret, BatchDuplicated)
+    tangents = []
+    for y in outputs:
+        ts = _result_tangents(who, ctx, y, width)
+        tangents.append(ts[0] if width == 1 and not batch else tuple(ts))
+    tangent = tuple(tangents) if several else tangents[0]
     return (tangent, primal) if mode.with_primal else (tangent,)
 
 
-def _result_tangents(ctx: ForwardContext, result: Any, width: int) -> list[Any]:
+def _result_tangents(who: str, ctx: _ForwardRun, result: Any, width: int) -> list[Any]:
+    """The tangents of one of ``f``'s results; one that carries none is zero only where
+    reverse mode gives zero too (an array the run's operations used, none of them carrying
+    a tangent into it), else refused."""
     if isinstance(result, DualScalar):
         return list(result.tangents)
     if is_array(result):
+        used = ctx.was_used(result)      # (before tangent_of, which notes it as used)
         t = ctx.tangent_of(result)
-        return list(t) if t is not None else [zeros_like(result) for _ in range(width)]
-    if isinstance(result, (float, int, np.floating, np.integer)):
-        return [0.0] * width
-    raise TapegradError(f"forward mode needs f to return a scalar or an array, got "
-                        f"{type(result).__name__}")
+        if t is not None:
+            ctx.unchanged(result, None)
+            return list(t)
+        if not used:
+            raise TapegradError(
+                f"{who}: f returned an array of shape {tuple(result.shape)} that carries no "
+                "tangent and that no kernel launch or tapegrad operation was given: NumPy made "
+                "it (B * 2.0, B.copy(), np.exp(B), B.reshape(...)), which tapegrad cannot see, "
+                "so its derivative would be a silent 0. Return an array a kernel wrote, or "
+                "make it with tapegrad's operations (tg.scale(B, 2.0), tg.copy(B), "
+                "tg.reshape(B, shape))")
+        ctx.refuse_unread(who)
+        return [zeros_like(result) for _ in range(width)]
+    if not is_number(result):
+        raise TapegradError(f"forward mode needs f to return a scalar or an array, got "
+                            f"{type(result).__name__}")
+    ctx.refuse_unread(who)
+    raise TapegradError(
+        f"{who}: f returned the number {_shown(result)}, which carries no tangent: no "
+        "operation that a tangent reached computed it, so its derivative would be a silent 0. "
+        "A number NumPy or Python computes from arrays (np.sum(B), B[0], B.max()) is "
+        "invisible to tapegrad: compute it with tg.sum, tg.dot, tg.mean or tg.norm (and "
+        "+ - * / ** on their results). A number that does not depend on x has derivative 0 "
+        "and needs no differentiating (tg.gradient refuses it too)")
+
+
+def _shown(number: Any) -> str:
+    return repr(float(number) if isinstance(number, (float, np.floating)) else int(number))
 
 
 def _derivatives_written(tapes: tuple, mode: Mode, cfg: ConfiguredKernel, args: tuple) -> None:
@@ -258,7 +353,7 @@ def _autodiff_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> 
                 call_args.append(a.val)
         stamped = stamp_sources(tape, [(f"argument {k}", a.val) for k, a in
                                         enumerate(annotated) if isinstance(a, Duplicated)])
-        result = call_on_sources("tg.autodiff", tape, stamped, lambda: f(*call_args))
+        result = call_on_sources("tg.autodiff", tape, stamped, lambda: f(*call_args), f)
     _check_shared_shadows(f, tape, annotated)     # (before the sweep writes any shadow)
     shadows = {tape.key(a.val): a.dval for a in annotated if isinstance(a, Duplicated)}
     seeded = [a.val for a in annotated if isinstance(a, Duplicated)]
@@ -282,18 +377,59 @@ def _autodiff_host(mode: Mode, f: Callable[..., Any], ret: Any, args: tuple) -> 
 
 @api_boundary
 def jvp(f: Callable[..., Any], x: Any, v: Any) -> tuple[Any, Any]:
-    """``(y, y_dot)`` with ``y = f(x)`` and ``y_dot = J(x) v``, in one forward-mode run.
+    """``(y, y_dot)`` with ``y = f(x)`` and ``y_dot = J(x) v``, in one forward-mode run; ``x``
+    an array (``v`` an array like it) or a number (``v`` a number).
+    Several inputs: ``x`` a tuple, ``f(*x)``, and ``v`` a tuple of as many directions (``y_dot``
+    adds up every input's part); several outputs: ``f`` returns a tuple, and ``y`` and
+    ``y_dot`` are tuples (as ``tg.vjp`` takes them).
 
     >>> import numpy as np, tapegrad as tg
     >>> y, y_dot = tg.jvp(lambda x: tg.dot(x, x), np.array([3.0, 1.0]), np.array([1.0, 0.0]))
     >>> float(y), y_dot
     (10.0, 6.0)
+    >>> (s, d), (s_dot, d_dot) = tg.jvp(lambda a, b: (tg.sum(a), tg.dot(a, b)),
+    ...                                 (np.array([1.0, 2.0]), np.array([3.0, 4.0])),
+    ...                                 (np.array([1.0, 0.0]), np.array([0.0, 1.0])))
+    >>> s_dot, d_dot          # 1, then b . (1, 0) + a . (0, 1)
+    (1.0, 5.0)
     """
     refuse_nested()      # (before float(x): x may be an outer run's dual scalar)
+    several_in = isinstance(x, tuple)
+    if several_in != isinstance(v, tuple) or several_in and len(x) != len(v):
+        got = (f"a tuple of {len(x)}" if several_in else type(x).__name__,
+               f"a tuple of {len(v)}" if isinstance(v, tuple) else type(v).__name__)
+        raise TapegradError(
+            f"tg.jvp(f, x, v): several inputs are a tuple x, f(*x), with a tuple v of as many "
+            f"directions, one per input; one input is an array (v an array like it) or a "
+            f"number (v a number); got x {got[0]} and v {got[1]}")
+    if several_in and not x:
+        raise TapegradError("tg.jvp(f, x, v): x is an empty tuple; give f's inputs")
+    xs, vs = (x, v) if several_in else ((x,), (v,))
+    names = [(f"x[{k}]", f"v[{k}]") if several_in else ("x", "v") for k in range(len(xs))]
+    for (x_name, v_name), xk, vk in zip(names, xs, vs):
+        check_direction("tg.jvp(f, x, v)", xk, vk, names=(x_name, v_name))
+    _refuse_shared("tg.jvp", [(x_name, xk) for (x_name, _), xk in zip(names, xs)],
+                   "carry one tangent, not one each")
     # (a copy of v: the run updates x's tangent along with x, and v is the caller's)
-    arg = Duplicated(x, v.copy()) if is_array(x) else Duplicated(float(plain(x)), float(plain(v)))
-    tangent, primal = _autodiff_forward_host(ForwardWithPrimal, f, Duplicated, (arg,))
+    args = tuple(Duplicated(xk, vk.copy()) if is_array(xk) else
+                 Duplicated(float(plain(xk)), float(plain(vk))) for xk, vk in zip(xs, vs))
+    tangent, primal = _autodiff_forward_host(ForwardWithPrimal, f, Duplicated, args,
+                                             who="tg.jvp", labels=tuple(n for n, _ in names),
+                                             several_out=True)
     return primal, tangent
+
+
+def _refuse_shared(who: str, sources: list[tuple[str, Any]], what: str) -> None:
+    """Refuse two sources that share memory (``what`` they would get instead of their own
+    derivatives): tapegrad follows arrays by their memory."""
+    shared = sharing_pairs([(name, a) for name, a in sources if is_array(a)])
+    if shared:
+        a, b = shared[0]
+        raise TapegradError(
+            f"{who}: {a} and {b} share memory (one array passed twice, or views of one "
+            f"array), and tapegrad follows arrays by their memory, so they would {what}. "
+            f"Pass the array once and use it twice inside f; for the part of each, pass a "
+            f"copy as {b}")
 
 
 def _return_kind(ret: Any) -> str:
@@ -401,7 +537,8 @@ def gradient(f: Callable[..., Any], *args: Any) -> tuple:
         # (a captured function's result only seeds the sweep: where the reverse reads
         # nothing its forward computes, a linear simulation's, the forward is not run)
         result = call_on_sources("tg.gradient", tape, stamped, lambda: f.call(
-            sources, {}, value_unused=True) if isinstance(f, Captured) else f(*sources))
+            sources, {}, value_unused=True) if isinstance(f, Captured) else f(*sources),
+            None if isinstance(f, Captured) else f)     # (a capture's record installs its own)
     _check_scalar_result(tape, result)
     return tuple(tape.gradient(result, sources))
 
@@ -426,19 +563,32 @@ def vjp(f: Callable[..., Any], x: Any, w: Any) -> tuple[Any, Any]:
     refuse_while_recording()
     several_in = isinstance(x, tuple)
     xs = x if several_in else (x,)
+    labels = [f"x[{k}]" if several_in else "x" for k in range(len(xs))]
+    for label, xk in zip(labels, xs):
+        if not is_array(xk) and not is_number(xk):
+            raise TapegradError(f"tg.vjp(f, x, w): {label} is an array or a number (several "
+                                f"inputs: a tuple of them), got "
+                                f"{'None' if xk is None else type(xk).__name__}")
+    _refuse_shared("tg.vjp", list(zip(labels, xs)),
+                   "each get the sum of both gradients")
     tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:
         xs = tuple(v if is_array(v) else tape.watch(v) for v in xs)    # (numbers: tape scalars)
         stamped = stamp_sources(tape, [(f"argument {k}" if several_in else "x", v)
                                         for k, v in enumerate(xs)])
-        y = call_on_sources("tg.vjp", tape, stamped, lambda: f(*xs))
+        y = call_on_sources("tg.vjp", tape, stamped, lambda: f(*xs), f)
     several_out = isinstance(y, tuple)
     ys = y if several_out else (y,)
     ws = w if several_out else (w,)
     if several_out and not (isinstance(w, tuple) and len(w) == len(ys)):
         raise TapegradError(f"tg.vjp: f returned {len(ys)} outputs; give a tuple of "
                             f"{len(ys)} cotangents, one per output")
-    x_bars = tape.vjp([_vjp_output(tape, v) for v in ys], list(ws), list(xs))
+    ys = [_vjp_output(tape, v) for v in ys]
+    for k, (yk, wk) in enumerate(zip(ys, ws)):    # (before the sweep writes anything)
+        check_direction("tg.vjp(f, x, w)", yk, wk, every_element=True,
+                        names=(f"f's output {k}", f"w[{k}]") if several_out else
+                        ("f's output", "w"))
+    x_bars = tape.vjp(ys, list(ws), list(xs))
     primal = tuple(plain(v) if isinstance(v, TrackedScalar) else v for v in ys)
     return (primal if several_out else primal[0]), (tuple(x_bars) if several_in else x_bars[0])
 
@@ -470,7 +620,7 @@ def jacobian(f: Callable[..., Any], x: Any, mode: Mode = Reverse) -> Any:
     tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:
         stamped = stamp_sources(tape, [("x", x)])
-        y = call_on_sources("tg.jacobian", tape, stamped, lambda: f(x))
+        y = call_on_sources("tg.jacobian", tape, stamped, lambda: f(x), f)
     y = _vjp_output(tape, y)
     size = 1 if isinstance(y, TrackedScalar) else y.size
     rows = []
@@ -499,7 +649,8 @@ def _jacobian_forward(f: Callable[..., Any], x: Any, width: int = 8) -> Any:
             seeds.append(e.reshape(x.shape))
         at = x if start == 0 else original.copy()  # (x itself once, as in reverse mode)
         (tangents,) = _autodiff_forward_host(Forward, f, BatchDuplicated,
-                                             (BatchDuplicated(at, tuple(seeds)),))
+                                             (BatchDuplicated(at, tuple(seeds)),),
+                                             who="tg.jacobian", labels=("x",))
         for t in tangents:
             columns.append(np.ravel(host_array(t)) if is_array(t) else np.array([t]))
     return np.stack(columns, axis=1)

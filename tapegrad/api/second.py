@@ -15,10 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from tapegrad.api.sources import call_on_sources, stamp_sources
-from tapegrad.errors import LaunchError, TapegradError
+from tapegrad.api.sources import call_on_sources, check_direction, stamp_sources
+from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array, zeros_like
 from tapegrad.tape.duals import TapedDual
 from tapegrad.tape.forward import ForwardContext
@@ -52,7 +50,7 @@ def hvp(f: Callable[..., Any], x: Any, v: Any) -> Any:
     if recording_tapes():
         raise TapegradError("tg.hvp inside a recording tg.Tape: its result is a new array the "
                             "tape cannot differentiate (third derivatives); call it outside")
-    _check_direction(x, v)
+    check_direction("tg.hvp(f, x, v)", x, v)
     tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:
         if is_array(x):
@@ -61,31 +59,15 @@ def hvp(f: Callable[..., Any], x: Any, v: Any) -> Any:
             with ForwardContext(1, on_tape=True) as ctx:
                 ctx.seed(x, [v.copy()])      # (v's own copy: a step may update x in place)
                 target = _tangent(tape, ctx, call_on_sources("tg.hvp", tape, stamped,
-                                                              lambda: f(x)))
+                                                              lambda: f(x), f))
         else:
             source = tape.watch(float(plain(x)))
             with ForwardContext(1, on_tape=True) as ctx:
-                target = _tangent(tape, ctx, f(TapedDual(source, float(plain(v)))))
+                target = _tangent(tape, ctx, call_on_sources(
+                    "tg.hvp", tape, [], lambda: f(TapedDual(source, float(plain(v)))), f))
     if target is None:       # grad f . v does not depend on x: f is linear (or constant)
         return zeros_like(x) if is_array(x) else 0.0
     return tape.vjp([target], [1.0], [source])[0]     # (zero where f is linear)
-
-
-def _check_direction(x: Any, v: Any) -> None:
-    if is_array(x):
-        if not is_array(v) or v.shape != x.shape or v.dtype != x.dtype or \
-                type(v) is not type(x):
-            got = f"shape {v.shape}, dtype {v.dtype}" if is_array(v) else type(v).__name__
-            raise LaunchError(f"tg.hvp(f, x, v): v must be an array like x (shape {x.shape}, "
-                              f"dtype {x.dtype}, same device); got {got}")
-        if np.dtype(x.dtype).kind != "f":
-            raise TapegradError(f"tg.hvp(f, x, v): x must be a float array, got dtype "
-                                f"{x.dtype}")
-        return
-    for name, a in (("x", x), ("v", v)):
-        if isinstance(a, bool) or not isinstance(a, (float, int, np.floating, np.integer)):
-            raise TapegradError(f"tg.hvp(f, x, v): {name} is an array or a number, got "
-                                f"{type(a).__name__}")
 
 
 def _tangent(tape: Tape, ctx: ForwardContext, result: Any) -> Any:
@@ -96,6 +78,7 @@ def _tangent(tape: Tape, ctx: ForwardContext, result: Any) -> Any:
         t = ctx.tangent_of(result)
         if t is None:
             return None
+        ctx.unchanged(result, None)
         with ctx.on_tape():
             return tg_sum(t[0])
     raise not_a_scalar(result)

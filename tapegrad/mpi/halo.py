@@ -113,6 +113,7 @@ class Halo:
             with ctx.on_tape():
                 self.exchange(u)
                 self.exchange(tangent[0])
+            ctx.wrote(u)
             return
         tapes = recording_tapes()
         idents = [tape.before_host_write(u, "halo.exchange") for tape in tapes]
@@ -120,6 +121,7 @@ class Halo:
         if ctx is not None:
             for t in ctx.tangents_or_zero(u):
                 self.fill_ghosts(t)
+            ctx.wrote(u)
         for tape, ident in zip(tapes, idents):
             tape.after_host_write(u, ident)
             tape.record_host(HaloRecord(reads=[ident], writes=[ident], name="halo.exchange",

@@ -75,11 +75,11 @@ class TapedDual(Operators, PlainAnswers, float):
     def __abs__(self) -> Any:
         return apply(abs, ABS, (self,))
 
-    def __tg_math__(self, name: str, args: tuple) -> Any:
-        return taped_math(name, args)
+    def __tg_math__(self, name: str, args: tuple, host: Any = None) -> Any:
+        return taped_math(name, args, host)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        return numpy_ufunc(ufunc, method, inputs, kwargs)
+        return numpy_ufunc(ufunc, method, inputs, kwargs, carried=True)
 
 
 def part(x: Any) -> Any:
@@ -122,19 +122,20 @@ def _varies(tangent: Any) -> bool:
     return isinstance(tangent, TrackedScalar) or tangent != 0.0
 
 
-def taped_math(name: str, args: tuple) -> Any:
-    """``tg.<name>(*args)`` with at least one dual among ``args``."""
+def taped_math(name: str, args: tuple, host: Any = None) -> Any:
+    """``tg.<name>(*args)`` with at least one dual among ``args`` (``host``: what gives the
+    value, as for ``scalar_math``)."""
     from tapegrad.tape.scalars import scalar_math
 
-    if name == "pow":
+    if name == "pow" and host is None:
         return args[0] ** args[1]
     row = lookup(name)
     if row is None or row.arity != len(args) or not row.differentiable:
-        return scalar_math(name, tuple(part(a) for a in args))   # (its error, or plain value)
+        return scalar_math(name, tuple(part(a) for a in args), host)   # (its error, or value)
 
-    def host(*values: Any) -> Any:
-        return scalar_math(name, values)
-    return apply(host, row, args)
+    def value(*values: Any) -> Any:
+        return scalar_math(name, values, host)
+    return apply(value, row, args)
 
 
 class _TapedMath:

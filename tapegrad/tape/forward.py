@@ -11,17 +11,18 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad.backends.registry import array_kind
 from tapegrad.errors import LaunchError, TapegradError
 from tapegrad.frontend import kernel_ir
 from tapegrad.runtime.arguments import access, check_args, ndrange_of
 from tapegrad.runtime.launch import interceptor, launch, launch_now, merging
 from tapegrad.runtime.tangent import run_tangent, tangent_variant
+from tapegrad.tape import hostmath
 from tapegrad.tape.arrays import is_array, zeros_like
 from tapegrad.tape.duals import TapedDual
 from tapegrad.tape.identity import Ident, Identities, array_key, sharing_pairs
 from tapegrad.tape.modes import forward_var, refuse_nested, tapes_var
 from tapegrad.tape.scalars import DualScalar, plain_value
+from tapegrad.tape.stamps import host_change, result_changed, same_bits, sample
 
 
 class ForwardContext:
@@ -39,7 +40,10 @@ class ForwardContext:
         # memory is a new identity, with no tangent
         self.ids = Identities()
         self.tangents: dict[Ident, list[Any]] = {}
-        self.kept: dict[Ident, Any] = {}
+        # what the last operation that gave an array its tangent left in it (NumPy arrays:
+        # ``stamps.sample``): an array changed by host code since (b *= 3.0 between two
+        # launches) is refused where it is read, as the tape refuses it
+        self.stamps: dict[Ident, Any] = {}
         self.prune_at = 8
 
     def __enter__(self) -> ForwardContext:
@@ -48,11 +52,13 @@ class ForwardContext:
             raise TapegradError("forward mode cannot run inside a recording tg.Tape")
         self.tape_records = (tapes_var.get(), interceptor.get())
         self.tokens = (forward_var.set((self,)), interceptor.set(merging(self.launch)))
+        self.math_wrappers = hostmath.install()     # (math.sqrt(s) of a dual: tape/hostmath.py)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         forward_var.reset(self.tokens[0])
         interceptor.reset(self.tokens[1])
+        hostmath.restore(self.math_wrappers)
 
     def on_tape(self) -> _OnTape:
         """``with ctx.on_tape():`` runs its body as the tape alone sees it (tg.hvp): what it
@@ -70,15 +76,32 @@ class ForwardContext:
         # (a view of another array that carries a tangent is refused by ``track``)
         ident = self.ids.track(x)
         self.tangents[ident] = list(tangents)
-        if not array_kind(x).views_know_their_base:
-            # its identity would die with this view object while its memory lives on (a
-            # new view of it would carry no tangent): kept alive, with its tangent
-            self.kept[ident] = x
+        self.stamp(x, ident)
         if len(self.tangents) > self.prune_at:
             for ident in [i for i in self.tangents if not i.alive()]:
                 del self.tangents[ident]
-                self.kept.pop(ident, None)
+                self.stamps.pop(ident, None)
             self.prune_at = max(8, 2 * len(self.tangents))
+
+    def stamp(self, x: Any, ident: Any) -> None:
+        if type(x) is np.ndarray and x.dtype.kind == "f":
+            self.stamps[ident] = sample(x)
+
+    def wrote(self, x: Any) -> None:
+        """A tapegrad operation other than a launch (``halo.exchange``) wrote ``x`` in place,
+        its tangents with it: what it left is what later reads must find."""
+        self.stamp(x, self.ids.track(x))
+
+    def unchanged(self, x: Any, reader: str | None) -> None:
+        """Before ``reader`` reads ``x``'s values (None: ``x`` is the result whose tangent is
+        asked for): as the operation that gave it its tangent left them (else its tangent
+        would belong to other values)."""
+        if type(x) is not np.ndarray:
+            return                # (device arrays: not sampled, as the tape's launches)
+        ident = self.ids.find(x)
+        stamp = self.stamps.get(ident) if ident is not None else None
+        if stamp is not None and stamp != sample(x) and not same_bits(stamp, sample(x)):
+            raise host_change(x, reader) if reader is not None else result_changed(x)
 
     def unknown(self, arrays: list[Any], how: str) -> None:
         """``arrays`` now hold values whose tangents are unknown (``how``: what made them):
@@ -130,6 +153,9 @@ class ForwardContext:
         reads, writes = access(kernel)
         params = kernel_ir(kernel).params
         found = [self.tangent_of(a) if is_array(a) else None for a in args]
+        for p, a, t in zip(params, args, found):
+            if t is not None and p in reads:
+                self.unchanged(a, f"kernel {kernel.name}")
         varied = any((t is not None and p in reads) or isinstance(a, dual)
                      for p, a, t in zip(params, args, found))
         activity, tangents = [], {}
@@ -150,6 +176,9 @@ class ForwardContext:
         else:
             check_written_tangents_apart(kernel, params, plain, tangents)
             run_tangent(cfg, plain, tangents, tuple(activity), nd)
+        for p, a, kind in zip(params, args, activity):
+            if kind == "dup" and p in writes:
+                self.stamp(a, self.ids.track(a))
 
     def launch_on_tape(self, cfg: Any, args: tuple, ndrange: Any, nd: tuple[int, ...],
                        activity: list[str], tangents: dict[str, tuple]) -> None:

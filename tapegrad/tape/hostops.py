@@ -52,6 +52,11 @@ class ReductionRecord(Record):
     def redirect(self, pos: int, copy: Any) -> None:
         self.views[pos] = copy
 
+    def reads_contents(self, pos: int, sweep: Any) -> bool:
+        # (a linear one's cotangents read only the other arrays: those of active arrays)
+        return any(r in sweep.active_ids for j, r in enumerate(self.reads)
+                   if j != pos or not self.linear)
+
     def backward(self, sweep: Any) -> None:
         bar = sweep.scalar_bar.get(self.scalar_out, 0.0)
         if bar == 0.0:
@@ -103,6 +108,9 @@ def _reduce(name: str, arrays: tuple, reduce: Callable[..., float],
         per_array = [ctx.tangent_of(a) for a in arrays]
         if all(t is None for t in per_array):
             return reduce(*arrays)   # a constant (so float() of it, refused for duals, works)
+        for a, t in zip(arrays, per_array):
+            if t is not None:
+                ctx.unchanged(a, f"tg.{name}")
         if ctx.taped:         # (tg.hvp: the value and the tangent recorded, by these same ops)
             with ctx.on_tape():
                 scalar = _reduce(name, arrays, reduce, grad, jvp, linear)

@@ -38,6 +38,11 @@ class Record:
     def backward(self, sweep: Any) -> None:
         raise NotImplementedError
 
+    def reads_contents(self, pos: int, sweep: Any) -> bool:
+        """Whether this sweep's run of its adjoint may read the contents of the array it
+        keeps at ``pos`` (``stamps.changed_after_last_use``: one changed since)."""
+        return True
+
 
 class LaunchRecord(Record):
     """One recorded kernel launch: its configured kernel, the arguments as the adjoint will
@@ -72,6 +77,9 @@ class LaunchRecord(Record):
 
     def redirect(self, pos: int, copy: Any) -> None:
         self.values[pos] = copy
+
+    def reads_contents(self, pos: int, sweep: Any) -> bool:
+        return self.params[pos] in self.needs       # (with everything active: at most)
 
     def backward(self, sweep: Any) -> None:
         # (the reverse sweep's hot path: once per recorded launch; the sweep's sets and dicts

@@ -215,8 +215,8 @@ class TrackedScalar(Operators, PlainAnswers, float):
         value, partials = rule(float.__float__(self))
         return self._op("abs", (), value, partials, rule)
 
-    def __tg_math__(self, name: str, args: tuple) -> Any:
-        return scalar_math(name, args)
+    def __tg_math__(self, name: str, args: tuple, host: Any = None) -> Any:
+        return scalar_math(name, args, host)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         return numpy_ufunc(ufunc, method, inputs, kwargs)
@@ -292,8 +292,8 @@ class DualScalar(Operators, float):
     def __abs__(self) -> DualScalar:
         return DualScalar.combine((self,), *_evaluated(ABS, (plain_value(self),)))
 
-    def __tg_math__(self, name: str, args: tuple) -> Any:
-        return scalar_math(name, args)
+    def __tg_math__(self, name: str, args: tuple, host: Any = None) -> Any:
+        return scalar_math(name, args, host)
 
     def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
         return numpy_ufunc(ufunc, method, inputs, kwargs)
@@ -381,14 +381,15 @@ class _Rule:
     """An operation's value and partials from its operands' values (``rule(*values)``): a
     table operator (``reflected``: the scalar is its right operand) or a math row."""
 
-    __slots__ = ("kind", "row", "reflected")
+    __slots__ = ("kind", "row", "reflected", "host")
 
-    def __init__(self, kind: str | None, row: Primitive | None, reflected: bool):
-        self.kind, self.row, self.reflected = kind, row, reflected
+    def __init__(self, kind: str | None, row: Primitive | None, reflected: bool,
+                 host: Callable[..., Any] | None = None):
+        self.kind, self.row, self.reflected, self.host = kind, row, reflected, host
 
     def __call__(self, *values: float) -> tuple[float, tuple[float, ...]]:
         if self.row is not None:
-            return _evaluated(self.row, values)
+            return _evaluated(self.row, values, self.host)
         if self.reflected:
             value, (p_o, p_self) = host_operator(self.kind, values[1], values[0])
             return value, (p_self, p_o)
@@ -405,10 +406,10 @@ def _operator_rule(kind: str, reflected: bool) -> _Rule:
     return rule
 
 
-def _math_rule(row: Primitive) -> _Rule:
-    rule = _RULES.get(("math", row.name))
+def _math_rule(row: Primitive, host: Callable[..., Any] | None = None) -> _Rule:
+    rule = _RULES.get(("math", row.name, host))
     if rule is None:
-        rule = _RULES["math", row.name] = _Rule(None, row, False)
+        rule = _RULES["math", row.name, host] = _Rule(None, row, False, host)
     return rule
 
 
@@ -434,25 +435,33 @@ def concrete(fn: Callable[..., Any], *args: Any) -> Any:
     return answer
 
 
-def _evaluated(row: Primitive, plain: tuple) -> tuple[float, tuple[float, ...]]:
+def _evaluated(row: Primitive, plain: tuple, host: Callable[..., Any] | None = None
+               ) -> tuple[float, tuple[float, ...]]:
     """``f(*plain)`` and its partials, as IEEE arithmetic gives them (inf and nan where math
-    would raise: log(0), atanh(1), fmod(s, 0), acosh's derivative at 1)."""
-    fn = row.host_function() if row.numpy_name is None else getattr(np, row.numpy_name)
+    would raise: log(0), atanh(1), fmod(s, 0), acosh's derivative at 1).  ``host``: the
+    function that gives the value instead (``math.<f>`` itself, which raises where math raises:
+    tape/hostmath.py); the partials are the row's all the same."""
     x = tuple(np.float64(p) for p in plain)
+    if host is not None:
+        value = np.float64(host(*plain))
+    else:
+        fn = row.host_function() if row.numpy_name is None else getattr(np, row.numpy_name)
+        with np.errstate(all="ignore"):
+            value = np.float64(fn(*x))
     with np.errstate(all="ignore"):
-        value = np.float64(fn(*x))
         partials = row.host_partials(*x, value)
     return float(value), tuple(float(p) for p in partials)
 
 
-def scalar_math(name: str, args: tuple) -> Any:
+def scalar_math(name: str, args: tuple, host: Callable[..., Any] | None = None) -> Any:
     """``tg.<name>(s, ...)`` of tracked scalars (recorded on their tape) or of forward-mode
-    scalars (the tangents carried along)."""
-    if name == "pow":
+    scalars (the tangents carried along); ``host``: the function that gives the value (Python's
+    ``math.<name>``, for ``math.<name>(s)``: tape/hostmath.py), NumPy's by default."""
+    if name == "pow" and host is None:
         return args[0] ** args[1]    # the scalars' own ** (a plain base reaches __rpow__)
     for a in args:
         if getattr(a, "taped_dual", False):     # (tg.hvp's scalars: tape/duals.py)
-            return a.__tg_math__(name, args)
+            return a.__tg_math__(name, args, host)
     row = lookup(name)
     if row is None or row.arity != len(args):
         names = sorted([*MATH, "abs"])
@@ -462,7 +471,7 @@ def scalar_math(name: str, args: tuple) -> Any:
     plain = tuple(plain_value(a) for a in args)
     if not row.differentiable:       # piecewise constant, or not a number: the plain result
         return row.host_function()(*plain)
-    rule = _math_rule(row)
+    rule = _math_rule(row, host)
     value, partials = rule(*plain)
     if any(isinstance(a, DualScalar) for a in args):
         return DualScalar.combine(args, value, partials)
@@ -508,15 +517,18 @@ def refuse_numpy_numbers(name: str, operands: tuple) -> None:
                 "tg.mean / tg.norm (or in a kernel); if it is a constant, pass float(value)")
 
 
-def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict) -> Any:
+def numpy_ufunc(ufunc: Any, method: str, inputs: tuple, kwargs: dict,
+                carried: bool = False) -> Any:
     """NumPy ufuncs on tracked scalars: the differentiable ones are recorded, others refused
-    (so a derivative is never lost silently)."""
+    (so a derivative is never lost silently); ``carried``: an operand carries a derivative
+    (tg.hvp's scalars, which are neither kind here)."""
     if method != "__call__" or kwargs:
         raise TapegradError(f"numpy.{ufunc.__name__}.{method} on a tracked scalar is not "
                             "differentiable; use tg functions and + - * / **")
     name = "true_divide" if ufunc.__name__ == "divide" else ufunc.__name__
-    if name not in _COMPARISONS and any(isinstance(v, TrackedScalar) and v.recorded()
-                                        or isinstance(v, DualScalar) for v in inputs):
+    if name not in _COMPARISONS and (carried or any(
+            isinstance(v, TrackedScalar) and v.recorded() or isinstance(v, DualScalar)
+            for v in inputs)):
         refuse_numpy_numbers(name, inputs)   # (a comparison's result has no derivative to lose)
     # a NumPy scalar operand as a plain number: its own operators would come back here
     # (np.float64(1) - s recursed without end)

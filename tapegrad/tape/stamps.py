@@ -10,6 +10,7 @@ import numpy as np
 
 from tapegrad.backends.registry import kind_of
 from tapegrad.errors import TapegradError
+from tapegrad.tape.fingerprint import fingerprint
 
 
 def sample(x: Any) -> tuple | None:
@@ -87,3 +88,118 @@ class Derivatives:
             "records (a kernel of their own, or tg.register_adjoint with its rule), or "
             "compute them outside the recording; to use them as constants on purpose, read a "
             "copy (d.copy())")
+
+
+def changed_after_last_use(tape: Any) -> dict[int, list[tuple[int, Any]]]:
+    """At the end of ``tape``'s recording: the arrays whose contents a derivative may read
+    (``tape.readers``) that code the tape does not record changed after the last recorded
+    operation used them (``b[:] = 0`` on a scratch buffer, ``x *= 0.5`` on an input, after
+    its last launch), by the records that read them (``id(record)``: [(position, array)]).
+    No later recorded read compares their stamps; the sweep refuses them where a record's
+    derivative reads them (``Record.reads_contents``): it would read the new contents."""
+    stale: dict[int, list[tuple[int, Any]]] = {}
+    for ident, refs in tape.readers.items():
+        if not refs:
+            continue
+        x = refs[-1][2]
+        stamp = tape.stamps.get(ident)
+        if stamp is None or type(stamp) is Derivatives or np.dtype(x.dtype).kind != "f" \
+                or type(x) is not np.ndarray and not tape.verify:
+            continue            # (the launches' rule: device arrays only under verify)
+        if stamp != tape.sample(x) and not same_bits(stamp, tape.sample(x)):
+            for record, pos, _ in refs:
+                stale.setdefault(id(record), []).append((pos, x))
+    return stale
+
+
+def changed_after_use(x: Any, reader: str) -> TapegradError:
+    """The error for ``x``, whose contents ``reader``'s derivative reads, changed by host code
+    after ``reader`` and before the recording ended."""
+    return TapegradError(
+        f"an array of shape {tuple(x.shape)} that {reader or 'a recorded operation'} read, and "
+        "whose contents its derivative reads, was changed by code the tape does not record "
+        "after that read and before the recording ended (NumPy in place, such as b[:] = 0 or "
+        "x *= 0.5), so the gradient would read the new contents. Change a copy (y = "
+        "x.copy()), or make the change with recorded operations on a new array (tg.scale, a "
+        "kernel)")
+
+
+def check_output(tape: Any, y: Any, ident: Any) -> None:
+    """Before a sweep seeds ``y``, an array the recording wrote or read: refuse one that
+    code the tape does not record changed since (``b *= 2.0`` before ``return b``): the
+    derivative would be of what the recorded operations computed, not of ``y``."""
+    stamp = tape.stamps.get(ident)
+    if stamp is None or type(stamp) is Derivatives or np.dtype(y.dtype).kind != "f" \
+            or type(y) is not np.ndarray and not tape.verify:
+        return
+    if stamp != tape.sample(y) and not same_bits(stamp, tape.sample(y)):
+        raise result_changed(y)
+
+
+def result_changed(y: Any) -> TapegradError:
+    """The error for a result ``y`` that host code changed after the last recorded (or
+    forward-mode) operation that used it."""
+    return TapegradError(
+        f"the array of shape {tuple(y.shape)} you differentiate was changed by code tapegrad "
+        "does not see after the last operation it recorded or ran on it (NumPy in place, such "
+        "as b *= 2.0 before return b), so its derivative would be that of what those "
+        "operations computed, not of its contents. Make the change with tapegrad's operations "
+        "(b = tg.scale(b, 2.0), a kernel), or change a copy")
+
+
+class HostChanges:
+    """The tape's side of its stamps (``Tape`` is one): what a recorded host operation that
+    reads or writes an array in place checks and leaves, and the checks before a sweep."""
+
+    def before_host_write(self, x: Any, who: str) -> tuple:
+        """Before a recorded host operation (``who``) writes part of ``x`` in place: ``x`` is
+        as the last recorded operation left it, and records that still need its contents
+        get a copy.  Returns ``x``'s identity, for ``after_host_write``."""
+        ident = self.track(x)
+        self.unchanged_since_use(x, who, ident)
+        self.will_overwrite(x, False, ident)
+        return ident
+
+    def after_host_write(self, x: Any, ident: tuple) -> None:
+        """After it wrote: what it left is what later recorded operations must find."""
+        if np.dtype(x.dtype).kind == "f":
+            self.stamps[ident] = self.sample(x)
+
+    def unchanged_since_use(self, x: Any, who: str, ident: Any = None) -> None:
+        """Before a recorded host operation (``who``) uses ``x``: as the last recorded
+        operation left it (``changed_by_host``); stamped here if none has used it yet."""
+        if type(x) is not np.ndarray and not self.verify or np.dtype(x.dtype).kind != "f":
+            return                # (the launches' rule: device arrays only under verify)
+        ident = self.track(x) if ident is None else ident
+        stamp = self.stamps.get(ident)
+        if stamp is None:
+            self.stamps[ident] = self.sample(x)
+        elif stamp != self.sample(x):
+            self.changed_by_host(x, stamp, who)
+
+    def changed_by_host(self, x: Any, stamp: Any, reader: str) -> None:
+        """A recorded operation is about to read ``x``, which an earlier recorded operation
+        read or wrote, and its contents differ from what it found or left (``stamp``): host
+        code changed it."""
+        if type(stamp) is Derivatives:
+            raise stamp.error(x, reader)
+        if same_bits(stamp, self.sample(x)):
+            return                # (NaN samples compare unequal to themselves)
+        raise host_change(x, reader)
+
+    def derivatives_written(self, x: Any, what: str) -> None:
+        """``x`` now holds derivatives a computation the tape does not record wrote (``what``:
+        which): a recorded operation reading it before one writes it is refused
+        (``stamps.Derivatives``; arrays on the host, and elsewhere under ``verify``)."""
+        self.stamps[self.track(x)] = Derivatives(what)
+
+    def check_unchanged(self) -> None:
+        for ident, fp in self.fingerprints.items():
+            refs = self.readers.get(ident)
+            if refs and fingerprint(refs[-1][2]) != fp:
+                x = refs[-1][2]
+                raise TapegradError(
+                    f"an array of shape {x.shape} that the recorded code read was changed after "
+                    "recording and before gradient(), so the recorded derivatives no longer "
+                    "match its contents; compute the gradient before changing it, or pass a "
+                    "copy into the recorded code")

@@ -19,6 +19,7 @@ from tapegrad.tape.arrays import allocate, is_array, repeats, spares
 from tapegrad.tape.bars import ScalarBars
 from tapegrad.tape.identity import Ident
 from tapegrad.tape.scalars import TrackedScalar
+from tapegrad.tape.stamps import changed_after_use, check_output
 
 
 # How many processes hold a target, by the records that made it: set by tapegrad.mpi (its
@@ -135,6 +136,7 @@ class Sweep:
         records, first_use, requested = self.records, self.first_use, self.requested
         active_ids, active_nodes = self.active_ids, self.active_nodes
         current, free = self.shadows, self.free
+        stale = self.tape.stale
         k = len(records) - 1
         while k >= 0:
             record = records[k]
@@ -145,6 +147,10 @@ class Sweep:
                     not active_ids.isdisjoint(record.reads)
                     or not active_nodes.isdisjoint(record.scalars_in)
                     or not active_ids.isdisjoint(record.writes)):
+                if stale and id(record) in stale:
+                    for pos, x in stale[id(record)]:
+                        if record.reads_contents(pos, self):
+                            raise changed_after_use(x, record.name)
                 if self.trace is not None and not record.traceable:
                     self.trace.fail(f"the adjoint of {record.name or type(record).__name__}")
                 if NANS.on:
@@ -213,6 +219,7 @@ class Sweep:
             self.scalar_bar[node] = self.scalar_bar.get(node, 0.0) + 1.0 / self.copies_of(
                 node, float.__float__(target))
         elif is_array(target) and self.tracks(target) and target.size == 1:
+            check_output(self.tape, target, self.key(target))
             self.shadow(self.key(target))[...] += 1
         else:
             raise not_a_scalar(target)

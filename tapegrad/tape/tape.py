@@ -29,6 +29,7 @@ from tapegrad.runtime.launch import (
 )
 from tapegrad.runtime.nans import NANS
 from tapegrad.runtime.plans import make_plan
+from tapegrad.tape import hostmath
 from tapegrad.tape.arrays import empty_like, is_array, only_tape_holds
 from tapegrad.tape.fingerprint import fingerprint
 from tapegrad.tape.identity import Identities, array_key
@@ -38,7 +39,7 @@ from tapegrad.tape.provenance import Provenance
 from tapegrad.tape.recorder import RecordPlan, recorder
 from tapegrad.tape.records import LaunchRecord, Record
 from tapegrad.tape.scalars import TrackedScalar, plain
-from tapegrad.tape.stamps import Derivatives, host_change, same_bits, sample
+from tapegrad.tape.stamps import HostChanges, changed_after_last_use, check_output, sample
 from tapegrad.tape.sweep import Sweep
 from tapegrad.tracebacks import api_boundary
 
@@ -60,7 +61,7 @@ def _record_on_each(tapes: tuple[Tape, ...]) -> Any:
     return record
 
 
-class Tape:
+class Tape(HostChanges):
     """Record what runs inside ``with tg.Tape() as tape:``, then ask for gradients.
 
     >>> import math, numpy as np, tapegrad as tg
@@ -107,6 +108,7 @@ class Tape:
         # collector (its records and kept arrays with it, after several collections)
         self.node_count = 0
         self.fingerprints: dict[int, Any] = {}
+        self.stale: dict[int, list] = {}      # (stamps.changed_after_last_use)
         self.recording = False
         self.used = False
         # (verify mode: arrays host code made from recorded values: tape/provenance.py)
@@ -128,14 +130,18 @@ class Tape:
         tapes = tapes_var.get() + (self,)
         self.tokens = (tapes_var.set(tapes), interceptor.set(
             self.record_launch if len(tapes) == 1 else _record_on_each(tapes)))
+        self.math_wrappers = hostmath.install()     # (math.sqrt(s) recorded: tape/hostmath.py)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         tapes_var.reset(self.tokens[0])
         interceptor.reset(self.tokens[1])
+        hostmath.restore(self.math_wrappers)
         self.recording = False
         if self.provenance is not None:
             self.provenance.stop()
+        if exc[0] is None:
+            self.stale = changed_after_last_use(self)
         # remember what every live input looked like, to catch changes before gradient();
         # arrays only the tape still holds (a simulation's intermediate states) cannot change
         if self.watch_changes:
@@ -367,48 +373,6 @@ class Tape:
         if self.limit is not None:
             self.limit.check(self.records)
 
-    def before_host_write(self, x: Any, who: str) -> tuple:
-        """Before a recorded host operation (``who``) writes part of ``x`` in place: ``x`` is
-        as the last recorded operation left it, and records that still need its contents
-        get a copy.  Returns ``x``'s identity, for ``after_host_write``."""
-        ident = self.track(x)
-        self.unchanged_since_use(x, who, ident)
-        self.will_overwrite(x, False, ident)
-        return ident
-
-    def after_host_write(self, x: Any, ident: tuple) -> None:
-        """After it wrote: what it left is what later recorded operations must find."""
-        if np.dtype(x.dtype).kind == "f":
-            self.stamps[ident] = self.sample(x)
-
-    def unchanged_since_use(self, x: Any, who: str, ident: Any = None) -> None:
-        """Before a recorded host operation (``who``) uses ``x``: as the last recorded
-        operation left it (``changed_by_host``); stamped here if none has used it yet."""
-        if type(x) is not np.ndarray and not self.verify or np.dtype(x.dtype).kind != "f":
-            return                # (the launches' rule: device arrays only under verify)
-        ident = self.track(x) if ident is None else ident
-        stamp = self.stamps.get(ident)
-        if stamp is None:
-            self.stamps[ident] = self.sample(x)
-        elif stamp != self.sample(x):
-            self.changed_by_host(x, stamp, who)
-
-    def changed_by_host(self, x: Any, stamp: Any, reader: str) -> None:
-        """A recorded operation is about to read ``x``, which an earlier recorded operation
-        read or wrote, and its contents differ from what it found or left (``stamp``): host
-        code changed it."""
-        if type(stamp) is Derivatives:
-            raise stamp.error(x, reader)
-        if same_bits(stamp, self.sample(x)):
-            return                # (NaN samples compare unequal to themselves)
-        raise host_change(x, reader)
-
-    def derivatives_written(self, x: Any, what: str) -> None:
-        """``x`` now holds derivatives a computation the tape does not record wrote (``what``:
-        which): a recorded operation reading it before one writes it is refused
-        (``stamps.Derivatives``; arrays on the host, and elsewhere under ``verify``)."""
-        self.stamps[self.track(x)] = Derivatives(what)
-
     def memory(self) -> dict[str, int]:
         r"""Bytes this tape holds, by kind: ``arrays`` its records keep (launch arguments
         whose contents an adjoint reads, copies of overwritten inputs, host operations'
@@ -483,6 +447,7 @@ class Tape:
                     f"shape {tuple(y.shape)}; give a cotangent of the output's shape (or a "
                     "number for every element)")
             k = self.key(y)
+            check_output(self, y, k)
             seed = grads.get(k, seeds.get(k))     # an output that is a source: one shadow
             if seed is None:
                 seed = seeds[k] = empty_like(y)
@@ -583,17 +548,6 @@ class Tape:
             "block ends (or float(...), np.float64(...) of one) is not recorded. Compute the "
             "target inside the block (loss = tg.sum(B) + 0.5 * tg.dot(B, B)), then call "
             "tape.gradient(loss, x)")
-
-    def check_unchanged(self) -> None:
-        for ident, fp in self.fingerprints.items():
-            refs = self.readers.get(ident)
-            if refs and fingerprint(refs[-1][2]) != fp:
-                x = refs[-1][2]
-                raise TapegradError(
-                    f"an array of shape {x.shape} that the recorded code read was changed after "
-                    "recording and before gradient(), so the recorded derivatives no longer "
-                    "match its contents; compute the gradient before changing it, or pass a "
-                    "copy into the recorded code")
 
 
 def verify_by_default() -> bool:
