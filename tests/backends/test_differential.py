@@ -95,13 +95,24 @@ def _run(kernel, backend, x: np.ndarray, y: np.ndarray, *rest: int) -> tuple[np.
     return C, dx, dy, tx
 
 
-def _agree(results: dict[str, tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
-    """The other backends' results equal the CPU's, element by element; returns the CPU's."""
+def _agree(results: dict[str, tuple[np.ndarray, ...]], subnormal: np.ndarray
+           ) -> tuple[np.ndarray, ...]:
+    """The other backends' results equal the CPU's, element by element; returns the CPU's.
+    Derivatives where an input is subnormal (``subnormal``) are not compared: there an
+    intermediate one ulp apart is a factor apart (PoCL's log1p(5e-324) is 0, libm's 5e-324,
+    and d/dx hypot(x, sin(log1p(x))) divides by them: 1.0 against 2.0, where the exact
+    derivative is 1.414; found by this test)."""
     cpu = results.pop("cpu")
     for name, other in results.items():
         for k, what in enumerate(("primal", "adjoint d/dx", "adjoint d/dy", "tangent")):
-            assert_same(other[k], cpu[k], f"{name} {what} vs CPU")
+            keep = slice(None) if k == 0 else ~subnormal
+            assert_same(other[k][keep], cpu[k][keep], f"{name} {what} vs CPU")
     return cpu
+
+
+def _subnormal(*inputs: np.ndarray) -> np.ndarray:
+    tiny = np.finfo(np.float64).tiny
+    return np.logical_or.reduce([(v != 0) & (np.abs(v) < tiny) for v in inputs])
 
 
 _EXAMPLES = int(os.environ.get("TAPEGRAD_DIFFERENTIAL_EXAMPLES", "6"))
@@ -121,7 +132,7 @@ def test_backends_and_numpy_agree_element_by_element(tmp_path, expr, xs, ys):
         want = np.broadcast_to(eval(numpy_expr, {"np": np, "x": x, "y": y}), (N,))
     results = {name: _run(kernel, make(), x, y) for name, make in BACKENDS.items()}
     try:
-        cpu = _agree(results)
+        cpu = _agree(results, _subnormal(x, y))
         assert_same(cpu[0], want, "CPU primal vs NumPy")
         # (the tangent and the adjoint multiply the same partials in another order: with
         # subnormal and huge inputs an intermediate can underflow in one order only, found:
@@ -156,7 +167,8 @@ def test_control_flow_kernels_agree_across_backends(tmp_path, source, trips, xs,
     kernel = load_kernel(source, tmp_path)
     x, y = np.array(xs), np.array(ys)
     try:
-        _agree({name: _run(kernel, make(), x, y, trips) for name, make in BACKENDS.items()})
+        _agree({name: _run(kernel, make(), x, y, trips) for name, make in BACKENDS.items()},
+               _subnormal(x, y))
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nx = {x!r}\ny = {y!r}\ntrips {trips}\nkernel:\n"
                              f"{source}") from None
