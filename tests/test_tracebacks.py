@@ -168,3 +168,9 @@ def test_array_helpers_refuse_at_the_users_line(call):
     with pytest.raises(tg.TapegradError) as info:
         call()
     assert [f.filename for f in traceback.extract_tb(info.tb)] == [__file__, __file__]
+
+
+def test_tape_watch_outside_its_block_refuses_at_the_users_line():
+    with pytest.raises(tg.TapegradError) as info:
+        tg.Tape().watch(0.5)
+    assert [f.filename for f in traceback.extract_tb(info.tb)] == [__file__]

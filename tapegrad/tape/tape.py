@@ -206,6 +206,7 @@ class Tape(HostChanges):
         self.node_count += 1
         return node
 
+    @api_boundary
     def watch(self, x: Any) -> Any:
         """Make the number ``x`` a source of this tape: returns a tape scalar to use in its
         place (pass it to kernels, compute with it) and to differentiate with respect to.
