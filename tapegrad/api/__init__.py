@@ -185,7 +185,9 @@ class _ForwardRun(ForwardContext):
     def __init__(self, width: int) -> None:
         super().__init__(width)
         self.unread: dict[Any, tuple[str, Any]] = {}   # seeded sources nothing read yet
-        self.used: dict[int, weakref.ref] = {}   # (by id: arrays need not be hashable)
+        # (by id: arrays need not be hashable; held weakly: a long simulation's states are
+        # freed as they are dropped)
+        self.used: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
     def watch(self, x: Any, label: str) -> None:
         """``x`` (seeded) is a source, ``label`` in messages."""
@@ -195,23 +197,19 @@ class _ForwardRun(ForwardContext):
         found = super().tangent_of(x)
         if found is not None and self.unread:
             self.unread.pop(self.ids.find(x), None)
-        used, key = self.used, id(x)
-        ref = used.get(key)
-        if ref is None or ref() is not x:
-            try:     # (dropped with the array: a long simulation's states are freed)
-                used[key] = weakref.ref(x, lambda _, key=key: used.pop(key, None))
+        if self.used.get(id(x)) is not x:
+            try:
+                self.used[id(x)] = x
             except TypeError:       # (no weak references to this array type)
                 pass
         return found
 
     def was_used(self, y: Any) -> bool:
         """Whether an operation of the run was given ``y`` (or another view of its memory)."""
-        ref = self.used.get(id(y))
-        if ref is not None and ref() is y:
+        if self.used.get(id(y)) is y:
             return True
         key = array_key(y)
-        return any(a is not None and array_key(a) == key
-                   for a in (r() for r in list(self.used.values())))
+        return any(array_key(a) == key for a in list(self.used.values()))
 
     def refuse_unread(self, who: str) -> None:
         """Refuse a source whose tangent nothing read (where a result carries none)."""
