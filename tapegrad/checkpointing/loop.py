@@ -25,6 +25,7 @@ from tapegrad.checkpointing.guards import (
     refuse_rebound,
     signature,
     takes_index,
+    unlike_state,
 )
 from tapegrad.checkpointing.revolve import reverse_actions
 from tapegrad.checkpointing.second import loop_with_tangents
@@ -169,35 +170,8 @@ def _call(step: Callable[..., Any], states: tuple, params: tuple, single: bool,
     if new is None or len(new) != len(states) or not all(
             is_array(y) and tuple(y.shape) == tuple(x.shape) and y.dtype == x.dtype
             for x, y in zip(states, new)):
-        raise TapegradError(_unlike(states, out, new, single))
+        raise TapegradError(unlike_state(states, out, new, single))
     return new
-
-
-def _unlike(states: tuple, out: Any, new: tuple | None, single: bool) -> str:
-    """What tells the state a step returned (``out``; ``new``: its arrays, None where it is
-    not of the state's kind) from the one it was given, and what to write instead."""
-    def shape(v: Any) -> str:
-        return f"{tuple(v.shape)} {v.dtype}" if is_array(v) else type(v).__name__
-
-    def kind(v: Any) -> str:
-        if isinstance(v, (tuple, list)):
-            return f"a {type(v).__name__} of {len(v)} ({', '.join(shape(y) for y in v)})"
-        return f"an array ({shape(v)})" if is_array(v) else f"a {type(v).__name__}"
-    given = ", ".join(shape(x) for x in states)
-    head = "tg.checkpoint_loop's step must return a state like the one it takes"
-    if new is None and single:
-        fix = ": return the array itself, not a tuple" if isinstance(out, (tuple, list)) \
-            and len(out) == 1 else ""
-        return f"{head}, one array ({given}), but returned {kind(out)}{fix}"
-    if new is None:
-        fix = ("; a state of one array is given alone: checkpoint_loop(step, u0, ...), not "
-               "[u0] or (u0,)") if len(states) == 1 and is_array(out) else ""
-        return (f"{head}, a tuple or list of {len(states)} "
-                f"array{'s' * (len(states) != 1)} ({given}), but returned {kind(out)}{fix}")
-    if len(new) != len(states):
-        return (f"{head}, {len(states)} array{'s' * (len(states) != 1)} ({given}), but "
-                f"returned {kind(out)}")
-    return f"{head} ({given}), but returned {', '.join(shape(y) for y in new)}"
 
 
 def _copies(states: tuple) -> tuple:
