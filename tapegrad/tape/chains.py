@@ -52,8 +52,8 @@ def extend(sweep: Any, records: list, k: int, head: tuple) -> int:
     """After record ``k`` ran its adjoint as ``head`` = (record, replay, values, shadows,
     pattern): run the records below it that continue its chain, in one compiled loop, and
     return how many ran (0: the sweep goes on record by record)."""
-    if not enabled or NANS.on:        # (tg.debug_nans checks launch by launch)
-        return 0
+    if not enabled or NANS.on or sweep.tape.stale:
+        return 0        # (tg.debug_nans checks launch by launch; so does a stale array's)
     record, replay, values, shadows, pattern = head
     plan = replay.chain
     if plan is None:

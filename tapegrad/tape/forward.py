@@ -56,9 +56,9 @@ class ForwardContext:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        hostmath.restore(self.math_wrappers)     # (first: a reset below can raise)
         forward_var.reset(self.tokens[0])
         interceptor.reset(self.tokens[1])
-        hostmath.restore(self.math_wrappers)
 
     def on_tape(self) -> _OnTape:
         """``with ctx.on_tape():`` runs its body as the tape alone sees it (tg.hvp): what it

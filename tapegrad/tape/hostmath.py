@@ -280,10 +280,36 @@ def _swap(group: tuple, old: int, new: int) -> None:
                 namespace[name] = now[name]
 
 
+def _known_to_numba() -> None:
+    """Make Numba take each wrapper for the function it stands for (once per process): it
+    finds math's functions by the function objects, so code compiled while the wrappers are
+    in place (a user's ``numba.njit`` helper, tapegrad's own kernels compiled here) would
+    meet an unknown ``math.sqrt``; and its tables of them, read on its first compile, would
+    hold the wrappers for the rest of the process."""
+    global _NUMBA_KNOWS
+    _NUMBA_KNOWS = True
+    try:
+        from numba.core.registry import cpu_target
+    except ImportError:          # (no Numba: nothing to tell)
+        return
+    typing = cpu_target.typing_context
+    typing.refresh()             # (its tables, read now: the functions themselves)
+    for wrapper in WRAPPERS.values():
+        try:
+            typing.insert_global(wrapper, typing.resolve_value_type(wrapper.tapegrad_stands_for))
+        except Exception:        # (a function Numba does not compile: nothing to alias)
+            continue
+
+
+_NUMBA_KNOWS = False
+
+
 def install(places: list[tuple] = ()) -> list[tuple]:
     """Put the wrappers in place (see the module's docstring): in the math and cmath modules
     and at ``places``, (namespace, name) pairs; what ``restore`` takes."""
     done = []
+    if not _NUMBA_KNOWS:
+        _known_to_numba()
     with _LOCK:
         for key, namespace, name in [(_MODULES_KEY, None, None), *(
                 ((id(namespace), name), namespace, name) for namespace, name in places)]:

@@ -293,6 +293,9 @@ class ScaleRecord(Record):
     def redirect(self, pos: int, copy: Any) -> None:
         self.views[pos] = copy
 
+    def reads_contents(self, pos: int, sweep: Any) -> bool:
+        return self.node is not None and self.node in sweep.active_nodes    # (a_bar's)
+
     def backward(self, sweep: Any) -> None:
         src, dst = self.reads[0], self.writes[0]
         bar = sweep.shadow(dst)

@@ -12,6 +12,7 @@ from tapegrad.runtime.launch import launch
 from tapegrad.runtime.replay import replay_for, run_replay
 from tapegrad.tape.arrays import repeats
 from tapegrad.tape.released import Released
+from tapegrad.tape.stamps import changed_after_use
 
 
 @dataclass
@@ -78,8 +79,9 @@ class LaunchRecord(Record):
     def redirect(self, pos: int, copy: Any) -> None:
         self.values[pos] = copy
 
-    def reads_contents(self, pos: int, sweep: Any) -> bool:
-        return self.params[pos] in self.needs       # (with everything active: at most)
+    def reads_contents(self, pos: int, sweep: Any) -> bool | None:
+        # (what its adjoint reads depends on the sweep's activities: the replay knows)
+        return None if self.params[pos] in self.needs else False
 
     def backward(self, sweep: Any) -> None:
         # (the reverse sweep's hot path: once per recorded launch; the sweep's sets and dicts
@@ -126,6 +128,11 @@ class LaunchRecord(Record):
                 self.replays.clear()
             replay = self.replays[key] = replay_for(self.cfg, tuple(values), *self.split(
                 pattern), kept=self.needs)
+        if sweep.stale_here is not None:        # (stamps.changed_after_last_use)
+            stale, sweep.stale_here = sweep.stale_here, None
+            for pos, x in stale:
+                if self.params[pos] in replay.adjoint.contents_read:
+                    raise changed_after_use(x, self.name)
         distinct = not sweep.aliased_given or len(shadows) < 2 \
             or not repeats(list(shadows.values()))
         if sweep.trace is not None:

@@ -109,6 +109,9 @@ class Sweep:
         self.last_replay: tuple | None = None   # the replay it ran (LaunchRecord.backward)
         self.runs: dict | None = None    # the frozen tape's chain runs for this sweep (run)
         self.trace: Any = None    # told the array operations the adjoints run (Record.traceable)
+        # arrays changed after their last recorded read that the record whose adjoint runs
+        # keeps, where its replay decides whether it reads them (LaunchRecord.backward)
+        self.stale_here: list | None = None
         self.activity_from(sources)
 
     def key(self, x: Any) -> Any:
@@ -148,9 +151,13 @@ class Sweep:
                     or not active_nodes.isdisjoint(record.scalars_in)
                     or not active_ids.isdisjoint(record.writes)):
                 if stale and id(record) in stale:
+                    self.stale_here = []        # (those its replay decides on: records.py)
                     for pos, x in stale[id(record)]:
-                        if record.reads_contents(pos, self):
+                        reads = record.reads_contents(pos, self)
+                        if reads:
                             raise changed_after_use(x, record.name)
+                        if reads is None:
+                            self.stale_here.append((pos, x))
                 if self.trace is not None and not record.traceable:
                     self.trace.fail(f"the adjoint of {record.name or type(record).__name__}")
                 if NANS.on:

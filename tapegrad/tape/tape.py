@@ -134,9 +134,9 @@ class Tape(HostChanges):
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        hostmath.restore(self.math_wrappers)     # (first: a reset below can raise)
         tapes_var.reset(self.tokens[0])
         interceptor.reset(self.tokens[1])
-        hostmath.restore(self.math_wrappers)
         self.recording = False
         if self.provenance is not None:
             self.provenance.stop()

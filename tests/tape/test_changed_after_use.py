@@ -6,6 +6,8 @@ same programs written with recorded operations give the closed forms."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -144,3 +146,56 @@ def test_forward_mode_refuses_an_array_changed_between_its_uses(f, reader):
     assert t == pytest.approx(float(g.sum()), rel=1e-13)
     b = 3.0 * np.sin(X0)
     np.testing.assert_allclose(g, np.cos(b) * 3.0 * np.cos(X0), rtol=1e-14)
+
+
+@tg.kernel
+def times(C, A, B):
+    i = tg.index()
+    C[i] = A[i] * B[i]
+
+
+def test_a_change_the_asked_derivatives_do_not_read_is_fine():
+    """d/dA of sum(A * B) reads B, not A; d/dA of sum(A * sum(B)) reads no A: A changed after
+    its last use is then no reason to refuse (the adjoints read what their replays need)."""
+    A, B = np.arange(1.0, 5.0), np.arange(2.0, 6.0)
+    with tg.Tape() as tape:
+        C = np.empty(4)
+        times(CPU)(C, A, B, ndrange=4)
+        s = tg.sum(C)
+        A *= 0.0
+    np.testing.assert_array_equal(tape.gradient(s, [A])[0], [2.0, 3.0, 4.0, 5.0])
+    with pytest.raises(tg.TapegradError, match="times read, and whose contents"):
+        tape.gradient(s, [B])                 # (d/dB reads A: refused)
+    A = np.arange(1.0, 5.0)
+    with tg.Tape() as tape:
+        s = tg.sum(tg.scale(A, tg.sum(B)))
+        A *= 0.0
+    np.testing.assert_array_equal(tape.gradient(s, [A])[0], np.full(4, 14.0))
+
+
+def test_numba_compiles_math_while_and_after_a_tape_records(tmp_path):
+    """The math wrappers are known to Numba: a first tapegrad launch inside a tape (Numba
+    reads its tables of math's functions then) leaves math usable by numba.njit afterwards,
+    and a numba.njit function compiled while a tape records finds math.sqrt (both failed:
+    'Unknown attribute sqrt of type Module(math)', for the rest of the process)."""
+    import subprocess
+    import sys
+    script = tmp_path / "njit_math.py"
+    script.write_text(
+        "import math, numba, numpy as np, tapegrad as tg\n"
+        "@tg.kernel\n"
+        "def sk(B, A):\n"
+        "    i = tg.index()\n"
+        "    B[i] = math.sin(A[i])\n"
+        "A, B = np.arange(1.0, 5.0), np.zeros(4)\n"
+        "with tg.Tape() as tape:\n"
+        "    sk(tg.CPU())(B, A, ndrange=4)\n"
+        "    inside = numba.njit(lambda x: math.exp(x))(0.0)\n"
+        "    s = tg.sum(B)\n"
+        "print(inside, numba.njit(lambda x: math.sqrt(x))(4.0), tape.gradient(s, [A])[0][0],"
+        " math.sqrt.__class__.__name__)\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["1.0", "2.0", repr(math.cos(1.0)),
+                                  "builtin_function_or_method"]
