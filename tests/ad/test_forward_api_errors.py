@@ -226,8 +226,7 @@ def test_vjp_refuses_one_array_given_as_two_inputs():
 
 
 def test_a_direction_on_another_device_is_refused_as_hvp_refuses_it():
-    pytest.importorskip("pyopencl")
-    cl = tg.OpenCL()
+    cl = tg.OpenCL()          # (PyOpenCL and PoCL: the test extra, as every OpenCL test)
     x = tg.asarray(cl, X)
     f = lambda a: tg.sum(sines(a))        # noqa: E731
     for who, call in [("tg.jvp(f, x, v)", lambda: tg.jvp(f, x, V.copy())),
