@@ -185,6 +185,10 @@ class Identities:
                 return other
         return None
 
+    def anchors(self) -> list[Any]:
+        """The memory objects identities hold (``Ident.anchor``)."""
+        return [e.anchor for e in self.by_memory.values() if e.anchor is not None]
+
     def strong_references(self) -> list[Any]:
         """Owners held strongly (types without weak references): they stay alive."""
         return [e.owner for e in self.by_memory.values() if not e.weak]

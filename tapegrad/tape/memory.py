@@ -16,20 +16,28 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.backends.registry import array_kind
 from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
 
 
-def held_bytes(records: Iterable[Any]) -> dict[str, int]:
-    """Bytes the records keep alive, by kind (each buffer counted once, in its first kind)."""
+def held_bytes(records: Iterable[Any], anchors: Iterable[Any] = ()) -> dict[str, int]:
+    """Bytes the records keep alive, by kind (each buffer counted once, in its first kind);
+    ``anchors``: memory the tape's identities hold (PyOpenCL buffers views share:
+    tape/identity.py), counted with the arrays."""
     seen: set[int] = set()
     out = {"arrays": 0, "snapshots": 0}
     for record in records:
         for kind, x in kept_by(record):
-            buffer = owner(x)
+            memory = None if type(x) is np.ndarray else array_kind(x).memory(x)
+            buffer = owner(x) if memory is None else memory
             if id(buffer) not in seen:
                 seen.add(id(buffer))
-                out[kind] += int(buffer.nbytes)
+                out[kind] += int(buffer.nbytes if memory is None else memory.size)
+    for memory in anchors:
+        if id(memory) not in seen:
+            seen.add(id(memory))
+            out["arrays"] += int(memory.size)
     out["total"] = out["arrays"] + out["snapshots"]
     return out
 

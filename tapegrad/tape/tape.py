@@ -378,8 +378,9 @@ class Tape(HostChanges):
         r"""Bytes this tape holds, by kind: ``arrays`` its records keep (launch arguments
         whose contents an adjoint reads, copies of overwritten inputs, host operations'
         operands), ``snapshots`` of ``tg.checkpoint_loop``\ s, and the ``total``
-        (``tapegrad/tape/memory.py``)."""
-        return held_bytes(self.records)
+        (``tapegrad/tape/memory.py``); PyOpenCL buffers that views shared count with the
+        arrays (the tape holds them: tape/identity.py)."""
+        return held_bytes(self.records, self.ids.anchors())
 
     # -- the reverse sweep ----------------------------------------------------------------
 

@@ -424,3 +424,22 @@ def test_a_captured_call_that_fails_on_entry_leaves_no_tape_recording(cl):
         captured(on(cl, np.zeros(8)), on(cl, np.arange(16.0))[::2])
     assert recording_tapes() == ()
     assert math.sin is math.sin.__self__.sin and float(tg.sum(np.ones(3))) == 3.0
+
+
+def test_a_tape_counts_the_buffers_it_holds_for_views(cl):
+    """A simulation launched on temporary views of new buffers: the tape holds each state's
+    buffer (a later view of it is the same array), and tape.memory() says so; launched on
+    the whole arrays, it holds none of them (linear steps: no adjoint reads a state)."""
+    n, steps = 8, 20
+    for views in (True, False):
+        u = u0 = on(cl, np.linspace(0.0, 1.0, n))
+        with tg.Tape() as tape:
+            for _ in range(steps):
+                out = cla.zeros(cl.queue, n, np.float64)
+                scaled(cl)(out[:] if views else out, 0.5, u[:] if views else u, ndrange=n)
+                u = out
+            loss = tg.sum(u)
+        held = tape.memory()["arrays"]
+        assert held >= steps * n * 8 if views else held < 2 * n * 8, held
+        (g,) = tape.gradient(loss, [u0])
+        np.testing.assert_allclose(g.get(), np.full(n, 0.5 ** steps), rtol=1e-14)
