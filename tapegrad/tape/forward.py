@@ -100,7 +100,8 @@ class ForwardContext:
             return                # (device arrays: not sampled, as the tape's launches)
         ident = self.ids.find(x)
         stamp = self.stamps.get(ident) if ident is not None else None
-        if stamp is not None and stamp != sample(x) and not same_bits(stamp, sample(x)):
+        now = sample(x) if stamp is not None else None
+        if stamp is not None and stamp != now and not same_bits(stamp, now):
             raise host_change(x, reader) if reader is not None else result_changed(x)
 
     def unknown(self, arrays: list[Any], how: str) -> None:

@@ -102,11 +102,7 @@ def changed_after_last_use(tape: Any) -> dict[int, list[tuple[int, Any]]]:
         if not refs:
             continue
         x = refs[-1][2]
-        stamp = tape.stamps.get(ident)
-        if stamp is None or type(stamp) is Derivatives or np.dtype(x.dtype).kind != "f" \
-                or type(x) is not np.ndarray and not tape.verify:
-            continue            # (the launches' rule: device arrays only under verify)
-        if stamp != tape.sample(x) and not same_bits(stamp, tape.sample(x)):
+        if _differs(tape, tape.stamps.get(ident), x):
             for record, pos, _ in refs:
                 stale.setdefault(id(record), []).append((pos, x))
     return stale
@@ -128,12 +124,19 @@ def check_output(tape: Any, y: Any, ident: Any) -> None:
     """Before a sweep seeds ``y``, an array the recording wrote or read: refuse one that
     code the tape does not record changed since (``b *= 2.0`` before ``return b``): the
     derivative would be of what the recorded operations computed, not of ``y``."""
-    stamp = tape.stamps.get(ident)
-    if stamp is None or type(stamp) is Derivatives or np.dtype(y.dtype).kind != "f" \
-            or type(y) is not np.ndarray and not tape.verify:
-        return
-    if stamp != tape.sample(y) and not same_bits(stamp, tape.sample(y)):
+    if _differs(tape, tape.stamps.get(ident), y):
         raise result_changed(y)
+
+
+def _differs(tape: Any, stamp: Any, x: Any) -> bool:
+    """Whether ``x`` no longer holds what a recorded operation left (``stamp``, taken by
+    ``tape.sample``; NaNs compared by their bits), where the tape stamps such arrays: float
+    ones, on the host (elsewhere under ``verify``: the launches' rule)."""
+    if stamp is None or type(stamp) is Derivatives or np.dtype(x.dtype).kind != "f" \
+            or type(x) is not np.ndarray and not tape.verify:
+        return False
+    now = tape.sample(x)
+    return stamp != now and not same_bits(stamp, now)
 
 
 def result_changed(y: Any) -> TapegradError:

@@ -83,13 +83,13 @@ class _Arrays:
     # what the tape's host reductions ask of an array module (tapegrad/tape/hostops.py); on
     # the host for now (PyOpenCL's own reductions need Mako, and wait for the queue as well)
     def sum(self, x: Any) -> Any:
-        return np.sum(_host(x))
+        return np.sum(to_host(x))
 
     def mean(self, x: Any) -> Any:
-        return np.mean(_host(x))
+        return np.mean(to_host(x))
 
     def vdot(self, a: Any, b: Any) -> Any:
-        return np.vdot(_host(a), _host(b))
+        return np.vdot(to_host(a), to_host(b))
 
     @property
     def linalg(self) -> Any:
@@ -101,12 +101,7 @@ class _Linalg:
         self.arrays = arrays
 
     def norm(self, x: Any) -> Any:
-        return np.linalg.norm(_host(x))
-
-
-def _host(x: Any) -> np.ndarray:
-    """``x``'s values on the host, for a host reduction (tapegrad/tape/hostops.py)."""
-    return to_host(x)
+        return np.linalg.norm(to_host(x))
 
 
 def arrays_on(index: int) -> _Arrays:
