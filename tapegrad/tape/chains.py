@@ -1,21 +1,24 @@
-"""Runs of recorded launches that replay one adjoint along a chain of states, in compiled code.
+"""Runs of recorded launches that replay one adjoint along a chain of states, in one loop.
 
-A simulation that launches one linear kernel per step on a new array (``t_new = step(t)``)
-records a chain: launch j reads the state launch j - 1 wrote, and its adjoint reads neither
-state's contents (it is linear in them).  The reverse sweep replays the same adjoint launch
-once per step, on the same arguments but for two shadow buffers, which the sweep's
-bookkeeping passes back and forth: launch j reads the shadow launch j + 1 stored, stores the
-shadow of its own input into the buffer launch j + 1 read (freed, and the first one the pool
-gives back), and so on.  Per step that bookkeeping costs about as much Python as the launch
-itself (measured: CHANGELOG.md, 'the figures that moved').
+A simulation that launches one kernel per step on a new array (``t_new = step(t)``) records a
+chain: launch j reads the state launch j - 1 wrote.  The reverse sweep replays the same
+adjoint launch once per step, on the same arguments but for two shadow buffers, which the
+sweep's bookkeeping passes back and forth: launch j reads the shadow launch j + 1 stored,
+stores the shadow of its own input into the buffer launch j + 1 read (freed, and the first
+one the pool gives back), and so on; where the step is nonlinear, its adjoint also reads the
+state its record kept (``sin`` reads its input).  Per step that bookkeeping costs about twice
+the launch itself (measured: CHANGELOG.md, 'the figures that moved').
 
 ``extend`` checks, per record below one the sweep has just replayed, the facts that make its
 replay that same launch with the two buffers swapped (same kernel plan, ndrange and scalars;
 its output is the state the record above read; its input has no shadow yet; the same
 shadow flags; other arrays the same and without shadows), then runs the whole run in one
 compiled loop (the launcher's ``chain_runner``: on the CPU ``tapegrad/backends/cpu/chain.py``)
-and leaves the sweep's state as the record-by-record sweep would have left it.  Everything
-else goes record by record, as before.
+and leaves the sweep's state as the record-by-record sweep would have left it.  A linear
+step's run is one compiled loop (the launcher's ``chain_runner``: on the CPU
+``tapegrad/backends/cpu/chain.py``); a nonlinear one's, whose adjoint reads each record's own
+state, a Python loop of launches that puts that state in its slot
+(``backends/launch_chain.py``).  Everything else goes record by record.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ enabled = True   # False: every record goes by itself (``python -m tapegrad benc
 class ChainPlan:
     """How a run of records replays one ``Replay``: the positions of the written state and of
     the state read in the record's arguments, the slots of their shadows in the launcher's
-    arguments, and the backend's compiled loop (its launcher's ``chain_runner``)."""
+    arguments, and the loop that runs it (the launcher's ``chain_runner``, or a
+    ``LaunchChain`` where the adjoint reads the states)."""
 
     out_pos: int
     in_pos: int
@@ -46,6 +50,8 @@ class ChainPlan:
     in_slot: int
     shaped_by: int | None        # the argument whose shape is the launch's ndrange (a gather)
     runner: Any
+    # positions of the states whose contents the adjoint reads: each record's own, per launch
+    states: tuple[int, ...] = ()
 
 
 def extend(sweep: Any, records: list, k: int, head: tuple) -> int:
@@ -120,7 +126,10 @@ def extend(sweep: Any, records: list, k: int, head: tuple) -> int:
     rest = [a for s, a in enumerate(args) if s not in (plan.out_slot, plan.in_slot)]
     # record k - 1 reads the shadow record k stored (x) and stores into the one record k
     # read and freed (y); then the other way round
-    if not plan.runner(n, x, y, rest, nd):   # not compiled for these types: record by record
+    if plan.states:         # (each record's own states: a nonlinear step's adjoint reads them)
+        kept = [records[j].values for j in range(k - 1, k - 1 - n, -1)]
+        plan.runner(n, x, y, rest, nd, [[v[pos] for pos in plan.states] for v in kept])
+    elif not plan.runner(n, x, y, rest, nd):   # not compiled for these types: record by record
         replay.chain = False
         return 0
     last = records[k - n].ids[i]          # the state the run's last record read
@@ -151,13 +160,17 @@ def _run_length(sweep: Any, records: list, k: int, record: Any, positions: tuple
             break
         if tracked and not active_nodes.isdisjoint([r.nodes[pos] for pos in tracked]):
             break
-        out_j, in_j = r.ids[o], r.ids[i]
+        ids = r.ids
+        out_j, in_j = ids[o], ids[i]
         if out_j is not above_in or in_j.meta != meta or in_j not in active \
                 or in_j in current or in_j in given or in_j in fresh \
                 or first_use.get(out_j) != j or out_j in given \
-                or (first_use.get(in_j) == j) != discard_in \
-                or pick_consts(r.ids) != consts or pick_scalars(r.values) != scalars \
-                or not all(map(operator.is_, pick_read(r.values), read)) \
+                or (first_use.get(in_j) == j) != discard_in:
+            break
+        # (the usual step has none of these: each test only where there is something to test)
+        if consts and pick_consts(ids) != consts \
+                or scalars and pick_scalars(r.values) != scalars \
+                or read and not all(map(operator.is_, pick_read(r.values), read)) \
                 or zeros and not all(math.copysign(1.0, r.values[pos]) == sign
                                      for pos, sign in zeros):
             break
@@ -176,11 +189,13 @@ def _picker(positions: tuple[int, ...]) -> Any:
 
 
 def _plan(record: Any, replay: Any, pattern: tuple) -> ChainPlan | None:
-    """Whether runs of this record's replay can go in one compiled loop: one CPU kernel
-    launch with nothing to zero first, two arrays with shadows (one written, one only read)
-    whose contents the adjoint does not read (it is linear in them; it writes no primal
-    array: no scratch copies, no stack), other arrays without shadows, no active tracked
-    scalar, the input's shadow new (stored into) and the output's not."""
+    """Whether runs of this record's replay can go in one loop: one kernel launch with
+    nothing to zero first, two arrays with shadows (one written, one only read), other
+    arrays without shadows, no active tracked scalar, no scratch copies or stack, the
+    input's shadow new (stored into) and the output's not.  Where the adjoint reads the
+    two states' contents (a nonlinear step), the loop puts each record's own in their slots
+    (the launcher's ``chain_runner`` with ``states``: a loop of launches); else the
+    launcher's ``chain_runner`` (the CPU's compiled)."""
     if len(replay.steps) != 1 or replay.zeroed or replay.general \
             or any(pattern[pos] == _ACTIVE for pos in record.tracked_at):
         return None
@@ -194,21 +209,23 @@ def _plan(record: Any, replay: Any, pattern: tuple) -> ChainPlan | None:
     in_pos = ins[0]
     params = record.params
     read = frozenset(pos for pos, p in enumerate(params) if p in replay.adjoint.contents_read)
+    states = tuple(sorted({out_pos, in_pos} & read))
     if record.ids[in_pos] not in record.reads or record.ids[in_pos] is record.ids[out_pos] \
             or not pattern[in_pos] & _FRESH or pattern[out_pos] & _FRESH \
-            or {out_pos, in_pos} & read:
+            or set(states) & set(record.released_at):
         return None
     order = list(replay.order)
     if sorted(order) != sorted((params[out_pos], params[in_pos])):
         return None
     base = len(record.values)
     run, shaped_by = replay.steps[0]
-    chain_runner = getattr(run, "chain_runner", None)       # a backend that offers it
-    if chain_runner is None:
-        return None
     out_slot, in_slot = base + order.index(params[out_pos]), base + order.index(params[in_pos])
     n_args = base + len(order) + (len(record.nd) if shaped_by is not None else 0)
-    runner = chain_runner(n_args, out_slot, in_slot)
+    chain_runner = getattr(run, "chain_runner", None)       # a backend that offers it
+    if chain_runner is None or states and shaped_by is not None:
+        return None
+    runner = chain_runner(n_args, out_slot, in_slot, states) if states else \
+        chain_runner(n_args, out_slot, in_slot)
     if runner is None:
         return None
-    return ChainPlan(out_pos, in_pos, read, out_slot, in_slot, shaped_by, runner)
+    return ChainPlan(out_pos, in_pos, read, out_slot, in_slot, shaped_by, runner, states)

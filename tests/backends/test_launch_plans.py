@@ -10,6 +10,7 @@ compiles, refuses or merges exactly as before."""
 
 from __future__ import annotations
 
+import math
 import struct
 import threading
 
@@ -50,10 +51,16 @@ def add_into(Z, X):
     Z[i] += X[i]
 
 
+@tg.kernel
+def sine(Y, X):
+    i = tg.index()
+    Y[i] = math.sin(X[i])
+
+
 @pytest.fixture
 def cupy(monkeypatch, tmp_path):
     monkeypatch.setenv("TAPEGRAD_CACHE_DIR", str(tmp_path))
-    for k in (scaled, mixed, cube, add_into):
+    for k in (scaled, mixed, cube, add_into, sine):
         monkeypatch.setattr(k, "cache", {})
         monkeypatch.setattr(k, "_configured", {})
     with installed() as module:
@@ -297,3 +304,65 @@ def test_a_tapes_chain_on_cuda_runs_the_launches_record_by_record_would(cupy, mo
         changed = [k for k in range(len(a)) if a[k] != b[k]]
         assert len(changed) == 2 and (a[changed[0]], a[changed[1]]) == (b[changed[1]],
                                                                           b[changed[0]])
+
+
+
+def test_a_nonlinear_chain_on_cuda_passes_each_records_own_state(cupy, monkeypatch):
+    """sin's adjoint reads each step's input: the chain rewrites that address per launch,
+    and hands the driver what the record-by-record sweep does (but for the output state's
+    address, which the adjoint does not read: the chain passes the last step's)."""
+    from tapegrad.runtime.adjoint import CompiledAdjoint
+    from tapegrad.tape import chains
+    gpu = tg.CUDA()
+    driver = cupy.cuda.driver
+    u0 = cupy.asarray(np.linspace(0.0, 1.0, 64))
+
+    def loss(u):
+        u = tg.copy(u)
+        for _ in range(6):
+            out = gpu.allocate(np.float64, (64,))
+            sine(gpu)(out, u, ndrange=64)
+            u = out
+        return tg.sum(u)
+
+    runs = []
+    extend = chains.extend
+    monkeypatch.setattr(chains, "extend", lambda *a: runs.append(extend(*a)) or runs[-1])
+    with tg.Tape() as tape:
+        s = loss(u0)
+    tape.gradient(s, [u0])         # (compiles the adjoint)
+    compiled = [v for v in sine.cache.values() if isinstance(v, CompiledAdjoint)]
+    launchers = [o for o in [c.launcher for c in compiled] + [
+        variant for c in compiled if c.storing is not None
+        for variant in c.storing.compiled.values()] if hasattr(o, "code")]
+    adjoint = {}
+    for launcher in launchers:
+        for variant in launcher.variants.values():
+            driver.sizes[variant.function.ptr] = (8,) * len(launcher.code.params)
+            adjoint[variant.function.ptr] = launcher.code.offsets
+    seen = {}
+    for enabled in (False, True):
+        monkeypatch.setattr(chains, "enabled", enabled)
+        driver.keep, driver.kept, runs[:] = True, [], []
+        tape.gradient(s, [u0])
+        seen[enabled] = [(f, grid, slots) for f, grid, *_, slots in driver.kept
+                         if f in adjoint]
+    assert runs.count(5) == 1 and len(seen[True]) == len(seen[False]) == 6
+    # (the shadows' parameters, after Y and X, in the order of shadow_of's values)
+    (shadow_of,) = {tuple(c.adjoint.shadow_of.values()) for c in compiled}
+    states = [r.values[1].data.ptr for r in tape.records if r.name == "sine"]
+    for enabled in (False, True):
+        def address(launch, param):
+            f, _, slots = launch
+            return int.from_bytes(slots[adjoint[f][param] // 8], "little")
+        launches = seen[enabled]
+        assert [address(m, 1) for m in launches] == states[::-1]    # X: the record's own
+        y_bar, x_bar = (2 + shadow_of.index(p) for p in ("Y", "X"))
+        # each launch reads the shadow the one before stored (of the state between them)
+        assert [address(m, x_bar) for m in launches[:-1]] == \
+            [address(m, y_bar) for m in launches[1:]]
+    for (f, grid, slots), (f2, grid2, slots2) in zip(seen[True], seen[False]):
+        pointers = {at // 8 for at in adjoint[f] if at is not None}
+        assert grid == grid2 and adjoint[f] == adjoint[f2]
+        assert [v for k, v in enumerate(slots) if k not in pointers] == \
+            [v for k, v in enumerate(slots2) if k not in pointers]

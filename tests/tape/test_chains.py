@@ -1,7 +1,8 @@
-"""A reverse sweep runs a chain of replays of one linear adjoint in one compiled loop
-(tapegrad/tape/chains.py).  Every gradient here is checked against an independent one: the
-transposed step matrix applied in float64, or finite differences, and the chain must actually
-have run where it can (and be refused where it cannot, with the same gradients)."""
+"""A reverse sweep runs a chain of replays of one adjoint in one loop (tapegrad/tape/chains.py):
+a linear one's compiled, a nonlinear one's a loop of launches reading each record's state.
+Every gradient here is checked against an independent one: the transposed step matrix
+applied in float64, a closed form or finite differences, and the chain must actually have
+run where it can (and be refused where it cannot, with the same gradients)."""
 
 from __future__ import annotations
 
@@ -198,7 +199,9 @@ def test_a_chain_from_the_source_itself_stops_before_its_given_shadow(runs):
     assert runs == [4]          # records 4..1 below record 5; record 0 reads x
 
 
-def test_a_nonlinear_chain_keeps_its_states_and_goes_record_by_record(runs):
+def test_a_nonlinear_chain_reads_each_records_own_state(runs):
+    """The cube's adjoint reads the state its record kept: a loop of launches, each with its
+    own (the head's for all would give 81 x0^80 with the wrong x)."""
     rng = np.random.default_rng(6)
     x, w = rng.uniform(0.5, 1.0, 32), rng.random(32)
 
@@ -211,7 +214,44 @@ def test_a_nonlinear_chain_keeps_its_states_and_goes_record_by_record(runs):
 
     (g,) = tg.gradient(loss, x)
     np.testing.assert_allclose(g, 81.0 * x ** 80 * w, rtol=1e-12)
-    assert runs == []
+    assert runs == [2]          # records 2..1 below record 3; record 0 reads x
+
+
+@tg.kernel
+def sine(Y, X):
+    i = tg.index()
+    Y[i] = math.sin(X[i])
+
+
+@pytest.mark.parametrize("backend", ["cpu", "opencl"])
+def test_a_sine_chain_gives_the_record_by_record_numbers(runs, backend):
+    """sin's adjoint reads each step's input: the chain of launches passes each record's
+    own (checked against the chain rule in float64, and bit for bit against the sweep that
+    goes record by record)."""
+    be = CPU if backend == "cpu" else tg.OpenCL()
+    rng = np.random.default_rng(11)
+    x, w = rng.uniform(-2.0, 2.0, 24), rng.random(24)
+    steps = 7
+
+    def loss(t):
+        t = tg.copy(t)
+        for _ in range(steps):
+            t_new = be.allocate(np.float64, t.shape)
+            sine(be)(t_new, t, ndrange=t.size)
+            t = t_new
+        return tg.dot(t, be.asarray(w))
+
+    (g,) = tg.gradient(loss, be.asarray(x))
+    expected, t = np.ones_like(x), x.copy()
+    for _ in range(steps):
+        expected, t = expected * np.cos(t), np.sin(t)
+    np.testing.assert_allclose(be.to_numpy(g), expected * w, rtol=1e-13)
+    assert runs == [steps - 1]
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(chains, "enabled", False)
+        np.testing.assert_array_equal(be.to_numpy(tg.gradient(loss, be.asarray(x))[0]),
+                                      be.to_numpy(g))
+    assert runs == [steps - 1]
 
 
 def test_alternating_kernels_go_record_by_record(runs):

@@ -25,6 +25,7 @@ from tapegrad.backends.cpu.sums import SUM_SLOTS
 from tapegrad.backends.cpu.threads import thread_count
 from tapegrad.backends.cpu.transposed import SUFFIX, transposed_operands
 from tapegrad.backends.determinism import CHUNKS, DETERMINISTIC
+from tapegrad.backends.launch_chain import LaunchChain
 from tapegrad.backends.notice import compiling
 from tapegrad.backends.numba_lower import Lowered, compile_error
 from tapegrad.backends.registry import offers_cuda_interface
@@ -141,8 +142,13 @@ class _ByLaunchSize:
         """The code the last launch ran."""
         return self.last.source
 
-    def chain_runner(self, n_args: int, x_slot: int, y_slot: int) -> ChainRunner | None:
-        """The last launch's variant's (``_Launcher.chain_runner``)."""
+    def chain_runner(self, n_args: int, x_slot: int, y_slot: int,
+                     states: tuple[int, ...] = ()) -> ChainRunner | LaunchChain | None:
+        """The last launch's variant's compiled loop (``_Launcher.chain_runner``); where the
+        arguments at ``states`` change each step (given per step), a Python loop of this
+        launcher's launches, each as the sweep would launch it."""
+        if states:
+            return LaunchChain(self, n_args, x_slot, y_slot, states=states)
         return self.last.chain_runner(n_args, x_slot, y_slot)
 
     def variant(self, ndrange: tuple[int, ...]) -> _Launcher:
@@ -212,10 +218,14 @@ class _Launcher:
 
     threads = staticmethod(launch_threads)      # one parallel task per thread
 
-    def chain_runner(self, n_args: int, x_slot: int, y_slot: int) -> ChainRunner | None:
+    def chain_runner(self, n_args: int, x_slot: int, y_slot: int,
+                     states: tuple[int, ...] = ()) -> ChainRunner | LaunchChain | None:
         """A compiled loop launching this kernel with two arguments swapped each step
         (:mod:`.chain`), for a tape's chains of replays; None for a kernel not compiled yet,
-        one that checks bounds or one with per-task copies."""
+        one that checks bounds or one with per-task copies.  Where the arguments at
+        ``states`` change each step (given per step): a Python loop of its launches."""
+        if states:
+            return LaunchChain(self, n_args, x_slot, y_slot, states=states)
         if not self.compiled or self.checked or self.lowered.pools \
                 or self.lowered.unordered_atomics:    # (its sums' order: the threads')
             return None

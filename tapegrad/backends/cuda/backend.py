@@ -194,10 +194,11 @@ class _Launcher:
     def __call__(self, args: tuple, ndrange: tuple[int, ...]) -> None:
         self.launch(args, ndrange)
 
-    def chain_runner(self, n_args: int, x_slot: int, y_slot: int) -> LaunchChain:
-        """This kernel launched along a chain of states, two arguments swapped each step (a
-        tape's sweep: ``tapegrad/tape/chains.py``)."""
-        return LaunchChain(self.launch, n_args, x_slot, y_slot, self.code.chain)
+    def chain_runner(self, n_args: int, x_slot: int, y_slot: int,
+                     states: tuple[int, ...] = ()) -> LaunchChain:
+        """This kernel launched along a chain of states, two arguments swapped each step and
+        those at ``states`` given per step (a tape's sweep: ``tapegrad/tape/chains.py``)."""
+        return LaunchChain(self.launch, n_args, x_slot, y_slot, self.code.chain, states)
 
     def shape(self, ndrange: tuple[int, ...]) -> tuple[int, int, int]:
         """The launch's grid; a LaunchError past the GPU's limits."""

@@ -90,11 +90,15 @@ class LaunchCode:
         emit("                LAUNCH(variant.function.ptr, gx, gy, gz, BX, BY, BZ, "
              "variant.shared, STREAM().ptr, PARAMS, 0)")
         # a chain (backends/launch_chain.py): packed once, then only the two swapped arrays'
-        # addresses rewritten between launches (the same arrays: the same variant and grid)
+        # addresses rewritten between launches, and those of the states each launch reads
+        # (other arrays of one shape and type; they share no memory with the shadows, which
+        # the sweep made: the same variant and grid)
         pointers = ", ".join(f"p{k}" if k in arrays else "None" for k in range(len(params)))
-        lines += ["", "", "def chain(steps, args, nd, xs, ys):"] + head[1:] + [
+        lines += ["", "", "def chain(steps, args, nd, xs, ys, states=(), per_launch=None):"]
+        lines += head[1:] + [
             f"    pointers = ({pointers},)",
             "    px, py, ox, oy = pointers[xs], pointers[ys], OFFSET[xs], OFFSET[ys]",
+            "    at = [OFFSET[k] for k in states]",
             "    with LOCK, ON_DEVICE(DEVICE):",
             "        try:",
             f"            PACK(FMT, BUFFER, 0, {', '.join(slots)})",
@@ -108,6 +112,10 @@ class LaunchCode:
             "            elif s:",
             "                PACK('<Q', BUFFER, ox, px)",
             "                PACK('<Q', BUFFER, oy, py)",
+            "            if per_launch is not None:",
+            "                for o, a in zip(at, per_launch[s]):",
+            "                    PACK('<Q', BUFFER, o, a.data.ptr if type(a) is CUPY and "
+            "a._c_contiguous else ADDRESS('state', a))",
             "            LAUNCH(f, gx, gy, gz, BX, BY, BZ, shared, stream, PARAMS, 0)"]
         # a node of a CUDA graph (graphs.py): packed into the node's own buffer, not launched
         lines += ["", "", "def stage(args, nd, buffer):"] + head[1:] + [

@@ -164,10 +164,11 @@ class _Launcher:
         kernel = self.pick([args[k] for k in self.arrays])
         kernel(self.queue, global_, local, *values)
 
-    def chain_runner(self, n_args: int, x_slot: int, y_slot: int) -> LaunchChain:
-        """This kernel launched along a chain of states, two arguments swapped each step (a
-        tape's sweep: ``tapegrad/tape/chains.py``)."""
-        return LaunchChain(self, n_args, x_slot, y_slot)
+    def chain_runner(self, n_args: int, x_slot: int, y_slot: int,
+                     states: tuple[int, ...] = ()) -> LaunchChain:
+        """This kernel launched along a chain of states, two arguments swapped each step and
+        those at ``states`` given per step (a tape's sweep: ``tapegrad/tape/chains.py``)."""
+        return LaunchChain(self, n_args, x_slot, y_slot, states=states)
 
     def sizes(self, ndrange: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """The global and local sizes of a launch over ``ndrange``: the ndrange's last
