@@ -46,7 +46,8 @@ def test_bench_quick_prints_the_table_and_writes_json(tmp_path):
                              "replayed_one_by_one", "autodiff", "autodiff_forward",
                              "captured_replay",
                              "captured_gradient", "nonlinear_gradient",
-                             "captured_nonlinear_gradient", "compiled_kernels"}
+                             "captured_nonlinear_gradient", "compiled_kernels",
+                             "recorded_nonlinear_launch", "replayed_nonlinear_adjoint"}
     assert all(v > 0 for v in overhead.values())
     assert overhead["launch_check"] < overhead["launch"]
     assert overhead["allocation"] < overhead["recorded_launch"]
@@ -138,7 +139,8 @@ def test_bench_of_the_cuda_host_path_on_a_stand_in_driver(tmp_path):
     assert data["machine"]["versions"]["tapegrad"] == tg.__version__   # where and when
     assert data["machine"]["cores"] >= 1 and data["machine"]["date"].startswith("20")
     us = data["launch_overhead_us"]
-    for row in ("launch", "recorded_launch", "replayed_adjoint", "captured_gradient"):
+    for row in ("launch", "recorded_launch", "replayed_adjoint", "captured_gradient",
+                "recorded_nonlinear_launch", "replayed_nonlinear_adjoint"):
         assert 0 < us[row] < 1000, (row, us[row])
     launches = re.search(r"\((\d+) launches handed to the stand-in driver\)", proc.stdout)
     assert launches and int(launches.group(1)) > 1000

@@ -39,10 +39,10 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
     def chain(x: Any) -> Any:
         return tg.sum(states(x))
 
-    def record() -> Any:
+    def recorded(f: Any) -> Any:
         tape = tg.Tape(watch_changes=False)
         with tape:
-            loss = chain(x)
+            loss = f(x)
         return tape, loss
 
     def autodiff() -> Any:
@@ -69,8 +69,10 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
 
     captured, captured_sines = tg.capture(chain), tg.capture(sines)
     repeats = 5 if quick else 20
-    tape, loss = record()
+    tape, loss = recorded(chain)
     tape.gradient(loss, x)
+    sine_tape, sine_loss = recorded(sines)
+    sine_tape.gradient(sine_loss, x)
     autodiff()
     autodiff_forward()
     for _ in range(3):      # records, then compiles its replay (and its reverse)
@@ -85,11 +87,14 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
                              repeats) * 1e3 / steps,
         "launch_check": _median_ms(lambda: [bounds.failing((z, 0.5, x, y), nd)
                                             for _ in range(steps)], repeats) * 1e3 / steps,
-        "recorded_launch": _median_ms(record, repeats) * 1e3 / steps,
+        "recorded_launch": _median_ms(lambda: recorded(chain), repeats) * 1e3 / steps,
         "allocation": _median_ms(lambda: [backend.allocate(np.float32, (n,))
                                           for _ in range(steps)], repeats) * 1e3 / steps,
         "replayed_adjoint": _median_ms(lambda: tape.gradient(loss, x), repeats) * 1e3 / steps,
         "replayed_one_by_one": _median_ms(replay_one_by_one, repeats) * 1e3 / steps,
+        "recorded_nonlinear_launch": _median_ms(lambda: recorded(sines), repeats) * 1e3 / steps,
+        "replayed_nonlinear_adjoint": _median_ms(lambda: sine_tape.gradient(sine_loss, x),
+                                                 repeats) * 1e3 / steps,
         "autodiff": _median_ms(lambda: [autodiff() for _ in range(steps)], repeats) * 1e3 / steps,
         "autodiff_forward": _median_ms(lambda: [autodiff_forward() for _ in range(steps)],
                                        repeats) * 1e3 / steps,
@@ -107,7 +112,10 @@ def _launch_overheads(quick: bool, backend: Any = None) -> dict:
           f"takes {us['allocation']:.1f} us), adjoint replayed {us['replayed_adjoint']:.1f} us "
           f"({us['replayed_one_by_one']:.1f} us record by record, where the launches are not "
           "one chain: tapegrad/tape/chains.py), "
-          f"tg.autodiff {us['autodiff']:.1f} us (forward mode {us['autodiff_forward']:.1f} us)")
+          f"tg.autodiff {us['autodiff']:.1f} us (forward mode {us['autodiff_forward']:.1f} us); "
+          f"a sin step (its adjoint reads its state) recorded "
+          f"{us['recorded_nonlinear_launch']:.1f} us, its adjoint replayed "
+          f"{us['replayed_nonlinear_adjoint']:.1f} us")
     split = (f", of which the compiled kernels themselves {us['compiled_kernels']:.2f} us: "
              f"{us['captured_overhead']:.2f} us of replay overhead per launch"
              if "compiled_kernels" in us else "")

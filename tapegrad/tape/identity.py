@@ -124,6 +124,7 @@ class Identities:
     def __init__(self) -> None:
         self.by_memory: dict[tuple, Ident] = {}         # array_key -> current generation
         self.extents: list[list] = []     # sorted memory ranges: [lo, hi, ident]
+        self.starts: list[int] = []       # their los, searched (ints compare fastest)
         # ident -> its entry in ``extents`` (kept here, not on the identity: an identity and
         # its entry pointing at each other would leave cycles for the garbage collector)
         self.entry_of: dict[Ident, list] = {}
@@ -176,7 +177,7 @@ class Identities:
     def overlapping(self, x: Any) -> Ident | None:
         """A live identity whose memory overlaps that of ``x``, if any (``x`` a view of it)."""
         lo, hi = extent(x)
-        k = bisect.bisect_right(self.extents, [lo, hi])
+        k = bisect.bisect_right(self.starts, lo)
         for j in range(max(k - 1, 0), len(self.extents)):
             other_lo, other_hi, other = self.extents[j]
             if other_lo >= hi:
@@ -206,7 +207,7 @@ class Identities:
         else:
             entry = None
             span = lo, hi = extent(x, key[0])
-            self._check_overlap(x, lo, hi, old)
+            at = self._check_overlap(x, lo, hi, old)
             meta = (type(x), tuple(x.shape), x.dtype)
         owner = x
         while getattr(owner, "base", None) is not None:
@@ -220,28 +221,28 @@ class Identities:
             _anchor(ident, x)
         if entry is not None:
             entry[2] = ident
-        elif span[1] > span[0]:   # an empty range overlaps nothing (and would hide neighbours)
+        elif at is not None:      # (None: an empty range overlaps nothing, is not listed)
             entry = [*span, ident]
-            bisect.insort(self.extents, entry)
+            self.starts.insert(at, span[0])
+            self.extents.insert(at, entry)
         if entry is not None:
             self.entry_of[ident] = entry
         self.by_memory[key] = ident
         return ident
 
-    def _check_overlap(self, x: Any, lo: int, hi: int, old: Ident | None) -> None:
+    def _check_overlap(self, x: Any, lo: int, hi: int, old: Ident | None) -> int | None:
         """Tracked live arrays never overlap, so only the neighbours can touch a new one;
-        ranges of freed arrays are dropped as they are met."""
+        ranges of freed arrays are dropped as they are met.  Returns where ``[lo, hi)``
+        goes in the sorted list (None for an empty range, which is not listed)."""
+        starts, extents = self.starts, self.extents
         while hi > lo:
-            k = bisect.bisect_right(self.extents, [lo, hi])
-            clash = None
-            for j in (k - 1, k):
-                if 0 <= j < len(self.extents):
-                    other_lo, other_hi, other = self.extents[j]
-                    if other_lo < hi and lo < other_hi:
-                        clash = j
-                        break
-            if clash is None:
-                return
+            k = bisect.bisect_right(starts, lo)
+            if k and extents[k - 1][1] > lo:
+                clash = k - 1
+            elif k < len(starts) and starts[k] < hi:
+                clash = k
+            else:
+                return k
             other = self.extents[clash][2]
             if other.alive() and other is not old:
                 raise TapegradError(
@@ -249,7 +250,9 @@ class Identities:
                     f"{other.meta[1]} and {tuple(x.shape)}); tapegrad tracks whole arrays or "
                     "identical views, so pass the same view every time (or copy)")
             self.entry_of.pop(other, None)
-            self.extents.pop(clash)[2] = None     # freed memory, now reused: not listed
+            del starts[clash]
+            extents.pop(clash)[2] = None     # freed memory, now reused: not listed
+        return None
 
 
 def _anchor(ident: Ident, x: Any) -> None:
@@ -311,8 +314,10 @@ def extent(x: Any, ptr: int | None = None) -> tuple[int, int]:
     known."""
     t = type(x)
     if _CUPY_TYPES[t]:                      # (the common cases without the kinds' helpers)
-        ptr, strides, itemsize, device = x.data.ptr if ptr is None else ptr, x.strides, \
-            x.dtype.itemsize, True
+        ptr = x.data.ptr if ptr is None else ptr
+        if x._c_contiguous and x.size:      # (a new state: its bytes in a row)
+            return ptr + (1 << 64), ptr + (1 << 64) + x.nbytes
+        strides, itemsize, device = x.strides, x.dtype.itemsize, True
     elif isinstance(x, np.ndarray):
         ptr, strides, itemsize, device = _address(x) if ptr is None else ptr, x.strides, \
             x.dtype.itemsize, False
