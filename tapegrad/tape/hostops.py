@@ -149,14 +149,25 @@ def _check_array(fn: str, x: Any, on_device: bool = False) -> None:
         array_kind(x).check_operable(x, f"tg.{fn}")
 
 
+def _whole(fn: str, axis: Any) -> None:
+    """Refuse NumPy's ``axis=`` (tapegrad's reductions give one scalar, a loss)."""
+    if axis is not None:
+        raise TapegradError(
+            f"tg.{fn} reduces over all elements to one scalar (a loss to differentiate), so "
+            f"it takes no axis; for a {fn} along an axis, write it as a kernel (one work-item "
+            "per output element, a loop over the axis) and reduce its output with "
+            f"tg.{fn}(...)")
+
+
 @api_boundary
-def sum(x: Any) -> Any:  # noqa: A001 - the public name is tg.sum
+def sum(x: Any, axis: None = None) -> Any:  # noqa: A001 - the public name is tg.sum
     """The sum of all elements, differentiable: ``loss = tg.sum(B)``.
 
     >>> import numpy as np, tapegrad as tg
     >>> float(tg.sum(np.arange(4.0)))
     6.0
     """
+    _whole("sum", axis)
     _check_array("sum", x)
     return _reduce("sum", (x,), _sum, lambda bar, k, v, a: (bar, None),
                    lambda t, v, a: _f(t[0], sum), linear=True)
@@ -167,8 +178,9 @@ def _sum(a: Any) -> float:
 
 
 @api_boundary
-def mean(x: Any) -> Any:
+def mean(x: Any, axis: None = None) -> Any:
     """The mean of all elements, differentiable."""
+    _whole("mean", axis)
     _check_array("mean", x)
     n = x.size
     return _reduce("mean", (x,), _mean, lambda bar, k, v, a: (bar / n if n else 0.0, None),

@@ -270,3 +270,14 @@ def test_a_tape_with_scalars_and_a_sweep_leaves_no_reference_cycles():
         assert gc.collect() == 0
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("reduce", [tg.sum, tg.mean])
+def test_a_sum_along_an_axis_is_refused_with_the_way_out(reduce):
+    B = np.arange(6.0).reshape(2, 3)
+    with pytest.raises(tg.TapegradError, match="takes no axis; for a .* along an axis, write it "
+                                            "as a kernel"):
+        reduce(B, axis=0)
+    with pytest.raises(tg.TapegradError, match="takes no axis"):
+        reduce(B, 1)
+    assert float(reduce(B, axis=None)) == float(getattr(np, reduce.__name__)(B))
