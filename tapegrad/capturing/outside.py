@@ -1,11 +1,12 @@
 """What a captured function reads from outside its arguments (its closure's cells, the
-globals its code names, its object, and what those hold), checked before each replay: an
-array by identity (and which argument, if any, it is), a number or string by value.  A
-replay whose outside differs (``W = W * 3`` between calls, an array replaced in a dict, a
-global float rebound, the global array passed as an argument) records again instead of
-replaying the first call's objects.  Changes in place are not rebindings: a replay reads
-an array's contents as they are then.  Checkpointed code (``tapegrad/checkpointing``), which
-the reverse sweep runs again, refuses a rebound array by the same check (``changed``)."""
+globals its code names, the attributes it names of modules among them, its object, and what
+those hold), checked before each replay: an array by identity (and which argument, if any,
+it is), a number or string by value.  A replay whose outside differs (``W = W * 3`` between
+calls, ``config.dt = 0.2``, an array replaced in a dict, a global float rebound, the global
+array passed as an argument) records again instead of replaying the first call's objects.
+Changes in place are not rebindings: a replay reads an array's contents as they are then.
+Checkpointed code (``tapegrad/checkpointing``), which the reverse sweep runs again, refuses
+a rebound array or number by the same check (``changed``)."""
 
 from __future__ import annotations
 
@@ -18,18 +19,27 @@ from tapegrad.tape.memory import owner
 DEPTH = 4           # levels of functions, containers and objects followed
 MOST_ENTRIES = 64   # a larger container is checked by identity alone
 _VALUES = (int, float, complex, str, bytes, bool, type(None))
-_MISSING = object()
+MISSING = object()
 
 
 def outside(fn: Any, args: tuple) -> list[tuple]:
     """(path, kind, expected) for each thing ``fn`` reads from outside: ``kind`` is
     ``"is"`` (identity), ``"=="`` (a value) or ``"array"`` (identity, and the position of
-    the argument sharing its memory, or None)."""
+    the argument sharing its memory, or None).  A module's attributes that the code names
+    (``config.W``, ``config.dt``) count where they are arrays or values."""
     found: list[tuple] = []
     seen: set[int] = set()
 
-    def walk(v: Any, path: tuple, depth: int) -> None:
-        if is_array(v) and not isinstance(v, ModuleType):   # (numpy has shape and dtype)
+    def walk(v: Any, path: tuple, depth: int, names: Any = ()) -> None:
+        if isinstance(v, ModuleType):
+            found.append((path, "is", v))
+            for m in names:      # (``names``: those of the code that named the module)
+                x = getattr(v, m, MISSING)
+                if x is not MISSING and not isinstance(x, ModuleType) and (
+                        is_array(x) or isinstance(x, _VALUES)):
+                    walk(x, path + (("attr", m),), depth + 1)
+            return
+        if is_array(v):
             found.append((path, "array", (v, _alias(v, args))))
             return
         if isinstance(v, _VALUES) and type(v).__module__ == "builtins":
@@ -37,7 +47,7 @@ def outside(fn: Any, args: tuple) -> list[tuple]:
             return
         v = _standing_for(v)
         found.append((path, "is", v))
-        if depth >= DEPTH or id(v) in seen or isinstance(v, (type, ModuleType)):
+        if depth >= DEPTH or id(v) in seen or isinstance(v, type):
             return
         seen.add(id(v))
         if isinstance(v, dict) and len(v) <= MOST_ENTRIES:
@@ -47,16 +57,23 @@ def outside(fn: Any, args: tuple) -> list[tuple]:
             for key, x in enumerate(v):
                 walk(x, path + (("item", key),), depth + 1)
         elif isinstance(v, FunctionType) or hasattr(v, "__func__"):
+            names = _code_names_of(v)
             for step, x in _names(v):
-                walk(x, path + (step,), depth + 1)
+                walk(x, path + (step,), depth + 1, names)
         elif not type(v).__module__.startswith(("tapegrad", "numpy", "builtins")) \
                 and hasattr(v, "__dict__") and len(vars(v)) <= MOST_ENTRIES:
             for key, x in list(vars(v).items()):
                 walk(x, path + (("attr", key),), depth + 1)
 
+    names = _code_names_of(fn)
     for step, x in _names(fn):
-        walk(x, (step,), 1)
+        walk(x, (step,), 1, names)
     return found
+
+
+def _code_names_of(fn: Any) -> Any:
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return code_names(code) if code is not None else ()
 
 
 def same_outside(fn: Any, args: tuple, expected: list[tuple]) -> bool:
@@ -69,7 +86,7 @@ def changed(fn: Any, args: tuple, expected: list[tuple]) -> tuple | None:
     reaches otherwise now (``W = W.copy()`` since), or None where all are as they were.
     (Checkpointed code, which the reverse sweep runs again, refuses a rebound array by it.)"""
     for path, kind, want in expected:
-        v = _follow(fn, path)
+        v = follow(fn, path)
         if kind == "array":
             if v is not want[0] or _alias(v, args) != want[1]:
                 return path
@@ -114,7 +131,7 @@ def describe(fn: Any, path: tuple) -> tuple[str, str]:
             expr += f".{step[1]}"
             if where == "the method's object":
                 where = "an attribute of the method's object"
-        v = _follow(v, (step,))
+        v = follow(v, (step,))
     if through:
         where += ", read by " + through[-1]
     return expr, where
@@ -173,8 +190,7 @@ def outside_arrays(fn: Any) -> dict[int, Any]:
 def _reached(fn: Any) -> list[Any]:
     """What a function's code reaches by name (``_names``), a module's attributes it names
     in the module's place."""
-    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-    names = code_names(code) if code is not None else {}
+    names = _code_names_of(fn)
     found: list[Any] = []
     for step, v in _names(fn):
         if isinstance(v, ModuleType):
@@ -194,7 +210,7 @@ def code_names(code: Any) -> dict[str, None]:
     return names
 
 
-def _follow(fn: Any, path: tuple) -> Any:
+def follow(fn: Any, path: tuple) -> Any:
     v = fn
     try:
         for step in path:
@@ -204,11 +220,11 @@ def _follow(fn: Any, path: tuple) -> Any:
             elif kind == "cell":
                 v = getattr(v, "__func__", v).__closure__[step[1]].cell_contents
             elif kind == "global":
-                v = getattr(v, "__func__", v).__globals__.get(step[1], _MISSING)
+                v = getattr(v, "__func__", v).__globals__.get(step[1], MISSING)
             elif kind == "item":
                 v = v[step[1]]
             else:
                 v = getattr(v, step[1])
     except (LookupError, AttributeError, TypeError, ValueError):
-        return _MISSING
+        return MISSING
     return v

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad.capturing.outside import changed, describe, outside
+from tapegrad.capturing.outside import MISSING, changed, describe, follow, outside
 from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.identity import Ident, array_key
@@ -67,15 +67,13 @@ def outside_arrays(inner: Any, given: Iterable[Any], who: str) -> list[Any]:
 
 def reached(fn: Any, arrays: list[Any]) -> list[tuple]:
     """Where ``fn`` reaches ``arrays`` (those it read from outside: ``outside_arrays``), or
-    arrays over their buffers, by name: ``capturing.outside``'s (path, "array", (array,
-    None)) for a global, a closure variable, an item or attribute of one, and so on in the
-    functions it calls.  (An array reached otherwise, through a module's attribute, has no
-    path here: ``refuse_rebound`` cannot see it rebound.)"""
-    if not arrays:
-        return []
+    arrays over their buffers, by name, and the numbers (and other plain values: a mode's
+    string) it reads by name: ``capturing.outside``'s (path, "array", (array, None)) and
+    (path, "==", value) for a global, a closure variable, a module's attribute, an item or
+    attribute of one, and so on in the functions it calls."""
     bases = {id(owner(x)) for x in arrays}
     return [(path, kind, want) for path, kind, want in outside(fn, ())
-            if kind == "array" and id(owner(want[0])) in bases]
+            if kind == "==" or kind == "array" and id(owner(want[0])) in bases]
 
 
 def refuse_rebound(fn: Any, paths: list[tuple], who: str, what: str, since: str,
@@ -88,14 +86,19 @@ def refuse_rebound(fn: Any, paths: list[tuple], who: str, what: str, since: str,
     path = changed(fn, (), paths)
     if path is None:
         return
-    old = next(want[0] for p, _, want in paths if p == path)
+    kind, old = next((kind, want) for p, kind, want in paths if p == path)
     expr, where = describe(fn, path)
+    if kind == "array":
+        was, now = f"an array of shape {tuple(old[0].shape)}", "another array"
+    else:
+        new = follow(fn, path)
+        was = f"{old!r}"
+        now = f"{new!r}" if new is not MISSING else "nothing (deleted)"
     raise TapegradError(
-        f"{who} reads {expr} ({where}), an array of shape {tuple(old.shape)}, from outside, "
-        f"and {expr} has been rebound to another array since {since}: the reverse sweep runs "
-        f"{what} again, which would read the new {expr} and give another function's "
-        f"gradient. {fix.format(expr)} and use the argument (the tape then keeps what "
-        f"{what} read)")
+        f"{who} reads {expr} ({where}), {was}, from outside, and {expr} has been rebound to "
+        f"{now} since {since}: the reverse sweep runs {what} again, which would read the "
+        f"new {expr} and give another function's gradient. {fix.format(expr)} and use the "
+        f"argument (the tape then keeps what {what} read)")
 
 
 def signature(tape: Any, roles: dict[Any, tuple], records: list | None = None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
+import types
 
 import numpy as np
 import pytest
@@ -393,6 +394,80 @@ def test_a_global_array_a_segment_reads_rebound_before_the_gradient_is_refused()
     (got,) = tape.gradient(loss, [u0])
     run = lambda: np.sum(reads_rebound(u0) ** 2)              # noqa: E731
     np.testing.assert_allclose(got, central(run, u0), rtol=1e-7, atol=1e-9)
+
+
+# -- numbers read from outside, and modules' attributes, rebound before the gradient ---------
+
+RATE = 0.7                               # rebound by the tests below, and put back
+CONFIG = types.ModuleType("config")      # a module of settings: config.W, config.rate
+CONFIG.W, CONFIG.rate = np.array([0.8, 0.9, 1.0, 1.1]), 0.6
+
+
+def reads_rate(u):
+    out = np.empty_like(u)
+    sc(tg.CPU())(out, squared(u), RATE, ndrange=u.size)
+    return out
+
+
+def reads_config(u):
+    out = np.empty_like(u)
+    sc(tg.CPU())(out, weighted(u, CONFIG.W), CONFIG.rate, ndrange=u.size)
+    return out
+
+
+@contextlib.contextmanager
+def _set(holder, name, value):
+    keep = holder[name] if isinstance(holder, dict) else getattr(holder, name)
+    try:
+        if isinstance(holder, dict):
+            holder[name] = value
+        else:
+            setattr(holder, name, value)
+        yield
+    finally:
+        if isinstance(holder, dict):
+            holder[name] = keep
+        else:
+            setattr(holder, name, keep)
+
+
+@pytest.mark.parametrize("step, holder, name, value, words", [
+    (reads_rate, globals(), "RATE", 0.75, r"RATE \(a global\), 0.7, from outside, and RATE "
+                                          r"has been rebound to 0.75"),
+    (reads_config, CONFIG, "rate", 0.5, r"CONFIG.rate \(a global\), 0.6, from outside, and "
+                                        r"CONFIG.rate has been rebound to 0.5"),
+    (reads_config, CONFIG, "W", CONFIG.W * 2.0, r"CONFIG.W \(a global\), an array of shape "
+                                                r"\(4,\), from outside, and CONFIG.W has been "
+                                                r"rebound to another array")],
+    ids=["number", "module number", "module array"])
+def test_a_number_or_module_attribute_a_step_reads_rebound_is_refused(step, holder, name,
+                                                                     value, words):
+    """(The recomputation read the new value: a gradient off, or a step refused as impure.)"""
+    u0 = np.array([0.9, 1.1, 0.8, 1.2])
+    with tg.Tape() as tape:
+        loss = tg.dot(tg.checkpoint_loop(step, u0, 4, snapshots=2), u0)
+    with _set(holder, name, value), pytest.raises(tg.TapegradError, match=(
+            words + r" since the loop ran: the reverse sweep runs the step again.*Pass it in "
+            r"params=\(")):
+        tape.gradient(loss, [u0])
+    (got,) = tape.gradient(loss, [u0])      # put back: the forward run's gradient
+    run = lambda: np.dot(_plain_loop(step, u0.copy(), 4), u0)   # noqa: E731
+    np.testing.assert_allclose(got, central(run, u0), rtol=1e-6, atol=1e-9)
+
+
+def test_a_number_a_segment_reads_rebound_is_refused():
+    segment = tg.checkpoint(reads_rate)
+    u0 = np.array([0.9, 1.1])
+    with tg.Tape() as tape:
+        loss = tg.dot(segment(u0), u0)
+    with _set(globals(), "RATE", 0.5), pytest.raises(tg.TapegradError, match=(
+            r"tg.checkpoint's reads_rate reads RATE \(a global\), 0.7, from outside, and RATE "
+            r"has been rebound to 0.5 since reads_rate ran.*Pass it in as an argument: "
+            r"reads_rate\(\.\.\., RATE\)")):
+        tape.gradient(loss, [u0])
+    (got,) = tape.gradient(loss, [u0])
+    np.testing.assert_allclose(got, central(lambda: np.dot(reads_rate(u0), u0), u0),
+                               rtol=1e-6, atol=1e-9)
 
 
 # -- what the step is given and returns -----------------------------------------------------
