@@ -254,6 +254,28 @@ def test_a_kernel_keeps_at_most_max_plans(monkeypatch):
     assert len(plans_of(cfg)) == MAX_PLANS
 
 
+def _six_steps(gpu, step):
+    """A loss over six steps ``step(out, u)`` from a copy of its argument, on new states."""
+    def loss(u):
+        u = tg.copy(u)
+        for _ in range(6):
+            out = gpu.allocate(np.float64, (64,))
+            step(out, u)
+            u = out
+        return tg.sum(u)
+    return loss
+
+
+def _adjoint_launchers(kernel):
+    """The kernel's compiled adjoints, and the CUDA launchers of those and their variants."""
+    from tapegrad.runtime.adjoint import CompiledAdjoint
+    compiled = [v for v in kernel.cache.values() if isinstance(v, CompiledAdjoint)]
+    launchers = [c.launcher for c in compiled] + [
+        variant for c in compiled if c.storing is not None
+        for variant in c.storing.compiled.values()]
+    return compiled, [o for o in launchers if hasattr(o, "code")]
+
+
 def test_a_tapes_chain_on_cuda_runs_the_launches_record_by_record_would(cupy, monkeypatch):
     """(tapegrad/backends/launch_chain.py) the same adjoint on the same grids, the two
     shadow buffers swapped launch by launch.  (Record by record, the freed states' stand-ins,
@@ -263,15 +285,7 @@ def test_a_tapes_chain_on_cuda_runs_the_launches_record_by_record_would(cupy, mo
     gpu = tg.CUDA()
     driver = cupy.cuda.driver
     u0 = cupy.asarray(np.linspace(0.0, 1.0, 64))
-
-    def loss(u):
-        u = tg.copy(u)
-        for _ in range(6):
-            out = gpu.allocate(np.float64, (64,))
-            scaled(gpu)(out, u, 0.5, ndrange=64)
-            u = out
-        return tg.sum(u)
-
+    loss = _six_steps(gpu, lambda out, u: scaled(gpu)(out, u, 0.5, ndrange=64))
     seen, runs = {}, []
     extend = chains.extend
     monkeypatch.setattr(chains, "extend", lambda *a: runs.append(extend(*a)) or runs[-1])
@@ -288,12 +302,7 @@ def test_a_tapes_chain_on_cuda_runs_the_launches_record_by_record_would(cupy, mo
     assert 5 in runs        # (the chain ran: the last step's record heads the other five)
     # packed once: from one launch of the chain to the next, two addresses swap places and
     # nothing else changes (every slot of a written-out launch is 8 bytes)
-    from tapegrad.runtime.adjoint import CompiledAdjoint
-    compiled = [v for v in scaled.cache.values() if isinstance(v, CompiledAdjoint)]
-    launchers = [c.launcher for c in compiled] + [
-        variant for c in compiled if c.storing is not None
-        for variant in c.storing.compiled.values()]
-    for launcher in (o for o in launchers if hasattr(o, "code")):   # (CUDA's)
+    for launcher in _adjoint_launchers(scaled)[1]:
         for variant in launcher.variants.values():
             driver.sizes[variant.function.ptr] = (8,) * len(launcher.code.params)
     driver.keep, driver.kept = True, []
@@ -311,30 +320,18 @@ def test_a_nonlinear_chain_on_cuda_passes_each_records_own_state(cupy, monkeypat
     """sin's adjoint reads each step's input: the chain rewrites that address per launch,
     and hands the driver what the record-by-record sweep does (but for the output state's
     address, which the adjoint does not read: the chain passes the last step's)."""
-    from tapegrad.runtime.adjoint import CompiledAdjoint
     from tapegrad.tape import chains
     gpu = tg.CUDA()
     driver = cupy.cuda.driver
     u0 = cupy.asarray(np.linspace(0.0, 1.0, 64))
-
-    def loss(u):
-        u = tg.copy(u)
-        for _ in range(6):
-            out = gpu.allocate(np.float64, (64,))
-            sine(gpu)(out, u, ndrange=64)
-            u = out
-        return tg.sum(u)
-
+    loss = _six_steps(gpu, lambda out, u: sine(gpu)(out, u, ndrange=64))
     runs = []
     extend = chains.extend
     monkeypatch.setattr(chains, "extend", lambda *a: runs.append(extend(*a)) or runs[-1])
     with tg.Tape() as tape:
         s = loss(u0)
     tape.gradient(s, [u0])         # (compiles the adjoint)
-    compiled = [v for v in sine.cache.values() if isinstance(v, CompiledAdjoint)]
-    launchers = [o for o in [c.launcher for c in compiled] + [
-        variant for c in compiled if c.storing is not None
-        for variant in c.storing.compiled.values()] if hasattr(o, "code")]
+    compiled, launchers = _adjoint_launchers(sine)
     adjoint = {}
     for launcher in launchers:
         for variant in launcher.variants.values():
