@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 
 from tapegrad.api.launches import floats
-from tapegrad.capturing import hostmath
 from tapegrad.errors import LaunchError, TapegradError
+from tapegrad.tape import hostmath
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.stamps import same_bits
 from tapegrad.tape.tape import Tape
@@ -44,7 +44,7 @@ def call_on_sources(who: str, tape: Tape | None, stamped: list[tuple],
     recorded read is refused by the sweep where a derivative reads it: stamps.py.)  ``fn``:
     the function ``call`` runs, whose names bound to ``math`` functions (``from math import
     sqrt``) get the tapes' wrappers while it runs, as the modules' do (tape/hostmath.py)."""
-    places = hostmath.install(fn) if fn is not None else None
+    places = hostmath.install(hostmath.places(fn)) if fn is not None else None
     try:
         return call()
     except TapegradError as e:

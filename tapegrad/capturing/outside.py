@@ -10,13 +10,13 @@ a rebound array or number by the same check (``changed``)."""
 
 from __future__ import annotations
 
-from types import CodeType, FunctionType, ModuleType
+from types import FunctionType, ModuleType
 from typing import Any
 
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.memory import owner
+from tapegrad.tape.names import DEPTH, code_names
 
-DEPTH = 4           # levels of functions, containers and objects followed
 MOST_ENTRIES = 64   # a larger container is checked by identity alone
 _VALUES = (int, float, complex, str, bytes, bool, type(None))
 MISSING = object()
@@ -198,16 +198,6 @@ def _reached(fn: Any) -> list[Any]:
         else:
             found.append(v)
     return found
-
-
-def code_names(code: Any) -> dict[str, None]:
-    """The global and attribute names a code object uses, with those of the code nested in
-    it (a comprehension's, a lambda's: same globals), in order."""
-    names = dict.fromkeys(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, CodeType):
-            names.update(code_names(const))
-    return names
 
 
 def follow(fn: Any, path: tuple) -> Any:

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tapegrad.callers import user_line
-from tapegrad.capturing import hostmath
 from tapegrad.errors import CaptureError
 from tapegrad.runtime.launch import distinct, prepare
+from tapegrad.tape import hostmath
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.fingerprint import fingerprint
 from tapegrad.tape.memory import owner
@@ -51,7 +51,7 @@ class Guard:
 class TraceTape(Tape):
     """A tape that records as any tape does and keeps the trace (``steps``, ``guards``) of
     a call of ``fn`` (whose ``math``/``cmath`` functions of tape scalars become guards while
-    it records: hostmath.py)."""
+    it records: tape/hostmath.py)."""
 
     def __init__(self, fn: Any = None, args: tuple = (), name: str = "") -> None:
         Tape.__init__(self, watch_changes=False)
@@ -67,7 +67,7 @@ class TraceTape(Tape):
         self.arguments.start()
         Tape.__enter__(self)
         self.watching = concretized.set(self.compared)
-        self.host_math = hostmath.install(self.fn)
+        self.host_math = hostmath.install(hostmath.places(self.fn))
         return self
 
     def __exit__(self, *exc: Any) -> None:

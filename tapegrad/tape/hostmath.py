@@ -4,9 +4,11 @@ A tape scalar is a ``float`` (so are forward mode's and tg.hvp's scalars), so ``
 ``cmath``'s functions read its value without calling any of its methods: the derivative
 would be lost without a word.  While a tape records or forward mode runs in some thread,
 ``install`` puts a wrapper in place of each such function, in the ``math`` and ``cmath``
-modules (and, while tg.capture records, wherever the captured function names one:
-``capturing/hostmath.py`` finds those places).  Given a scalar that carries a derivative in
-this thread, a wrapper answers as ``ANSWERS`` says:
+modules, and at ``places``: names bound to the function itself (``from math import sqrt``)
+that the code recording reaches, found by ``places`` (a function given to tg.gradient,
+tg.capture... and the functions it calls by name, four levels deep) and ``places_seen_from``
+(a ``with tg.Tape()`` block's code, by its frame).  Given a scalar that carries a derivative
+in this thread, a wrapper answers as ``ANSWERS`` says:
 
 - a function with a row in the table (``lang/primitives.py``: sqrt, exp, log, sin, atan2,
   hypot, pow, fmod, ...) is ``tg.<f>``: recorded, or its tangents carried, with the partials
@@ -40,8 +42,9 @@ import cmath
 import functools
 import math
 import operator
+import sys
 import threading
-from types import BuiltinFunctionType
+from types import BuiltinFunctionType, FrameType, FunctionType, MethodType, ModuleType
 from typing import Any
 
 from tapegrad.callers import user_line
@@ -49,6 +52,7 @@ from tapegrad.errors import TapegradError
 from tapegrad.lang.primitives import MATH
 from tapegrad.tape.duals import TapedDual, part
 from tapegrad.tape.modes import current_forward, forward_var, tapes_var
+from tapegrad.tape.names import DEPTH, code_names
 from tapegrad.tape.scalars import (
     DualScalar,
     TrackedScalar,
@@ -341,3 +345,73 @@ def restore(done: list[tuple]) -> None:
                 del _INSTALLED[key]
                 for group in entry[0]:
                     _swap(group, 2, 1)
+
+
+def places(fn: Any) -> list[tuple]:
+    """(namespace, name) of each name bound to a math or cmath function that ``fn``'s code,
+    or that of a function it names, uses (four levels deep): what ``install`` takes.  For
+    ``from math import sqrt; def f(u, k): return scaled(u, sqrt(k))``, ``f``'s global
+    ``sqrt``; without the wrapper there, its value would be a constant to the tape."""
+    found: list[tuple] = []
+    _walk(fn, 1, found, set())
+    return found
+
+
+def places_seen_from(frame: FrameType) -> list[tuple]:
+    """``places`` for the code a frame runs (a ``with tg.Tape()`` block's function or
+    module): its globals' names and the functions they name.  (Its local names, a local
+    ``from math import sqrt``, cannot be rebound from here.)"""
+    g = frame.f_globals
+    if (g.get("__name__") or "").startswith("tapegrad"):
+        return []        # (tapegrad's own tapes: tg.gradient walks the user's function)
+    found: list[tuple] = []
+    _walk_code(frame.f_code, g, (), 1, found, set())
+    return found
+
+
+def _walk(f: Any, depth: int, found: list[tuple], seen: set[int]) -> None:
+    # (a function of the module, not a closure calling itself: that would be a reference
+    # cycle per call, which tg.gradient makes on every call)
+    f = getattr(f, "__func__", f)
+    if depth > DEPTH or id(f) in seen:
+        return
+    seen.add(id(f))
+    # (a tg.capture'd function's function, a functools.wraps decorator's)
+    inner = vars(f).get("__wrapped__") if hasattr(f, "__dict__") else None
+    if inner is not None:
+        _walk(inner, depth + 1, found, seen)
+    if not isinstance(f, FunctionType) or id(f) in IS_WRAPPER or \
+            (f.__module__ or "").startswith("tapegrad"):
+        return      # (tapegrad's own functions convert on purpose, and plainly)
+    _walk_code(f.__code__, f.__globals__, f.__closure__ or (), depth, found, seen)
+
+
+def _walk_code(code: Any, globals_: dict, cells: tuple, depth: int, found: list[tuple],
+               seen: set[int]) -> None:
+    names = code_names(code)
+    named = [(globals_, name) for name in names if name in globals_]
+    named += [(cell, None) for cell in cells]
+    while named:
+        namespace, name = named.pop()
+        v = get(namespace, name)
+        if id(v) in WRAPPERS or id(v) in IS_WRAPPER:    # (the latter: installed)
+            found.append((namespace, name))
+        elif isinstance(v, (FunctionType, MethodType)) or \
+                "__wrapped__" in getattr(v, "__dict__", ()):
+            _walk(v, depth + 1, found, seen)
+        elif isinstance(v, ModuleType) and name is not None and _users(v) \
+                and id(v) not in seen:
+            # (a module of the user's: ``helpers.rms(s)`` reaches helpers' sqrt)
+            seen.add(id(v))
+            named += [(vars(v), m) for m in names if m != name and m in vars(v)]
+
+
+def _users(module: ModuleType) -> bool:
+    """Whether a module may be the user's: not the standard library's, nor one of the
+    libraries whose code never holds a user's math (numpy's, tapegrad's...)."""
+    top = (module.__name__ or "").partition(".")[0]
+    return top not in sys.stdlib_module_names and top not in _LIBRARIES
+
+
+_LIBRARIES = frozenset({"tapegrad", "numpy", "scipy", "numba", "llvmlite", "cupy",
+                        "cupy_backends", "pyopencl", "torch", "jax", "jaxlib", "mpi4py"})
