@@ -52,6 +52,12 @@ def add_into(Z, X):
 
 
 @tg.kernel
+def histogram(H, keys, weights):
+    i = tg.index()
+    tg.atomic_add(H, keys[i], weights[i])
+
+
+@tg.kernel
 def sine(Y, X):
     i = tg.index()
     Y[i] = math.sin(X[i])
@@ -60,7 +66,7 @@ def sine(Y, X):
 @pytest.fixture
 def cupy(monkeypatch, tmp_path):
     monkeypatch.setenv("TAPEGRAD_CACHE_DIR", str(tmp_path))
-    for k in (scaled, mixed, cube, add_into, sine):
+    for k in (scaled, mixed, cube, add_into, sine, histogram):
         monkeypatch.setattr(k, "cache", {})
         monkeypatch.setattr(k, "_configured", {})
     with installed() as module:
@@ -363,3 +369,16 @@ def test_a_nonlinear_chain_on_cuda_passes_each_records_own_state(cupy, monkeypat
         assert grid == grid2 and adjoint[f] == adjoint[f2]
         assert [v for k, v in enumerate(slots) if k not in pointers] == \
             [v for k, v in enumerate(slots2) if k not in pointers]
+
+
+def test_a_chain_of_a_kernel_whose_atomics_order_shows_goes_launch_by_launch(cupy):
+    """(under tg.deterministic() its launch is the ordered variant's, which the packed chain
+    would skip: backends/cuda/backend.py maybe_ordered)"""
+    gpu = tg.CUDA()
+    args = (cupy.zeros(4, np.float64), cupy.asarray(np.array([0, 1, 1, 3], np.int64)),
+            cupy.asarray(np.ones(4)))
+    launcher, _, _ = prepare(histogram(gpu), args, 4)
+    assert launcher.launch == launcher.maybe_ordered
+    assert launcher.chain_runner(3, 0, 2).chain is None
+    packed, _, _ = prepare(scaled(gpu), (cupy.zeros(4, np.float64), cupy.zeros(4), 0.5), 4)
+    assert packed.chain_runner(3, 0, 1).chain is not None

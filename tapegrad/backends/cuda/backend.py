@@ -197,8 +197,11 @@ class _Launcher:
     def chain_runner(self, n_args: int, x_slot: int, y_slot: int,
                      states: tuple[int, ...] = ()) -> LaunchChain:
         """This kernel launched along a chain of states, two arguments swapped each step and
-        those at ``states`` given per step (a tape's sweep: ``tapegrad/tape/chains.py``)."""
-        return LaunchChain(self.launch, n_args, x_slot, y_slot, self.code.chain, states)
+        those at ``states`` given per step (a tape's sweep: ``tapegrad/tape/chains.py``):
+        packed once, but launch by launch for a kernel whose atomics' order shows (under
+        tg.deterministic() its launch is another kernel's: ``maybe_ordered``)."""
+        packed = self.code.chain if self.launch == self.code.launch else None
+        return LaunchChain(self.launch, n_args, x_slot, y_slot, packed, states)
 
     def shape(self, ndrange: tuple[int, ...]) -> tuple[int, int, int]:
         """The launch's grid; a LaunchError past the GPU's limits."""
