@@ -51,11 +51,18 @@ interceptor: ContextVar[Any] = ContextVar("tapegrad_interceptor", default=None)
 
 _intercepting = interceptor.get
 
+# While a tape records in some thread, a function of ``(cfg, args)`` that sees the launches
+# no tape records (another thread's, whose results that tape would take for constants:
+# tapegrad/tape/threads.py); None while none records, the launches' usual case.
+elsewhere: list[Any] = [None]
+
 
 def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
     """Run a configured kernel ``cfg`` on ``args`` over ``ndrange`` (recorded on a tape if one
     is recording)."""
     seen_by = _intercepting()
+    if seen_by is None and elsewhere[0] is not None:
+        elsewhere[0](cfg, args)
     if NANS.slow:          # (tg.debug_nans, check_tape: the general path, watched)
         watcher = collector()
         if watcher is not None:

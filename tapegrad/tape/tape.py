@@ -30,7 +30,7 @@ from tapegrad.runtime.launch import (
 )
 from tapegrad.runtime.nans import NANS
 from tapegrad.runtime.plans import make_plan
-from tapegrad.tape import hostmath
+from tapegrad.tape import hostmath, threads
 from tapegrad.tape.arrays import empty_like, is_array, only_tape_holds
 from tapegrad.tape.fingerprint import fingerprint
 from tapegrad.tape.identity import Identities, array_key
@@ -134,10 +134,12 @@ class Tape(HostChanges):
         # (math.sqrt(s) recorded, and sqrt(s) where the block's code names math's sqrt:
         # tape/hostmath.py)
         self.math_wrappers = hostmath.install(hostmath.places_seen_from(sys._getframe(1)))
+        threads.started(self)         # (other threads' launches: tape/threads.py)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         hostmath.restore(self.math_wrappers)     # (first: a reset below can raise)
+        threads.stopped(self)
         tapes_var.reset(self.tokens[0])
         interceptor.reset(self.tokens[1])
         self.recording = False

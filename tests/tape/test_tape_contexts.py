@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -135,6 +136,48 @@ def test_a_tape_in_one_thread_does_not_record_another_threads_launches():
     assert np.allclose(other, x * x)
     (g,) = tape.gradient(loss, [x])
     assert np.allclose(g, np.cos(x))
+
+
+@pytest.mark.parametrize("backend", ["cpu", "opencl"])
+def test_an_array_a_worker_thread_wrote_is_refused_where_the_tape_meets_it(backend):
+    """(tape/threads.py: the worker's launch is not recorded, so its result was a constant
+    to the tape: d/dx sum(x^2) came out 0 instead of 2x)"""
+    be = CPU if backend == "cpu" else tg.OpenCL()
+    x = be.asarray(np.array([0.2, 0.9, 1.4]))
+
+    def squared(x):
+        out = be.allocate(np.float64, (3,))
+        sq_k(be)(out, x, ndrange=3)
+        return out
+
+    with tg.Tape() as tape:
+        with ThreadPoolExecutor(1, thread_name_prefix="worker") as pool:
+            out = pool.submit(squared, x).result()
+        with pytest.raises(tg.TapegradError, match=r"an array of shape \(3,\) that kernel sq_k "
+                           r"wrote in thread 'worker.*while this tape recorded in another "
+                           r"thread.*Launch the kernel in the recording thread"):
+            tg.sum(out)
+        loss = tg.sum(squared(x))        # the way out: in the recording thread
+    (g,) = tape.gradient(loss, [x])
+    np.testing.assert_allclose(be.to_numpy(g), 2 * be.to_numpy(x), rtol=1e-15)
+
+
+def test_a_worker_threads_launches_the_tape_never_reads_are_left_alone():
+    x = np.array([0.2, 0.9])
+    with tg.Tape() as tape:
+        with ThreadPoolExecutor(1) as pool:      # (a logging worker, say: its own arrays)
+            logged = pool.submit(lambda: scale_k(CPU)(np.zeros(2), np.ones(2), 2.0,
+                                                      ndrange=2)).result()
+        Y = np.zeros(2)
+        sin_k(CPU)(Y, x, ndrange=2)
+        loss = tg.sum(Y)
+        assert len(tape.ids.foreign) == 1        # (noted, never met)
+    assert logged is None
+    (g,) = tape.gradient(loss, [x])
+    np.testing.assert_allclose(g, np.cos(x), rtol=1e-15)
+    with ThreadPoolExecutor(1) as pool:          # (after the recording: nothing is noted)
+        out = pool.submit(lambda: sq_k(CPU)(Y, x, ndrange=2)).result()
+    assert out is None and tape.ids.foreign == {}
 
 
 def test_float_of_an_inner_tapes_scalar_is_refused_while_the_outer_records():
