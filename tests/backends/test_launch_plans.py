@@ -22,6 +22,7 @@ from tapegrad.backends.cuda.limits import launch_shape
 from tapegrad.bench.standin_cupy import _cupy_bytes, installed
 from tapegrad.runtime.launch import prepare
 from tapegrad.runtime.plans import MAX_PLANS, plans_of
+from tests.backends.test_atomics import histogram
 
 
 @tg.kernel
@@ -49,12 +50,6 @@ def cube(Out, X):
 def add_into(Z, X):
     i = tg.index()
     Z[i] += X[i]
-
-
-@tg.kernel
-def histogram(H, keys, weights):
-    i = tg.index()
-    tg.atomic_add(H, keys[i], weights[i])
 
 
 @tg.kernel
