@@ -5,10 +5,9 @@ A tape scalar is a ``float`` (so are forward mode's and tg.hvp's scalars), so ``
 would be lost without a word.  While a tape records or forward mode runs in some thread,
 ``install`` puts a wrapper in place of each such function, in the ``math`` and ``cmath``
 modules, and at ``places``: names bound to the function itself (``from math import sqrt``)
-that the code recording reaches, found by ``places`` (a function given to tg.gradient,
-tg.capture... and the functions it calls by name, four levels deep) and ``places_seen_from``
-(a ``with tg.Tape()`` block's code, by its frame).  Given a scalar that carries a derivative
-in this thread, a wrapper answers as ``ANSWERS`` says:
+that a function given to tg.gradient, tg.capture... reaches (``places``: its code and that
+of the functions it calls by name, four levels deep).  Given a scalar that carries a
+derivative in this thread, a wrapper answers as ``ANSWERS`` says:
 
 - a function with a row in the table (``lang/primitives.py``: sqrt, exp, log, sin, atan2,
   hypot, pow, fmod, ...) is ``tg.<f>``: recorded, or its tangents carried, with the partials
@@ -42,9 +41,11 @@ import cmath
 import functools
 import math
 import operator
+import os
 import sys
+import sysconfig
 import threading
-from types import BuiltinFunctionType, FrameType, FunctionType, MethodType, ModuleType
+from types import BuiltinFunctionType, FunctionType, MethodType, ModuleType
 from typing import Any
 
 from tapegrad.callers import user_line
@@ -349,69 +350,88 @@ def restore(done: list[tuple]) -> None:
 
 def places(fn: Any) -> list[tuple]:
     """(namespace, name) of each name bound to a math or cmath function that ``fn``'s code,
-    or that of a function it names, uses (four levels deep): what ``install`` takes.  For
-    ``from math import sqrt; def f(u, k): return scaled(u, sqrt(k))``, ``f``'s global
-    ``sqrt``; without the wrapper there, its value would be a constant to the tape."""
+    or that of a function it names (a function of a module of yours it names through the
+    module: ``helpers.rms(s)``), uses, four levels deep: what ``install`` takes.  For ``from
+    math import sqrt; def f(u, k): return scaled(u, sqrt(k))``, ``f``'s global ``sqrt``;
+    without the wrapper there, its value would be a constant to the tape.  The standard
+    library's and installed packages' functions are not followed (they convert on purpose,
+    and binding wrappers there would slow them for every thread)."""
     found: list[tuple] = []
-    _walk(fn, 1, found, set())
+    _walk(fn, 1, found, {})
     return found
 
 
-def places_seen_from(frame: FrameType) -> list[tuple]:
-    """``places`` for the code a frame runs (a ``with tg.Tape()`` block's function or
-    module): its globals' names and the functions they name.  (Its local names, a local
-    ``from math import sqrt``, cannot be rebound from here.)"""
-    g = frame.f_globals
-    if (g.get("__name__") or "").startswith("tapegrad"):
-        return []        # (tapegrad's own tapes: tg.gradient walks the user's function)
-    found: list[tuple] = []
-    _walk_code(frame.f_code, g, (), 1, found, set())
-    return found
-
-
-def _walk(f: Any, depth: int, found: list[tuple], seen: set[int]) -> None:
+def _walk(f: Any, depth: int, found: list[tuple], seen: dict) -> None:
     # (a function of the module, not a closure calling itself: that would be a reference
     # cycle per call, which tg.gradient makes on every call)
-    f = getattr(f, "__func__", f)
-    if depth > DEPTH or id(f) in seen:
+    try:
+        f = getattr(f, "__func__", f)
+    except Exception:       # noqa: BLE001 - (an object whose attributes raise: not followed)
         return
-    seen.add(id(f))
-    # (a tg.capture'd function's function, a functools.wraps decorator's)
-    inner = vars(f).get("__wrapped__") if hasattr(f, "__dict__") else None
+    # (reached again by a shorter path: its callees are nearer than they were)
+    if depth > DEPTH or seen.get(id(f), DEPTH + 1) <= depth:
+        return
+    seen[id(f)] = depth
+    inner = _own_attributes(f).get("__wrapped__")   # (tg.capture's, functools.wraps')
     if inner is not None:
         _walk(inner, depth + 1, found, seen)
-    if not isinstance(f, FunctionType) or id(f) in IS_WRAPPER or \
-            (f.__module__ or "").startswith("tapegrad"):
+    if type(f) is not FunctionType or id(f) in IS_WRAPPER \
+            or _library_file(f.__code__.co_filename):
         return      # (tapegrad's own functions convert on purpose, and plainly)
     _walk_code(f.__code__, f.__globals__, f.__closure__ or (), depth, found, seen)
 
 
 def _walk_code(code: Any, globals_: dict, cells: tuple, depth: int, found: list[tuple],
-               seen: set[int]) -> None:
+               seen: dict) -> None:
     names = code_names(code)
     named = [(globals_, name) for name in names if name in globals_]
     named += [(cell, None) for cell in cells]
     while named:
         namespace, name = named.pop()
         v = get(namespace, name)
+        kind = type(v)      # (not isinstance: a lazy proxy would build what it stands for)
         if id(v) in WRAPPERS or id(v) in IS_WRAPPER:    # (the latter: installed)
             found.append((namespace, name))
-        elif isinstance(v, (FunctionType, MethodType)) or \
-                "__wrapped__" in getattr(v, "__dict__", ()):
+        elif kind is FunctionType or kind is MethodType \
+                or "__wrapped__" in _own_attributes(v):
             _walk(v, depth + 1, found, seen)
-        elif isinstance(v, ModuleType) and name is not None and _users(v) \
-                and id(v) not in seen:
+        elif kind is ModuleType and name is not None and _users(v) \
+                and seen.setdefault((id(v), id(code)), depth) == depth:
             # (a module of the user's: ``helpers.rms(s)`` reaches helpers' sqrt)
-            seen.add(id(v))
-            named += [(vars(v), m) for m in names if m != name and m in vars(v)]
+            attributes = _own_attributes(v)
+            named += [(attributes, m) for m in names if m != name and m in attributes]
+
+
+def _own_attributes(v: Any) -> dict:
+    """``v``'s own ``__dict__`` (empty where it has none), read without its class's
+    ``__getattr__``/``__getattribute__``."""
+    try:
+        found = object.__getattribute__(v, "__dict__")
+    except Exception:       # noqa: BLE001 - (no __dict__, or one that raises)
+        return {}
+    return found if type(found) is dict else {}
 
 
 def _users(module: ModuleType) -> bool:
-    """Whether a module may be the user's: not the standard library's, nor one of the
-    libraries whose code never holds a user's math (numpy's, tapegrad's...)."""
+    """Whether a module may be the user's: not the standard library's, nor an installed
+    package's (``_library_file``)."""
     top = (module.__name__ or "").partition(".")[0]
-    return top not in sys.stdlib_module_names and top not in _LIBRARIES
+    where = _own_attributes(module).get("__file__")
+    return top not in sys.stdlib_module_names and top != "tapegrad" and not (
+        isinstance(where, str) and _library_file(where))
 
 
-_LIBRARIES = frozenset({"tapegrad", "numpy", "scipy", "numba", "llvmlite", "cupy",
-                        "cupy_backends", "pyopencl", "torch", "jax", "jaxlib", "mpi4py"})
+@functools.cache
+def _library_file(filename: str) -> bool:
+    """Whether code in ``filename`` is the standard library's or an installed package's
+    (tapegrad's own included), not a user's."""
+    if filename.startswith("<frozen") or filename.startswith(_TAPEGRADS):
+        return True
+    parts = os.path.normpath(filename).split(os.sep)
+    return "site-packages" in parts or "dist-packages" in parts \
+        or filename.startswith(_STDLIB)
+
+
+_TAPEGRADS = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_STDLIB = tuple({os.path.abspath(sysconfig.get_paths()[k]) + os.sep
+                 for k in ("stdlib", "platstdlib")})

@@ -11,7 +11,6 @@ overwrite consumes the shadow of what it overwrote (Enzyme's semantics).
 from __future__ import annotations
 
 import os
-import sys
 from typing import Any
 
 import numpy as np
@@ -131,9 +130,7 @@ class Tape(HostChanges):
         tapes = tapes_var.get() + (self,)
         self.tokens = (tapes_var.set(tapes), interceptor.set(
             self.record_launch if len(tapes) == 1 else _record_on_each(tapes)))
-        # (math.sqrt(s) recorded, and sqrt(s) where the block's code names math's sqrt:
-        # tape/hostmath.py)
-        self.math_wrappers = hostmath.install(hostmath.places_seen_from(sys._getframe(1)))
+        self.math_wrappers = hostmath.install()     # (math.sqrt(s) recorded: tape/hostmath.py)
         threads.started(self)         # (other threads' launches: tape/threads.py)
         return self
 
