@@ -13,6 +13,8 @@ from __future__ import annotations
 from types import FunctionType, ModuleType
 from typing import Any
 
+import numpy as np
+
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.memory import owner
 from tapegrad.tape.names import DEPTH, code_names
@@ -26,23 +28,27 @@ def outside(fn: Any, args: tuple) -> list[tuple]:
     """(path, kind, expected) for each thing ``fn`` reads from outside: ``kind`` is
     ``"is"`` (identity), ``"=="`` (a value) or ``"array"`` (identity, and the position of
     the argument sharing its memory, or None).  A module's attributes that the code names
-    (``config.W``, ``config.dt``) count where they are arrays or values."""
+    (``config.W``, ``config.dt``, ``package.config.dt``) count where they are arrays or
+    values, read from the module's own attributes (its ``__getattr__`` is not run)."""
     found: list[tuple] = []
     seen: set[int] = set()
 
     def walk(v: Any, path: tuple, depth: int, names: Any = ()) -> None:
-        if isinstance(v, ModuleType):
+        if type(v) is ModuleType:
             found.append((path, "is", v))
+            if depth >= DEPTH or id(v) in seen:
+                return
+            seen.add(id(v))
+            attributes = vars(v)     # (not getattr: a module's __getattr__ may import)
             for m in names:      # (``names``: those of the code that named the module)
-                x = getattr(v, m, MISSING)
-                if x is not MISSING and not isinstance(x, ModuleType) and (
-                        is_array(x) or isinstance(x, _VALUES)):
-                    walk(x, path + (("attr", m),), depth + 1)
+                x = attributes.get(m, MISSING)
+                if type(x) is ModuleType or is_array(x) or _value(x):  # (config.sub.dt too)
+                    walk(x, path + (("attr", m),), depth + 1, names)
             return
         if is_array(v):
             found.append((path, "array", (v, _alias(v, args))))
             return
-        if isinstance(v, _VALUES) and type(v).__module__ == "builtins":
+        if _value(v):
             found.append((path, "==", v))
             return
         v = _standing_for(v)
@@ -96,6 +102,13 @@ def changed(fn: Any, args: tuple, expected: list[tuple]) -> tuple | None:
         elif _standing_for(v) is not want:
             return path
     return None
+
+
+def _value(v: Any) -> bool:
+    """Whether ``v`` is compared by value: a Python number, string, bytes or None, or a
+    NumPy number (``config.dt = np.float64(0.5)``)."""
+    return isinstance(v, _VALUES) and type(v).__module__ == "builtins" or \
+        isinstance(v, (np.number, np.bool_))
 
 
 def _standing_for(v: Any) -> Any:
@@ -194,7 +207,8 @@ def _reached(fn: Any) -> list[Any]:
     found: list[Any] = []
     for step, v in _names(fn):
         if isinstance(v, ModuleType):
-            found += [getattr(v, m) for m in names if m != step[-1] and hasattr(v, m)]
+            attributes = vars(v)   # (not getattr: a module's __getattr__ may import)
+            found += [attributes[m] for m in names if m != step[-1] and m in attributes]
         else:
             found.append(v)
     return found

@@ -67,13 +67,16 @@ def outside_arrays(inner: Any, given: Iterable[Any], who: str) -> list[Any]:
 
 def reached(fn: Any, arrays: list[Any]) -> list[tuple]:
     """Where ``fn`` reaches ``arrays`` (those it read from outside: ``outside_arrays``), or
-    arrays over their buffers, by name, and the numbers (and other plain values: a mode's
-    string) it reads by name: ``capturing.outside``'s (path, "array", (array, None)) and
-    (path, "==", value) for a global, a closure variable, a module's attribute, an item or
-    attribute of one, and so on in the functions it calls."""
+    arrays over their buffers, by name, and the floats it reads by name (``dt``; not ints,
+    bools and strings, more often counters and flags than quantities):
+    ``capturing.outside``'s (path, "array", (array, None)) and (path, "==", value) for a
+    global, a closure variable, a module's attribute, an item or attribute of one, and so
+    on in the functions it calls."""
     bases = {id(owner(x)) for x in arrays}
     return [(path, kind, want) for path, kind, want in outside(fn, ())
-            if kind == "==" or kind == "array" and id(owner(want[0])) in bases]
+            if kind == "==" and isinstance(want, (float, complex, np.floating,
+                                                  np.complexfloating))
+            or kind == "array" and id(owner(want[0])) in bases]
 
 
 def refuse_rebound(fn: Any, paths: list[tuple], who: str, what: str, since: str,

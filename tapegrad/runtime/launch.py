@@ -61,8 +61,10 @@ def launch(cfg: Any, args: tuple, ndrange: Any) -> None:
     """Run a configured kernel ``cfg`` on ``args`` over ``ndrange`` (recorded on a tape if one
     is recording)."""
     seen_by = _intercepting()
-    if seen_by is None and elsewhere[0] is not None:
-        elsewhere[0](cfg, args)
+    if seen_by is None:
+        noting = elsewhere[0]        # (read once: the last tape may stop meanwhile)
+        if noting is not None:
+            noting(cfg, args)
     if NANS.slow:          # (tg.debug_nans, check_tape: the general path, watched)
         watcher = collector()
         if watcher is not None:

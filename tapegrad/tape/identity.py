@@ -130,8 +130,8 @@ class Identities:
         self.entry_of: dict[Ident, list] = {}
         self.known: dict[int, tuple] = {}   # id(view) -> (ref to view, shape, strides, ident)
         self.serial = 0
-        # array_key -> (weak reference, kernel, thread) of arrays written by launches in
-        # other threads while the tape recorded (tape/threads.py): refused when met new
+        # (lo, hi) -> (weak reference to the owner, kernel, thread) of what launches in
+        # other threads wrote while the tape recorded (tape/threads.py): refused when met new
         self.foreign: dict[tuple, tuple] = {}
 
     def track(self, x: Any) -> Ident:
@@ -154,8 +154,8 @@ class Identities:
         else:
             ident = self.by_memory.get(key)
         if ident is None or ident.weak and ident.anchor is None and ident.owner() is None:
-            if self.foreign and key in self.foreign:
-                _refuse_foreign(x, self.foreign[key])
+            if self.foreign:
+                _refuse_foreign(x, self.foreign)
             ident = self._register(x, key, ident)       # (new, or not alive)
         try:
             self.known[id(x)] = (weakref.ref(x), shape, strides, ident)
@@ -260,20 +260,22 @@ class Identities:
         return None
 
 
-def _refuse_foreign(x: Any, noted: tuple) -> None:
-    """Refuse array ``x``, which a launch in another thread wrote while the tape recorded
-    (``noted``: a weak reference to it, the kernel's name, the thread's:
-    ``tape/threads.py``), unless that array is gone and ``x`` is a new one at its memory."""
-    ref, kernel, thread = noted
-    if ref is not None and ref() is not x:
-        return
-    raise TapegradError(
-        f"an array of shape {tuple(x.shape)} that kernel {kernel} wrote in thread {thread!r} "
-        "while this tape recorded in another thread: tapes record the launches of their own "
-        "thread only, so the tape would take the array for a constant and lose the "
-        "derivative through it. Launch the kernel in the recording thread (after the "
-        "workers, or instead of them), or record each worker's part on a tape of its own "
-        "and combine their gradients")
+def _refuse_foreign(x: Any, noted: dict[tuple, tuple]) -> None:
+    """Refuse array ``x`` where it shares bytes with what a launch in another thread wrote
+    while the tape recorded (``noted``: (lo, hi) -> (a weak reference to the array owning
+    them, the kernel's name, the thread's): ``tape/threads.py``), unless that array is gone
+    (``x`` is a new one at its memory)."""
+    lo, hi = extent(x)
+    for (other_lo, other_hi), (ref, kernel, thread) in list(noted.items()):
+        if lo < other_hi and other_lo < hi and (ref is None or ref() is not None):
+            raise TapegradError(
+                f"an array of shape {tuple(x.shape)} that kernel {kernel} wrote (or wrote part "
+                f"of) in thread {thread!r} while this tape recorded in another thread: tapes "
+                "record the launches of their own thread only, so the tape would take it for "
+                "a constant and lose the derivative through it. Launch the kernel in the "
+                "recording thread (after the workers, or instead of them), or record each "
+                "worker's part on a tape of its own and combine their gradients; data that "
+                "depends on nothing you differentiate can be made before the `with` block")
 
 
 def _anchor(ident: Ident, x: Any) -> None:

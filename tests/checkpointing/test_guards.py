@@ -455,6 +455,40 @@ def test_a_number_or_module_attribute_a_step_reads_rebound_is_refused(step, hold
     np.testing.assert_allclose(got, central(run, u0), rtol=1e-6, atol=1e-9)
 
 
+CONFIG.physics = types.ModuleType("config.physics")     # config.physics.dt: two levels
+CONFIG.physics.dt = np.float64(0.4)
+CALLS = 0                                   # a counter a helper bumps: not a quantity
+
+
+def _logged():
+    global CALLS
+    CALLS += 1
+
+
+def reads_nested(u):
+    _logged()
+    out = np.empty_like(u)
+    sc(tg.CPU())(out, squared(u), CONFIG.physics.dt, ndrange=u.size)
+    return out
+
+
+def test_a_nested_module_float_is_guarded_and_an_int_counter_is_not():
+    """(config.physics.dt, a NumPy float, rebound: the segment's gradient was the new dt's;
+    CALLS, bumped by a helper each run, must not refuse the gradient)"""
+    segment = tg.checkpoint(reads_nested)
+    u0 = np.array([0.9, 1.1])
+    with tg.Tape() as tape:
+        loss = tg.dot(segment(u0), u0)
+    with _set(CONFIG.physics, "dt", np.float64(0.9)), pytest.raises(
+            tg.TapegradError, match=r"reads CONFIG.physics.dt \(a global\), np.float64\(0.4\), "
+                                    r"from outside, and CONFIG.physics.dt has been rebound to "
+                                    r"np.float64\(0.9\)"):
+        tape.gradient(loss, [u0])
+    (got,) = tape.gradient(loss, [u0])       # CALLS went up meanwhile: not refused
+    np.testing.assert_allclose(got, central(lambda: np.dot(reads_nested(u0), u0), u0),
+                               rtol=1e-6, atol=1e-9)
+
+
 def test_a_number_a_segment_reads_rebound_is_refused():
     segment = tg.checkpoint(reads_rate)
     u0 = np.array([0.9, 1.1])

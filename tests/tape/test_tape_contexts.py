@@ -154,12 +154,26 @@ def test_an_array_a_worker_thread_wrote_is_refused_where_the_tape_meets_it(backe
         with ThreadPoolExecutor(1, thread_name_prefix="worker") as pool:
             out = pool.submit(squared, x).result()
         with pytest.raises(tg.TapegradError, match=r"an array of shape \(3,\) that kernel sq_k "
-                           r"wrote in thread 'worker.*while this tape recorded in another "
+                           r"wrote \(or wrote part of\) in thread 'worker.*while this tape "
+                           r"recorded in another "
                            r"thread.*Launch the kernel in the recording thread"):
             tg.sum(out)
         loss = tg.sum(squared(x))        # the way out: in the recording thread
     (g,) = tape.gradient(loss, [x])
     np.testing.assert_allclose(be.to_numpy(g), 2 * be.to_numpy(x), rtol=1e-15)
+
+
+def test_an_array_workers_filled_in_parts_is_refused_too():
+    """(the usual chunking: each worker writes a view of one output; the tape meets the
+    whole array, which no worker was given)"""
+    x = np.array([0.2, 0.9, 1.4, 0.5])
+    out = np.empty(4)
+    with tg.Tape():
+        with ThreadPoolExecutor(2) as pool:
+            for part in (slice(0, 2), slice(2, 4)):
+                pool.submit(lambda p: sq_k(CPU)(out[p], x[p], ndrange=2), part).result()
+        with pytest.raises(tg.TapegradError, match="wrote \\(or wrote part of\\) in thread"):
+            tg.sum(out)
 
 
 def test_a_worker_threads_launches_the_tape_never_reads_are_left_alone():
