@@ -29,7 +29,8 @@ def outside(fn: Any, args: tuple) -> list[tuple]:
     ``"is"`` (identity), ``"=="`` (a value) or ``"array"`` (identity, and the position of
     the argument sharing its memory, or None).  A module's attributes that the code names
     (``config.W``, ``config.dt``, ``package.config.dt``) count where they are arrays or
-    values, read from the module's own attributes (its ``__getattr__`` is not run)."""
+    values, read from the module's own attributes (its ``__getattr__`` is not run); so do
+    a class's (``Config.dt``)."""
     found: list[tuple] = []
     seen: set[int] = set()
 
@@ -53,9 +54,16 @@ def outside(fn: Any, args: tuple) -> list[tuple]:
             return
         v = _standing_for(v)
         found.append((path, "is", v))
-        if depth >= DEPTH or id(v) in seen or isinstance(v, type):
+        if depth >= DEPTH or id(v) in seen:
             return
         seen.add(id(v))
+        if isinstance(v, type):     # (a class's attributes the code names: Config.dt)
+            if not v.__module__.startswith(("tapegrad", "numpy", "builtins")):
+                for m in names:
+                    x = next((vars(k)[m] for k in v.__mro__ if m in vars(k)), MISSING)
+                    if is_array(x) or _value(x):
+                        walk(x, path + (("attr", m),), depth + 1)
+            return
         if isinstance(v, dict) and len(v) <= MOST_ENTRIES:
             for key, x in list(v.items()):
                 walk(x, path + (("item", key),), depth + 1)

@@ -180,34 +180,42 @@ SETTINGS = types.ModuleType("settings")      # a module of settings: SETTINGS.W,
 SETTINGS.W, SETTINGS.k = np.full(N, 0.5), 1.5
 
 
+class Rates:
+    """A class of settings: Rates.r"""
+
+    r = 1.0
+
+
 def _weighted(u):
     out = np.empty_like(u)
     sc(CPU)(out, u, K, ndrange=u.size)
     out2 = np.empty_like(u)
-    sc(CPU)(out2, out, SETTINGS.k, ndrange=u.size)
+    sc(CPU)(out2, out, SETTINGS.k * Rates.r, ndrange=u.size)
     return tg.dot(out2, W) + tg.dot(out, P["W"]) + tg.dot(out, SETTINGS.W)
 
 
 def test_a_rebound_global_records_again():
-    """(A module's attribute rebound, SETTINGS.W or SETTINGS.k, replayed the first call's.)"""
+    """(A module's attribute rebound, SETTINGS.W or SETTINGS.k, or a class's, Rates.r,
+    replayed the first call's.)"""
     global W, K
     cf = tg.capture(_weighted)
     u = np.linspace(0.0, 1.0, N)
-    saved = W, K, P["W"], SETTINGS.W, SETTINGS.k
+    saved = W, K, P["W"], SETTINGS.W, SETTINGS.k, Rates.r
     try:
         for change in (lambda: None, lambda: globals().update(W=W * 3),
                        lambda: P.update(W=P["W"] * 3), lambda: globals().update(K=5.0),
                        lambda: setattr(SETTINGS, "W", SETTINGS.W * 3),
-                       lambda: setattr(SETTINGS, "k", 2.5)):
+                       lambda: setattr(SETTINGS, "k", 2.5),
+                       lambda: setattr(Rates, "r", 0.5)):
             change()
             assert float(cf(u)) == float(_weighted(u))
             (g,) = tg.gradient(cf, u)
             (g_plain,) = tg.gradient(_weighted, u)
             np.testing.assert_allclose(g, g_plain, rtol=1e-12)
-            np.testing.assert_allclose(g, K * (SETTINGS.k * W + P["W"] + SETTINGS.W),
+            np.testing.assert_allclose(g, K * (SETTINGS.k * Rates.r * W + P["W"] + SETTINGS.W),
                                        rtol=1e-12)
     finally:
-        W, K, P["W"], SETTINGS.W, SETTINGS.k = saved
+        W, K, P["W"], SETTINGS.W, SETTINGS.k, Rates.r = saved
 
 
 def test_the_global_array_passed_as_an_argument_is_a_call_of_its_own():

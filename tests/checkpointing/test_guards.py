@@ -409,6 +409,18 @@ def reads_rate(u):
     return out
 
 
+class Steps:
+    """A class of settings: Steps.rate"""
+
+    rate = 0.65
+
+
+def reads_class(u):
+    out = np.empty_like(u)
+    sc(tg.CPU())(out, squared(u), Steps.rate, ndrange=u.size)
+    return out
+
+
 def reads_config(u):
     out = np.empty_like(u)
     sc(tg.CPU())(out, weighted(u, CONFIG.W), CONFIG.rate, ndrange=u.size)
@@ -436,10 +448,12 @@ def _set(holder, name, value):
                                           r"has been rebound to 0.75"),
     (reads_config, CONFIG, "rate", 0.5, r"CONFIG.rate \(a global\), 0.6, from outside, and "
                                         r"CONFIG.rate has been rebound to 0.5"),
+    (reads_class, Steps, "rate", 0.5, r"Steps.rate \(a global\), 0.65, from outside, and "
+                                       r"Steps.rate has been rebound to 0.5"),
     (reads_config, CONFIG, "W", CONFIG.W * 2.0, r"CONFIG.W \(a global\), an array of shape "
                                                 r"\(4,\), from outside, and CONFIG.W has been "
                                                 r"rebound to another array")],
-    ids=["number", "module number", "module array"])
+    ids=["number", "module number", "class number", "module array"])
 def test_a_number_or_module_attribute_a_step_reads_rebound_is_refused(step, holder, name,
                                                                      value, words):
     """(The recomputation read the new value: a gradient off, or a step refused as impure.)"""
