@@ -10,7 +10,8 @@ a rebound array or number by the same check (``changed``)."""
 
 from __future__ import annotations
 
-from types import FunctionType, ModuleType
+import dis
+from types import CodeType, FunctionType, ModuleType
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,7 @@ def outside(fn: Any, args: tuple) -> list[tuple]:
     seen: set[int] = set()
 
     def walk(v: Any, path: tuple, depth: int, names: Any = ()) -> None:
-        if type(v) is ModuleType:
+        if isinstance(v, ModuleType):
             found.append((path, "is", v))
             if depth >= DEPTH or id(v) in seen:
                 return
@@ -43,7 +44,7 @@ def outside(fn: Any, args: tuple) -> list[tuple]:
             attributes = vars(v)     # (not getattr: a module's __getattr__ may import)
             for m in names:      # (``names``: those of the code that named the module)
                 x = attributes.get(m, MISSING)
-                if type(x) is ModuleType or is_array(x) or _value(x):  # (config.sub.dt too)
+                if isinstance(x, ModuleType) or is_array(x) or _value(x):  # (config.sub.dt)
                     walk(x, path + (("attr", m),), depth + 1, names)
             return
         if is_array(v):
@@ -58,7 +59,8 @@ def outside(fn: Any, args: tuple) -> list[tuple]:
             return
         seen.add(id(v))
         if isinstance(v, type):     # (a class's attributes the code names: Config.dt)
-            if not v.__module__.startswith(("tapegrad", "numpy", "builtins")):
+            home = getattr(v, "__module__", None)
+            if isinstance(home, str) and not home.startswith(("tapegrad", "numpy", "builtins")):
                 for m in names:
                     x = next((vars(k)[m] for k in v.__mro__ if m in vars(k)), MISSING)
                     if is_array(x) or _value(x):
@@ -82,6 +84,40 @@ def outside(fn: Any, args: tuple) -> list[tuple]:
     names = _code_names_of(fn)
     for step, x in _names(fn):
         walk(x, (step,), 1, names)
+    return found
+
+
+def stored(fn: Any) -> set[str]:
+    """The global and attribute names that ``fn``'s code, or that of a function it reaches by
+    name (four levels deep), assigns or deletes (``ELAPSED += dt``, ``Stats.seconds = t``):
+    what it writes rather than computes with."""
+    names: set[str] = set()
+    seen: set[int] = set()
+
+    def visit(f: Any, depth: int) -> None:
+        f = getattr(f, "__func__", f)
+        code = getattr(f, "__code__", None)
+        if depth > DEPTH or id(f) in seen or code is None:
+            return
+        seen.add(id(f))
+        names.update(_stores(code))
+        for _, x in _names(f):
+            if isinstance(x, FunctionType) or hasattr(x, "__func__"):
+                visit(x, depth + 1)
+
+    visit(fn, 1)
+    return names
+
+
+_STORES = frozenset({"STORE_GLOBAL", "STORE_ATTR", "DELETE_GLOBAL", "DELETE_ATTR",
+                     "STORE_NAME", "DELETE_NAME"})
+
+
+def _stores(code: Any) -> set[str]:
+    found = {i.argval for i in dis.get_instructions(code) if i.opname in _STORES}
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            found |= _stores(const)
     return found
 
 

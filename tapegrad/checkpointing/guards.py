@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad.capturing.outside import MISSING, changed, describe, follow, outside
+from tapegrad.capturing.outside import MISSING, changed, describe, follow, outside, stored
 from tapegrad.errors import TapegradError
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.identity import Ident, array_key
@@ -68,14 +68,17 @@ def outside_arrays(inner: Any, given: Iterable[Any], who: str) -> list[Any]:
 def reached(fn: Any, arrays: list[Any]) -> list[tuple]:
     """Where ``fn`` reaches ``arrays`` (those it read from outside: ``outside_arrays``), or
     arrays over their buffers, by name, and the floats it reads by name (``dt``; not ints,
-    bools and strings, more often counters and flags than quantities):
+    bools and strings, more often counters and flags than quantities; nor names the code
+    assigns: a timer it adds to, a logged energy):
     ``capturing.outside``'s (path, "array", (array, None)) and (path, "==", value) for a
     global, a closure variable, a module's attribute, an item or attribute of one, and so
     on in the functions it calls."""
     bases = {id(owner(x)) for x in arrays}
+    written = stored(fn)      # (a timer the code adds to, a logged energy: not read to compute)
     return [(path, kind, want) for path, kind, want in outside(fn, ())
             if kind == "==" and isinstance(want, (float, complex, np.floating,
                                                   np.complexfloating))
+            and path[-1][-1] not in written
             or kind == "array" and id(owner(want[0])) in bases]
 
 

@@ -218,6 +218,47 @@ def test_a_rebound_global_records_again():
         W, K, P["W"], SETTINGS.W, SETTINGS.k, Rates.r = saved
 
 
+class _SettingsModule(types.ModuleType):
+    """A module whose class is a subclass (sys.modules[__name__].__class__ = ...)"""
+
+
+MODULE_SUBCLASS = _SettingsModule("subclassed")
+MODULE_SUBCLASS.rate, MODULE_SUBCLASS.unrelated = 2.0, 0.0
+
+
+class Odd:
+    """A class whose __module__ is no string."""
+
+    __module__ = None
+    rate = 3.0
+
+
+def _module_subclass(u):
+    out = np.empty_like(u)
+    sc(CPU)(out, u, MODULE_SUBCLASS.rate * Odd.rate, ndrange=u.size)
+    return tg.sum(out)
+
+
+def test_a_module_subclass_is_read_by_the_names_the_code_uses():
+    """(a module subclass was walked as an object: every attribute compared, so an unrelated
+    one changing each call recorded again each call; a class whose __module__ is None raised
+    AttributeError)"""
+    cf = tg.capture(_module_subclass)
+    u = np.linspace(0.0, 1.0, N)
+    for k in range(3):
+        MODULE_SUBCLASS.unrelated = float(k)
+        (g,) = tg.gradient(cf, u)
+        np.testing.assert_allclose(g, np.full(N, 6.0), rtol=1e-15)
+    assert cf.recordings == 1
+    try:
+        MODULE_SUBCLASS.rate = 0.5
+        (g,) = tg.gradient(cf, u)
+        np.testing.assert_allclose(g, np.full(N, 1.5), rtol=1e-15)
+        assert cf.recordings == 2
+    finally:
+        MODULE_SUBCLASS.rate = 2.0
+
+
 def test_the_global_array_passed_as_an_argument_is_a_call_of_its_own():
     def f(x):
         out = np.empty_like(x)

@@ -503,6 +503,26 @@ def test_a_nested_module_float_is_guarded_and_an_int_counter_is_not():
                                rtol=1e-6, atol=1e-9)
 
 
+ELAPSED = 0.0                              # a timer the step adds to: written, not read
+
+
+def timed(u):
+    global ELAPSED
+    ELAPSED += 0.125
+    return reads_rate(u)
+
+
+def test_a_float_the_step_only_adds_to_is_not_guarded():
+    """(a timer or a logged energy: the review's `ELAPSED += time.perf_counter() - t0`
+    refused a right gradient, naming params=)"""
+    u0 = np.array([0.9, 1.1])
+    with tg.Tape() as tape:
+        loss = tg.dot(tg.checkpoint_loop(timed, u0, 3, snapshots=2), u0)
+    (got,) = tape.gradient(loss, [u0])
+    run = lambda: np.dot(_plain_loop(reads_rate, u0.copy(), 3), u0)   # noqa: E731
+    np.testing.assert_allclose(got, central(run, u0), rtol=1e-6, atol=1e-9)
+
+
 def test_a_number_a_segment_reads_rebound_is_refused():
     segment = tg.checkpoint(reads_rate)
     u0 = np.array([0.9, 1.1])
