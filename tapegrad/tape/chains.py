@@ -13,11 +13,10 @@ the launch itself (measured: CHANGELOG.md, 'the figures that moved').
 replay that same launch with the two buffers swapped (same kernel plan, ndrange and scalars;
 its output is the state the record above read; its input has no shadow yet; the same
 shadow flags; other arrays the same and without shadows), then runs the whole run in one
-compiled loop (the launcher's ``chain_runner``: on the CPU ``tapegrad/backends/cpu/chain.py``)
-and leaves the sweep's state as the record-by-record sweep would have left it.  A linear
-step's run is one compiled loop (the launcher's ``chain_runner``: on the CPU
-``tapegrad/backends/cpu/chain.py``); a nonlinear one's, whose adjoint reads each record's own
-state, a Python loop of launches that puts that state in its slot
+loop (the launcher's ``chain_runner``) and leaves the sweep's state as the record-by-record
+sweep would have left it.  A linear step's loop is compiled on the CPU
+(``tapegrad/backends/cpu/chain.py``); a nonlinear one's, whose adjoint reads each record's
+own state, is a loop of launches that puts that state in its slot
 (``backends/launch_chain.py``).  Everything else goes record by record.
 """
 
@@ -40,8 +39,8 @@ enabled = True   # False: every record goes by itself (``python -m tapegrad benc
 class ChainPlan:
     """How a run of records replays one ``Replay``: the positions of the written state and of
     the state read in the record's arguments, the slots of their shadows in the launcher's
-    arguments, and the loop that runs it (the launcher's ``chain_runner``, or a
-    ``LaunchChain`` where the adjoint reads the states)."""
+    arguments, and the loop that runs it (the launcher's ``chain_runner``, given the slots
+    of the states where the adjoint reads them)."""
 
     out_pos: int
     in_pos: int
