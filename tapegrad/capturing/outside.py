@@ -11,6 +11,7 @@ a rebound array or number by the same check (``changed``)."""
 from __future__ import annotations
 
 import dis
+import functools
 from types import CodeType, FunctionType, ModuleType
 from typing import Any
 
@@ -113,12 +114,13 @@ _STORES = frozenset({"STORE_GLOBAL", "STORE_ATTR", "DELETE_GLOBAL", "DELETE_ATTR
                      "STORE_NAME", "DELETE_NAME"})
 
 
-def _stores(code: Any) -> set[str]:
+@functools.lru_cache(maxsize=4096)    # (a code object never changes; reading it is slow)
+def _stores(code: Any) -> frozenset[str]:
     found = {i.argval for i in dis.get_instructions(code) if i.opname in _STORES}
     for const in code.co_consts:
         if isinstance(const, CodeType):
             found |= _stores(const)
-    return found
+    return frozenset(found)
 
 
 def _code_names_of(fn: Any) -> Any:
