@@ -31,9 +31,8 @@ class LaunchChain:
     (``rest``: the other arguments, in order).  A backend whose launch can do the whole run
     itself gives ``chain(steps, args, nd, x_slot, y_slot, states, per_launch)`` (CUDA:
     packed once, the swapped and the states' addresses rewritten per launch,
-    ``cuda/plan.py``).  ``states``: slots whose arguments
-    change each launch, given per launch as ``runner(..., per_launch)`` (each a list, in the
-    order of ``states``)."""
+    ``cuda/plan.py``).  ``states``: slots whose arguments change each launch, given per
+    launch as ``runner(..., per_launch)`` (each a list, in the order of ``states``)."""
 
     def __init__(self, launch: Callable[[tuple, tuple], None], n_args: int, x_slot: int,
                  y_slot: int, chain: Callable[..., None] | None = None,
@@ -64,12 +63,8 @@ class LaunchChain:
     def each_with_states(self, steps: int, args: list, x: Any, y: Any, nd: tuple[int, ...],
                          per_launch: list) -> None:
         launch, states, xs, ys = self.launch, self.states, self.x_slot, self.y_slot
-        swapped = (y, x)
         for s in range(steps):
-            if s % 2:
-                args[xs], args[ys] = swapped
-            else:
-                args[xs], args[ys] = x, y
+            args[xs], args[ys] = (y, x) if s % 2 else (x, y)
             for slot, value in zip(states, per_launch[s]):
                 args[slot] = value
             launch(tuple(args), nd)
