@@ -93,6 +93,33 @@ def test_every_row_computes_what_numpy_computes(backend, every_row, dtype):
     assert not failed, "\n".join(failed)
 
 
+_TINY = {np.float64: [5e-324, -5e-324, 3e-320, 1e-310, -2.2e-308, 0.0, -0.0, 1e-300],
+         np.float32: [1e-45, -1e-45, 3e-42, 1e-40, -1.1e-38, 0.0, -0.0, 1e-30]}
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=lambda d: d.__name__)
+def test_every_row_at_subnormal_and_tiny_inputs(backend, every_row, dtype):
+    """Every row at the smallest inputs, subnormals and signed zeros (y = 1 for two-argument
+    rows) within 2 ulps of NumPy (or math), on each backend; log1p's is x itself, exactly
+    (PoCL's log1p(5e-324) is 0)."""
+    A = np.tile(np.array(_TINY[dtype], dtype)[:, None], (1, len(ROWS)))
+    C = np.ones_like(A)
+    B = np.full(A.shape, -7.0, dtype)
+    every_row(backend, 4)(B, A, C, ndrange=N)
+    failed = []
+    for k, row in enumerate(ROWS):
+        got = B[:, k]
+        with np.errstate(all="ignore"):
+            expected = _reference(row, *(X[:, k] for X in (A, C)[:row.arity])).astype(dtype)
+            close = (got == expected) | (np.isnan(got) & np.isnan(expected)) | (
+                np.abs(got - expected) <= 2 * np.spacing(np.abs(expected)))
+        if not close.all():
+            failed.append(f"{row.name}: {got} != {expected}")
+    assert not failed, "\n".join(failed)
+    k = COLUMN["log1p"]
+    assert B[:, k].tobytes() == A[:, k].tobytes(), f"log1p: {B[:, k]} != {A[:, k]}"
+
+
 def _partials_by_reverse(kernel, A, C, k):
     """dB[:, k]/dA[:, k] and dB[:, k]/dC[:, k] (each output reads only its own inputs)."""
     B = np.zeros_like(A)

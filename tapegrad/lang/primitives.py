@@ -142,7 +142,9 @@ MATH: dict[str, Primitive] = {p.name: p for p in [
     _row("expm1", "tg.exp(x)", **_VECTORISED_ON_CPU),
     _row("exp2", "r * 0.6931471805599453", numba="np.exp2"),
     _row("log", "1.0 / x", domain=(_POSITIVE,), **_VECTORISED_ON_CPU),
-    _row("log1p", "1.0 / (1.0 + x)", domain=(_POSITIVE,), **_VECTORISED_ON_CPU),
+    # (C: below 2**-60, log1p(x) rounds to x; PoCL's gives 0 for the smallest subnormals)
+    _row("log1p", "1.0 / (1.0 + x)", domain=(_POSITIVE,), c="fabs(x) < 0x1p-60f ? x : log1p(x)",
+         **_VECTORISED_ON_CPU),
     _row("log2", "1.0 / (x * 0.6931471805599453)", domain=(_POSITIVE,)),
     _row("log10", "1.0 / (x * 2.302585092994046)", domain=(_POSITIVE,)),
     _row("sqrt", "0.5 / r", domain=(_POSITIVE,)),
