@@ -17,6 +17,20 @@ import pytest  # noqa: E402
 import tapegrad as tg  # noqa: E402
 from tapegrad.backends.cpu.arrays import NUMPY  # noqa: E402
 
+# The files that take longest on a machine whose compile cache is empty (a minute or more
+# each, most of it compiling), handed out first: with xdist's own order (files with the most
+# tests first) they came last, where one process could be left running them alone.
+LONGEST_FIRST = ("tests/test_cli.py", "tests/mpi/test_mpi.py", "tests/test_style.py",
+                 "tests/docs/test_guides.py", "tests/ad/test_hvp.py",
+                 "tests/backends/test_differential.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files of ``LONGEST_FIRST`` first, in that order; the rest as collected (pyproject's
+    ``--no-loadscope-reorder`` keeps xdist to this order)."""
+    rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
 
 def cuda_twin(tk):
     """Print ``tk`` as CUDA C++ too, compile that with NVRTC to an sm_90 cubin (no GPU needed;
