@@ -72,13 +72,17 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
     @functools.cache
     def shapes(signature: tuple) -> tuple:
         """The results' shapes and dtypes for arguments of these (shape, dtype)s."""
-        call = RecordedCall(f, _host([np.zeros(s, d) for s, d in signature]),
-                            [False] * len(signature))
-        return tuple(jax.ShapeDtypeStruct(np.shape(y), np.asarray(y).dtype)
+        arguments, _ = signature
+        call = RecordedCall(f, _host([np.zeros(s, d) for s, d in arguments]),
+                            [False] * len(arguments))
+        # (in JAX's dtypes: float32 and int32 while jax_enable_x64 is off, as JAX's own)
+        return tuple(jax.ShapeDtypeStruct(np.shape(y), _canonical(jax, np.asarray(y).dtype))
                      for y in call.plain_outputs()), call.single
 
     def signature(args: tuple) -> tuple:
-        return tuple((tuple(a.shape), np.dtype(a.dtype)) for a in args)
+        # (with the x64 setting: it decides the results' dtypes)
+        return (tuple((tuple(a.shape), np.dtype(a.dtype)) for a in args),
+                bool(jax.config.jax_enable_x64))
 
     def record(args: tuple) -> RecordedCall:
         call = RecordedCall(f, _host(args, copy=True), [True] * len(args))
@@ -164,8 +168,22 @@ def function(f: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(f)
     @api_boundary
-    def apply(*args: Any) -> Any:
-        return wrapped(*[jnp.asarray(a) for a in args])
+    def apply(*args: Any, **kwargs: Any) -> Any:
+        if kwargs:
+            raise TapegradError(
+                f"{name} takes its arguments by position, as jax.custom_vjp does: "
+                f"call it as f({', '.join(kwargs)}) rather than with "
+                f"{', '.join(f'{k}=...' for k in kwargs)}")
+        try:
+            return wrapped(*[jnp.asarray(a) for a in args])
+        except (TypeError, ValueError) as exc:
+            if "forward-mode" not in str(exc) and "support JVP" not in str(exc):
+                raise
+            raise TapegradError(
+                f"{name} has reverse mode only (jax.grad, jax.vjp, jax.jacrev): forward mode "
+                "and derivatives of derivatives (jax.jvp, jax.jacfwd, jax.hessian, jax.grad "
+                "of jax.grad) do not reach through it. Take those with tapegrad itself: "
+                "tg.jvp, tg.hvp (docs/interop.md)") from None
     return apply
 
 
@@ -178,14 +196,35 @@ def _digest(outputs: list) -> int:
 def _host_call(jax: Any, fn: Callable[..., tuple], results: tuple, args: tuple) -> list:
     """``fn`` (NumPy arrays in, a tuple of arrays or numbers out) as a JAX operation returning
     arrays of the ``results`` shapes; under ``jax.vmap``, one call per example."""
-    if jax.default_backend() != "cpu" or _buffer_callback() is None:
-        return jax.pure_callback(lambda *a: tuple(np.asarray(y) for y in fn(*a)), results,
-                                 *args, vmap_method="sequential")
-
     def in_place(ctx: Any, outs: tuple, *buffers: Any) -> None:
-        for out, y in zip(outs, fn(*[np.asarray(b) for b in buffers])):
+        for out, y in zip(outs, checked(*[np.asarray(b) for b in buffers])):
             np.copyto(np.asarray(out), y, casting="same_kind")
+
+    def checked(*arrays: Any) -> tuple:
+        """``fn``'s results, each of the shape and kind JAX was told when it traced."""
+        ys = fn(*arrays)
+        for k, (y, want) in enumerate(zip(ys, results)):
+            dtype = _canonical(jax, np.asarray(y).dtype)
+            if np.shape(y) != tuple(want.shape) or dtype.kind != np.dtype(want.dtype).kind:
+                raise TapegradError(
+                    f"result {k} of the wrapped function has shape {np.shape(y)} and dtype "
+                    f"{dtype} now, where it had shape {tuple(want.shape)} and dtype "
+                    f"{want.dtype} for arguments of these shapes before: JAX fixes each "
+                    "result's shape and dtype when it traces, so they may depend on the "
+                    "arguments' shapes and dtypes only (not on a global, or on values)")
+        return ys
+
+    if jax.default_backend() != "cpu" or _buffer_callback() is None:
+        return jax.pure_callback(
+            lambda *a: tuple(np.asarray(y, dtype=want.dtype)
+                             for y, want in zip(checked(*a), results)),
+            results, *args, vmap_method="sequential")
     return _buffer_callback()(in_place, results, vmap_method="sequential")(*args)
+
+
+def _canonical(jax: Any, dtype: np.dtype) -> np.dtype:
+    """``dtype`` as JAX holds it (float64 as float32 while ``jax_enable_x64`` is off)."""
+    return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
 
 
 @functools.cache

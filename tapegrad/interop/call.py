@@ -44,7 +44,8 @@ class RecordedCall:
         self.f = f
         self.tape = Tape(watch_changes=False)
         with self.tape:
-            self.args = [self.tape.watch(float(a)) if on and _number(a) else a
+            # (integers are never active: a step count stays an int)
+            self.args = [self.tape.watch(float(a)) if on and _float_number(a) else a
                          for a, on in zip(args, active)]
             result = f(*self.args)
         self.single = not isinstance(result, (tuple, list))
@@ -135,18 +136,26 @@ class RecordedCall:
         """Per argument, ``sum_k cotangents[k] . d outputs[k] / d argument`` (an array, a
         float, or None where the argument is not active, not ``wanted``, or nothing connects
         it)."""
-        outputs, seeds = [], []
-        for k, (y, w) in enumerate(zip(self.outputs, cotangents)):
-            if w is None or not (isinstance(y, TrackedScalar) or is_array(y)
-                                 and self._tracked(y, f"its result {k}")):
-                continue                     # (a constant output: no derivative flows)
-            outputs.append(y)
-            seeds.append(w)
         wanted = self.active if wanted is None else [a and w for a, w in zip(self.active, wanted)]
         sources = [(k, a) for k, (a, on) in enumerate(zip(self.args, wanted))
                    if on and (isinstance(a, TrackedScalar) or is_array(a)
                               and np.dtype(a.dtype).kind == "f"
                               and self._tracked(a, f"its argument {k}"))]
+        outputs, seeds = [], []
+        for k, (y, w) in enumerate(zip(self.outputs, cotangents)):
+            if w is None:
+                continue
+            if isinstance(y, TrackedScalar) or is_array(y) and self._tracked(y, f"its result {k}"):
+                outputs.append(y)
+                seeds.append(w)
+            elif any(wanted) and _nonzero(w):
+                raise TapegradError(
+                    f"{getattr(self.f, '__name__', 'the function')}: its result {k} "
+                    f"({_described(y)}) was not made by an operation tapegrad recorded (NumPy "
+                    "computed it, or it is an argument returned as it is), and a derivative "
+                    "reaches it: it would be taken as zero. Compute it with a kernel or a "
+                    "tapegrad host operation (tg.sum, tg.dot, tg.scale, ...); a result that "
+                    "truly is a constant can be computed outside the wrapped function")
         grads: list[Any] = [None] * len(self.args)
         if outputs and sources:
             for (k, _), g in zip(sources, self.tape.vjp(outputs, seeds,
@@ -224,5 +233,15 @@ def _path_words(f: Any, path: tuple) -> str:
     return f"the {kind} {name}" + (f" (through {through})" if through else "")
 
 
-def _number(a: Any) -> bool:
-    return isinstance(a, (float, int, np.floating, np.integer)) and not isinstance(a, bool)
+def _float_number(a: Any) -> bool:
+    return isinstance(a, (float, np.floating))
+
+
+def _nonzero(w: Any) -> bool:
+    """Whether a cotangent holds anything but zeros (JAX's float0 and integers hold none)."""
+    w = np.asarray(w)
+    return w.dtype.kind in "fc" and bool(np.any(w != 0))
+
+
+def _described(y: Any) -> str:
+    return f"an array of shape {tuple(y.shape)}" if is_array(y) else f"the number {y!r}"

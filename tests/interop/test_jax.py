@@ -12,7 +12,7 @@ from jax.test_util import check_grads  # noqa: E402
 
 import tapegrad as tg  # noqa: E402
 import tapegrad.jax as tgj  # noqa: E402
-from tests.interop.test_torch import simulate_host, softplus_host  # noqa: E402
+from tests.interop.test_torch import heat_k, simulate_host, softplus_host  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
@@ -258,3 +258,107 @@ def test_a_function_reading_nothing_from_outside_fingerprints_nothing():
     jax.vjp(tgj.function(_weighted_sum), jnp.linspace(0.5, 1.5, 5))
     assert [[x is WEIGHTS for x, _ in call.outside] for call in tgj._calls.values()] == \
         [[], [], [True]]
+
+
+
+@tg.kernel
+def square_k(out, x):
+    i = tg.index()
+    out[i] = x[i] * x[i]
+
+
+def _squared(x):
+    y = np.empty_like(x)
+    square_k(tg.CPU())(y, x, ndrange=x.size)
+    return y
+
+
+@pytest.mark.parametrize("body", [lambda x: np.sum(_squared(x)), lambda x: _squared(x) * 1.0,
+                                  lambda x: x], ids=["numpy_sum", "numpy_product", "argument"])
+def test_a_result_tapegrad_did_not_make_is_refused_not_zero(body):
+    """(NumPy's sum of a kernel's output, or an argument returned as it is: the gradient was
+    zero.)"""
+    f = tgj.function(body)
+    with pytest.raises(Exception, match="result 0 .* was not made by an operation tapegrad "
+                                        "recorded .* would be taken as zero"):
+        jax.grad(lambda x: jnp.sum(f(x) ** 2))(jnp.linspace(0.5, 2.0, 8))
+
+
+def test_a_constant_result_that_no_derivative_reaches_is_allowed():
+    f = tgj.function(lambda x: (tg.sum(_squared(x)), np.arange(3.0)))
+    x = jnp.linspace(0.5, 2.0, 8)
+    np.testing.assert_allclose(jax.grad(lambda x: f(x)[0])(x), 2 * x, rtol=1e-14)
+
+
+def _steps(u, n):
+    for _ in range(n):
+        u = simulate_step(u)
+    return tg.dot(u, u)
+
+
+def simulate_step(u):
+    out = np.empty_like(u)
+    heat_k(tg.CPU())(out, u, 0.15, ndrange=u.size)
+    return out
+
+
+def test_an_integer_argument_stays_an_int_under_grad():
+    """(A step count was watched as a float: range(n) raised TypeError under jax.grad.)"""
+    def by_jax(u, n):
+        for _ in range(n):
+            inner = u[1:-1] + 0.15 * (u[:-2] - 2.0 * u[1:-1] + u[2:]) - 0.1 * u[1:-1] ** 3
+            u = u.at[1:-1].set(inner)
+        return jnp.dot(u, u)
+    u = jnp.linspace(0.0, 0.5, 12)
+    grad = jax.grad(tgj.function(_steps))(u, 3)
+    np.testing.assert_allclose(grad, jax.grad(by_jax)(u, 3), rtol=1e-12)
+
+
+WIDTH = 4
+
+
+def _first(x):
+    return _squared(x)[:WIDTH].copy()
+
+
+def test_a_result_shape_that_depends_on_a_global_is_refused_when_it_changes():
+    """(The shape JAX traced was reused: a (1,) result was broadcast into (4,).)"""
+    global WIDTH
+    f = tgj.function(_first)
+    x = jnp.linspace(0.5, 2.0, 8)
+    assert f(x).shape == jax.jit(f)(x).shape == (4,)
+    WIDTH = 1
+    try:
+        for call in (f, jax.jit(f)):
+            with pytest.raises(Exception, match=r"result 0 of the wrapped function has shape "
+                                                r"\(1,\) .* where it had shape \(4,\)"):
+                jax.block_until_ready(call(x))
+    finally:
+        WIDTH = 4
+
+
+def test_results_are_float32_while_x64_is_off():
+    """(float64 results, JAX's own being float32: jax.vjp's pullback refused a float32
+    cotangent.)"""
+    jax.config.update("jax_enable_x64", False)
+    try:
+        f = tgj.function(lambda x: tg.sum(_squared(x)))
+        x = jnp.linspace(0.5, 2.0, 8, dtype=jnp.float32)
+        value, pullback = jax.vjp(f, x)
+        assert value.dtype == jnp.float32
+        (grad,) = pullback(jnp.float32(1.0))
+        assert grad.dtype == jnp.float32
+        np.testing.assert_allclose(grad, 2 * np.asarray(x), rtol=1e-6)
+    finally:
+        jax.config.update("jax_enable_x64", True)
+
+
+def test_forward_mode_and_keyword_arguments_are_tapegrad_errors():
+    f = tgj.function(lambda x: tg.sum(_squared(x)))
+    x = jnp.linspace(0.5, 2.0, 8)
+    for transform in (lambda: jax.jvp(f, (x,), (x,)), lambda: jax.jacfwd(f)(x),
+                      lambda: jax.hessian(f)(x)):
+        with pytest.raises(tg.TapegradError, match="reverse mode only .* tg.jvp, tg.hvp"):
+            transform()
+    with pytest.raises(tg.TapegradError, match="takes its arguments by position"):
+        f(x=x)

@@ -486,3 +486,15 @@ def test_a_result_returned_as_a_view_is_refused_not_zero():
     x = double(4)
     with pytest.raises(tg.TapegradError, match="result 0 .* shares memory.*tg.reshape"):
         square_as_matrix(x).sum().backward()
+
+
+@pytest.mark.parametrize("body", [lambda x: np.sum(softplus_host(x)),
+                                  lambda x: softplus_host(x) * 1.0, lambda x: x],
+                         ids=["numpy_sum", "numpy_product", "argument"])
+def test_a_result_tapegrad_did_not_make_is_refused_not_zero(body):
+    """(NumPy's sum of a kernel's output, or an argument returned as it is: x.grad was
+    zero.)"""
+    x = double(6)
+    with pytest.raises(tg.TapegradError, match="result 0 .* was not made by an operation "
+                                               "tapegrad recorded .* would be taken as zero"):
+        (tgt.function(body)(x) ** 2).sum().backward()
