@@ -19,6 +19,7 @@ from typing import Any
 
 from tapegrad.errors import KernelCompileError, KernelSyntaxError, located
 from tapegrad.frontend.ir import tg_name
+from tapegrad.frontend.typerules import meets_float32
 from tapegrad.frontend.types import Scalar, TupleT, Type, TypedKernel
 from tapegrad.lang import primitives
 from tapegrad.lang.primitives import Primitive, is_expression
@@ -111,11 +112,14 @@ class ExprLowering:
         t = self.T(node)
         if isinstance(node.op, ast.Pow) and isinstance(node.right, ast.Constant) \
                 and node.right.value in (2, 3) and not isinstance(node.right.value, bool):
-            base = self.coerce(node.left, t)   # x**2 -> x * x: exact, fast and type-preserving
+            # x**2 -> x * x: exact, fast and type-preserving; a float32 x**3 in float64 (x*x
+            # is exact there), rounded once to float32, as a float32 to an integer power is
+            wide = t.dtype == "float32" and node.right.value == 3
+            base = cast(self.expr(node.left), "float64") if wide else self.coerce(node.left, t)
             out = base
             for _ in range(int(node.right.value) - 1):
                 out = ast.BinOp(left=out, op=ast.Mult(), right=base)
-            return out
+            return cast(out, "float32") if wide else out
         if isinstance(node.op, ast.Div) and not self.T(node.left).is_float \
                 and not self.T(node.right).is_float:
             return ast.BinOp(left=self.expr(node.left), op=ast.Div(), right=self.expr(node.right))
@@ -132,10 +136,40 @@ class ExprLowering:
                              right=self.coerce(node.right, t))
         if isinstance(node.op, ast.Pow) and not t.is_float:
             return self.int_power(node)
-        if isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor, ast.LShift, ast.RShift)):
+        if isinstance(node.op, ast.FloorDiv) and not t.is_float \
+                and _constant_int(node.right) in (None, -1):
+            # (Numba's most negative int // -1 is 0; NumPy's and the GPUs' wrap to itself)
+            left, right = self.coerce(node.left, t), self.coerce(node.right, t)
+            return ast.IfExp(test=ast.Compare(left=right, ops=[ast.NotEq()],
+                                              comparators=[ast.Constant(value=-1)]),
+                             body=ast.BinOp(left=left, op=ast.FloorDiv(),
+                                            right=self.coerce(node.right, t)),
+                             orelse=ast.UnaryOp(op=ast.USub(), operand=self.coerce(node.left, t)))
+        if isinstance(node.op, (ast.LShift, ast.RShift)):
+            return self.shift(node)
+        if isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
             return ast.BinOp(left=self.expr(node.left), op=node.op, right=self.expr(node.right))
         return ast.BinOp(left=self.coerce(node.left, t), op=node.op,
                          right=self.coerce(node.right, t))
+
+    def shift(self, node: ast.BinOp) -> ast.expr:
+        """``a << b``, ``a >> b`` in int64, NumPy's for a count ``b`` past 63 or negative: 0,
+        or ``a``'s sign for ``>>`` (LLVM's shift by those is undefined: the vectorised and
+        the scalar loop gave different values).  (``b`` is read twice: see int_power.)"""
+        left = self.coerce(node.left, Scalar("int64"))
+        shifted = ast.BinOp(left=left, op=node.op, right=self.expr(node.right))
+        k = _constant_int(node.right)
+        if k is not None and 0 <= k < 64:
+            return shifted
+        beyond = ast.Constant(value=0) if isinstance(node.op, ast.LShift) else \
+            ast.BinOp(left=self.coerce(node.left, Scalar("int64")), op=ast.RShift(),
+                      right=ast.Constant(value=63))
+        count = self.expr(node.right)
+        within = ast.BoolOp(op=ast.And(), values=[
+            ast.Compare(left=count, ops=[ast.GtE()], comparators=[ast.Constant(value=0)]),
+            ast.Compare(left=self.expr(node.right), ops=[ast.Lt()],
+                        comparators=[ast.Constant(value=64)])])
+        return ast.IfExp(test=within, body=shifted, orelse=beyond)
 
     def int_power(self, node: ast.BinOp) -> ast.expr:
         """``a ** b`` of two integers: Numba's, except that ``0 ** b`` for ``b < 0`` is 0
@@ -171,15 +205,18 @@ class ExprLowering:
         return ast.Compare(left=out, ops=[ast.NotEq()], comparators=[ast.Constant(value=0)])
 
     def expr_Compare(self, node: ast.Compare) -> ast.expr:
-        # weak floats meet float32 data in float32: A[i] == 0.1 compares float32(0.1)
+        # pair by pair (a < b < c is a < b and b < c; operands are pure here), each pair's
+        # weak float or integer meeting float32 data in float32 (typerules.meets_float32)
         operands = [node.left] + node.comparators
-        kinds = [self.T(o) for o in operands]
-        if any(isinstance(k, Scalar) and k.dtype == "float32" for k in kinds):
-            low = [self.coerce(o, Scalar("float32")) if isinstance(k, Scalar) and (
-                k.weak or not k.is_float) else self.expr(o) for o, k in zip(operands, kinds)]
-        else:
-            low = [self.expr(o) for o in operands]
-        return ast.Compare(left=low[0], ops=node.ops, comparators=low[1:])
+        pairs = [ast.Compare(left=self.compared(a, b), ops=[op],
+                             comparators=[self.compared(b, a)])
+                 for a, op, b in zip(operands, node.ops, operands[1:])]
+        return pairs[0] if len(pairs) == 1 else ast.BoolOp(op=ast.And(), values=pairs)
+
+    def compared(self, a: ast.expr, other: ast.expr) -> ast.expr:
+        """Operand ``a`` of a comparison with ``other``."""
+        return self.coerce(a, Scalar("float32")) if meets_float32(self.T(a), self.T(other)) \
+            else self.expr(a)
 
     def expr_IfExp(self, node: ast.IfExp) -> ast.expr:
         t = self.T(node)
@@ -496,7 +533,10 @@ def emit_statements(body: list[ast.stmt], low: ExprLowering, out: Printer, depth
                 value = low.coerce(combined, t)
                 out.emit(f"{ast.unparse(low.store_target(s.target))} = {ast.unparse(value)}", depth)
             else:
-                value = low.coerce(s.value, t) if t.dtype == "float32" else low.expr(s.value)
+                # (a weak float or an integer meets float32 data in float32; float64 data
+                # stays float64, the sum rounded once at the store)
+                value = low.coerce(s.value, t) if meets_float32(low.T(s.value), t) \
+                    else low.expr(s.value)
                 op = _AUG[type(s.op)]
                 out.emit(f"{ast.unparse(low.store_target(s.target))} {op}= {ast.unparse(value)}", depth)
         elif isinstance(s, ast.Expr):

@@ -111,3 +111,11 @@ def arith(op: ast.operator, a: Scalar, b: Scalar) -> Scalar:
 def float_of(t: Scalar) -> Scalar:
     """The float type a math function returns for argument type ``t``."""
     return t if t.is_float else WEAK_FLOAT
+
+
+def meets_float32(a: Type, b: Type) -> bool:
+    """Whether ``a``, compared with ``b``, is taken to float32: a weak float or an integer
+    meeting float32 data (``A[i] == 0.1`` compares float32(0.1)).  Each pair of a chain
+    decides for itself: in ``A[i] < N < M`` the integers N and M compare as integers."""
+    return isinstance(a, Scalar) and (a.weak or not a.is_float) and \
+        isinstance(b, Scalar) and b.dtype == "float32"

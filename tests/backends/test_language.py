@@ -570,6 +570,57 @@ def _aug_ref(a, b):
 
 
 @tg.kernel
+def dtype_edges(K, L, R, Q, B, Y, A, N, M, D, S, IA, IB):
+    i = tg.index()
+    K[i, 0] = A[i] < N[i] < M[i]
+    K[i, 1] = A[i] < D[i] < 0.1
+    L[i] = IA[i] << S[i]
+    R[i] = IA[i] >> S[i]
+    Q[i] = IA[i] // IB[i]
+    B[i] += D[i]
+    Y[i, 0] = A[i] ** 3
+    Y[i, 1] = A[i] * 1e39
+    Y[i, 2] = A[i] + 1e-50
+    Y[i, 3] = A[i] * 1e-40
+
+
+def test_dtype_edges_as_numpy_and_python_on_every_backend(backend):
+    """Each pair of a chained comparison decides its own types (A32 < N < M compared the ints
+    in float32); a shift by 64 or more, or by a negative count, is NumPy's (the CPU's value
+    changed with the array's length); the most negative int // -1 wraps (the CPU gave 0);
+    B32 += D64 rounds once (the CPU rounded D first); a float32 x ** 3 is rounded once (it
+    multiplied in float32); float literals past float32's range become inf, 0 or a
+    subnormal (NVRTC refused 1e39f and 1e-50f)."""
+    big = 2 ** 25
+    A = np.array([-1.0, 0.1, 1.1229205, -2.5, 3.0, 0.75, 1e-3, -0.0], np.float32)
+    N = np.array([big + 1, 0, 1, -3, 3, 1, 0, 0], np.int64)
+    M = np.array([big + 2, 1, 1, -2, 4, 1, 1, 0], np.int64)
+    D = np.array([0.1000000001, 0.1000000001, 2.0 ** -24 + 2.0 ** -50, 0.05,
+                  3 * 2.0 ** -23 + 2.0 ** -48, 1.0, 0.099, -1.0])
+    S = np.array([64, 65, -1, 63, 1, 0, 100, 2], np.int64)
+    IA = np.array([1, -8, 5, -8, 3, -2 ** 63, -2 ** 63, 7], np.int64)
+    IB = np.array([-1, 3, -1, 2, 0, -1, 1, -2], np.int64)
+    B0 = np.array([1.0, 1.0, 1.0, 0.5, -3.0, 2.0, 1.0, 0.0], np.float32)
+    K, L, R, Q = np.zeros((8, 2), bool), *(np.zeros(8, np.int64) for _ in range(3))
+    B, Y = B0.copy(), np.zeros((8, 4), np.float32)
+    dtype_edges(backend, 4)(K, L, R, Q, B, Y, A, N, M, D, S, IA, IB, ndrange=8)
+    a = A.tolist()
+    np.testing.assert_array_equal(K[:, 0], [np.float32(x) < np.float32(n) and n < m
+                                            for x, n, m in zip(a, N.tolist(), M.tolist())])
+    np.testing.assert_array_equal(K[:, 1], [x < d < 0.1 for x, d in zip(a, D.tolist())])
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(L, np.left_shift(IA, S))
+        np.testing.assert_array_equal(R, np.right_shift(IA, S))
+        np.testing.assert_array_equal(Q, np.floor_divide(IA, IB))
+        np.testing.assert_array_equal(B, (B0.astype(np.float64) + D).astype(np.float32))
+        wide = A.astype(np.float64)
+        np.testing.assert_array_equal(Y[:, 0], (wide * wide * wide).astype(np.float32))
+        np.testing.assert_array_equal(Y[:, 1], A * np.float32(1e39))
+        np.testing.assert_array_equal(Y[:, 2], A + np.float32(1e-50))
+        np.testing.assert_array_equal(Y[:, 3], A * np.float32(1e-40))
+
+
+@tg.kernel
 def float_ops(F, G, A, d):
     i = tg.index()
     x = A[i]

@@ -9,10 +9,14 @@ is printed component by component (``tuple_parts``): C has no tuples, only struc
 from __future__ import annotations
 
 import ast
+import math
+
+import numpy as np
 
 from tapegrad.backends.c.helpers import Helpers
 from tapegrad.errors import KernelCompileError, KernelError, KernelSyntaxError, located
 from tapegrad.frontend.ir import tg_name
+from tapegrad.frontend.typerules import meets_float32
 from tapegrad.frontend.types import Array, DType, Scalar, TupleT, Type, TypedKernel, float_of
 from tapegrad.lang import primitives
 from tapegrad.lang.primitives import is_expression
@@ -122,7 +126,18 @@ class Expressions:
                 return f"(({self.d.ctype(dtype)}){text})"
             if "e" not in text and "." not in text:
                 text += ".0"
-            return text + ("f" if dtype == "float32" else "")
+            if dtype == "float64":
+                return text
+            # (a float literal past float32's range or below its normal numbers is one the C
+            # compilers refuse (NVRTC: "floating constant is out of range"): as the CPU rounds
+            # it, to an infinity, or a double rounded to a subnormal or zero by the cast)
+            with np.errstate(over="ignore"):
+                single = abs(float(np.float32(value)))
+            if single == math.inf:
+                return f"((float){'(-INFINITY)' if float(value) < 0 else 'INFINITY'})"
+            if single < np.finfo(np.float32).tiny:
+                return f"((float){text})"
+            return text + "f"
         # (an int64 literal is 64-bit in C too, else BIG * BIG and 1 << 40 wrap at 32 bits)
         v, L = int(value), self.d.int64_suffix
         if v == -2 ** 63:          # (-9223372036854775808L would negate a literal past long's)
@@ -206,13 +221,30 @@ class Expressions:
             to = t if t.dtype != "float64" or (lt.is_float or rt.is_float) else Scalar("float64")
             return f"({self.coerce(node.left, to)} / {self.coerce(node.right, to)})"
         if op is ast.Pow:
+            wide = Scalar("float64")
             if isinstance(node.right, ast.Constant) and node.right.value in (2, 3) \
                     and not isinstance(node.right.value, bool):
+                # (as the CPU's: a float32 x**3 in double, rounded once)
+                if t.dtype == "float32" and node.right.value == 3:
+                    return f"((float)({' * '.join([self.coerce(node.left, wide)] * 3)}))"
                 base = self.coerce(node.left, t)
                 return "(" + " * ".join([base] * int(node.right.value)) + ")"
             if not t.is_float:
                 return f"{self.h.helper('pow_i')}({self.expr(node.left)}, {self.expr(node.right)})"
+            if t.dtype == "float32" and not rt.is_float:   # (to an integer power: in double)
+                return (f"((float)pow({self.coerce(node.left, wide)}, "
+                        f"{self.coerce(node.right, wide)}))")
             return f"pow({self.coerce(node.left, t)}, {self.coerce(node.right, t)})"
+        if op in (ast.LShift, ast.RShift):
+            # (as the CPU's: a count past 63 or negative gives 0, or the sign for >>)
+            left, count = self.coerce(node.left, t), self.expr(node.right)
+            beyond = "0" if op is ast.LShift else f"({left} >> 63)"
+            k = node.right.value if isinstance(node.right, ast.Constant) \
+                and type(node.right.value) is int else None
+            if k is not None:
+                return f"({left} {_C_OPS[op]} {k})" if 0 <= k < 64 else beyond
+            return (f"((({count}) >= 0 && ({count}) < 64) ? ({left} {_C_OPS[op]} ({count})) "
+                    f": {beyond})")
         if op in (ast.FloorDiv, ast.Mod):
             key = ("floordiv" if op is ast.FloorDiv else "mod") + ("_f" if t.is_float else "_i")
             fn = self.h.helper(key, t.dtype if t.is_float else None)
@@ -235,14 +267,16 @@ class Expressions:
         return "(" + op.join(self.truth(v) for v in node.values) + ")"
 
     def expr_Compare(self, node: ast.Compare) -> str:
+        # pair by pair, as the CPU's (numba_lower.py)
         operands = [node.left] + node.comparators
-        kinds = [self.T(o) for o in operands]
-        f32 = any(isinstance(k, Scalar) and k.dtype == "float32" for k in kinds)
-        texts = [self.coerce(o, Scalar("float32")) if f32 and isinstance(k, Scalar) and (
-            k.weak or not k.is_float) else self.expr(o) for o, k in zip(operands, kinds)]
-        terms = [f"({texts[k]} {_C_CMP[type(op)]} {texts[k + 1]})"
-                 for k, op in enumerate(node.ops)]
+        terms = [f"({self.compared(a, b)} {_C_CMP[type(op)]} {self.compared(b, a)})"
+                 for a, op, b in zip(operands, node.ops, operands[1:])]
         return terms[0] if len(terms) == 1 else "(" + " && ".join(terms) + ")"
+
+    def compared(self, a: ast.expr, other: ast.expr) -> str:
+        """Operand ``a`` of a comparison with ``other`` (typerules.meets_float32)."""
+        return self.coerce(a, Scalar("float32")) if meets_float32(self.T(a), self.T(other)) \
+            else self.expr(a)
 
     def expr_IfExp(self, node: ast.IfExp) -> str:
         t = self.T(node)

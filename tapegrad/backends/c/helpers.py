@@ -25,6 +25,7 @@ _HELPERS = {
     # and on a CPU OpenCL it traps)
     "floordiv_i": """{f} {i} tg_floordiv_i({i} a, {i} b) {{
     if (b == 0) return 0;
+    if (b == -1) return ({i})(0 - (unsigned {i})a);   /* (wraps, as NumPy: C's a / -1 overflows) */
     {i} q = a / b;
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }}""",
