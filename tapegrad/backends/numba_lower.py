@@ -144,7 +144,8 @@ class ExprLowering:
                                               comparators=[ast.Constant(value=-1)]),
                              body=ast.BinOp(left=left, op=ast.FloorDiv(),
                                             right=self.coerce(node.right, t)),
-                             orelse=ast.UnaryOp(op=ast.USub(), operand=self.coerce(node.left, t)))
+                             orelse=ast.UnaryOp(op=ast.USub(),
+                                                operand=cast(self.expr(node.left), t.dtype)))
         if isinstance(node.op, (ast.LShift, ast.RShift)):
             return self.shift(node)
         if isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
@@ -527,7 +528,9 @@ def emit_statements(body: list[ast.stmt], low: ExprLowering, out: Printer, depth
                          f"{ast.unparse(low.coerce(s.value, t))}", depth)
         elif isinstance(s, ast.AugAssign):
             t = low.T(s.target)
-            if isinstance(s.target, ast.Name):
+            # (an array's A[k] op= v as Numba's own, except the operators that expr_BinOp
+            # lowers itself: integer //, shifts, powers)
+            if isinstance(s.target, ast.Name) or isinstance(s.op, _LOWERED_APART):
                 combined = ast.BinOp(left=s.target, op=s.op, right=s.value)
                 low.tk.types[id(combined)] = _arith_type(low, s)
                 value = low.coerce(combined, t)
@@ -581,6 +584,7 @@ def emit_statements(body: list[ast.stmt], low: ExprLowering, out: Printer, depth
             raise NotImplementedError(type(s).__name__)
 
 
+_LOWERED_APART = (ast.FloorDiv, ast.LShift, ast.RShift, ast.Pow)
 _AUG = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
         ast.Mod: "%", ast.Pow: "**", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^",
         ast.LShift: "<<", ast.RShift: ">>"}

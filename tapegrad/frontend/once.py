@@ -98,6 +98,11 @@ class _Writes:
         return self.known[id(func)]
 
 
+# Operators whose right operand a printer may read more than once: an integer ``a // b``
+# tests ``b == -1``, a shift tests its count's range, an integer power its exponent's sign.
+_REPEATS_RIGHT = (ast.FloorDiv, ast.LShift, ast.RShift, ast.Pow)
+
+
 def _operands(e: ast.expr) -> list[Operand]:
     """``e``'s operands in Python's order of evaluation."""
     if isinstance(e, ast.BoolOp):        # (printed && and ||: numbers' `x or y` is refused)
@@ -113,10 +118,10 @@ def _operands(e: ast.expr) -> list[Operand]:
         return [Operand(e, "left")] + [
             Operand(e, "comparators", k, "after the first comparison of a chain" if k else None,
                     k < n - 1) for k in range(n)]
-    if isinstance(e, ast.BinOp):         # x ** 2 is x * x
-        squared = isinstance(e.op, ast.Pow) and isinstance(e.right, ast.Constant) \
-            and not isinstance(e.right.value, bool) and e.right.value in (2, 3)
-        return [Operand(e, "left", repeated=squared), Operand(e, "right")]
+    if isinstance(e, ast.BinOp):         # x ** 2 is x * x; see _REPEATS_RIGHT
+        power = isinstance(e.op, ast.Pow)
+        return [Operand(e, "left", repeated=power),
+                Operand(e, "right", repeated=isinstance(e.op, _REPEATS_RIGHT))]
     if isinstance(e, ast.UnaryOp):
         return [Operand(e, "operand")]
     if isinstance(e, ast.Call):          # min, max, abs: conditionals; where picks one
@@ -141,9 +146,9 @@ def _statement_operands(s: ast.stmt) -> list[Operand]:
         return [Operand(s, "value", whole=True)] + (
             [Operand(t, "slice")] if isinstance(t, ast.Subscript) else [])
     if isinstance(s, ast.AugAssign):     # the target's index (printed twice in C), the value
-        t = s.target
+        t, repeats = s.target, isinstance(s.op, _REPEATS_RIGHT)
         return ([Operand(t, "slice", repeated=True)] if isinstance(t, ast.Subscript) else []) \
-            + [Operand(s, "value", whole=True)]
+            + [Operand(s, "value", whole=not repeats, repeated=repeats)]
     if isinstance(s, ast.If):
         return [Operand(s, "test")]
     if isinstance(s, ast.While):

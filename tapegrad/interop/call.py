@@ -132,6 +132,26 @@ class RecordedCall:
         """The outputs with tape scalars as floats."""
         return [float(plain(y)) if isinstance(y, TrackedScalar) else y for y in self.outputs]
 
+    def check_constant(self, k: int, y: Any) -> None:
+        """Result ``k``, which no recorded operation made and a derivative reaches, taken as
+        a constant (an array: a mask, a table); a ``TapegradError`` where that is surely
+        wrong: a number (``np.sum(y)`` for ``tg.sum(y)``) or an argument returned as it is."""
+        name = getattr(self.f, "__name__", "the function")
+        if not is_array(y):
+            raise TapegradError(
+                f"{name}: its result {k} is the number {y!r}, which no operation tapegrad "
+                "recorded gave (np.sum(y) or float(...) give plain numbers), and a "
+                "derivative reaches it: it would be taken as zero. Compute it with tapegrad's "
+                "operations (tg.sum, tg.dot, tg.norm, ...); a constant number can be added "
+                "outside the wrapped function")
+        own = [extent(a) for a in self.args if is_array(a)]
+        if overlaps(y, own):
+            raise TapegradError(
+                f"{name}: its result {k} is (a view of) one of its arguments, returned as it "
+                "is, and a derivative reaches it: no recorded operation connects the two, so "
+                "it would be taken as zero. Return a recorded copy (tg.scale(x, 1.0)), or "
+                "take the argument itself outside the wrapped function")
+
     def vjp(self, cotangents: Sequence[Any], wanted: Sequence[bool] | None = None) -> list[Any]:
         """Per argument, ``sum_k cotangents[k] . d outputs[k] / d argument`` (an array, a
         float, or None where the argument is not active, not ``wanted``, or nothing connects
@@ -149,13 +169,7 @@ class RecordedCall:
                 outputs.append(y)
                 seeds.append(w)
             elif any(wanted) and _nonzero(w):
-                raise TapegradError(
-                    f"{getattr(self.f, '__name__', 'the function')}: its result {k} "
-                    f"({_described(y)}) was not made by an operation tapegrad recorded (NumPy "
-                    "computed it, or it is an argument returned as it is), and a derivative "
-                    "reaches it: it would be taken as zero. Compute it with a kernel or a "
-                    "tapegrad host operation (tg.sum, tg.dot, tg.scale, ...); a result that "
-                    "truly is a constant can be computed outside the wrapped function")
+                self.check_constant(k, y)
         grads: list[Any] = [None] * len(self.args)
         if outputs and sources:
             for (k, _), g in zip(sources, self.tape.vjp(outputs, seeds,
@@ -238,10 +252,8 @@ def _float_number(a: Any) -> bool:
 
 
 def _nonzero(w: Any) -> bool:
-    """Whether a cotangent holds anything but zeros (JAX's float0 and integers hold none)."""
-    w = np.asarray(w)
-    return w.dtype.kind in "fc" and bool(np.any(w != 0))
-
-
-def _described(y: Any) -> str:
-    return f"an array of shape {tuple(y.shape)}" if is_array(y) else f"the number {y!r}"
+    """Whether a cotangent (a number, a NumPy or CuPy array) holds anything but zeros (JAX's
+    float0 and integers hold none)."""
+    if not hasattr(w, "dtype"):
+        w = np.asarray(w)
+    return np.dtype(w.dtype).kind in "fc" and bool((w != 0).any())

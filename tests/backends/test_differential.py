@@ -5,6 +5,10 @@ NumPy (float64), and the adjoint and the tangent on the CPU and on OpenCL; where
 finite, the tangent also equals the adjoint (the kernels are elementwise: the Jacobian is
 diagonal, so J 1 == J^T 1).
 
+Integer kernels (int64 arithmetic, division and remainder by zero, shifts past 63, bit
+operations, comparisons) are compared exactly with NumPy on every backend, with inputs small
+enough that nothing overflows (an overflow is undefined: docs/language.md).
+
 ``TAPEGRAD_DIFFERENTIAL_EXAMPLES=200`` draws more kernels than CI's few.
 """
 
@@ -169,3 +173,50 @@ def test_control_flow_kernels_agree_across_backends(tmp_path, source, trips, xs,
     except AssertionError as exc:
         raise AssertionError(f"{exc}\nx = {x!r}\ny = {y!r}\ntrips {trips}\nkernel:\n"
                              f"{source}") from None
+
+
+INT_BINARY = [("({} + {})", "({} + {})"), ("({} - {})", "({} - {})"),
+              ("({} * {})", "({} * {})"), ("({} // {})", "np.floor_divide({}, {})"),
+              ("({} % {})", "np.remainder({}, {})"), ("({} >> {})", "np.right_shift({}, {})"),
+              ("({} & {})", "({} & {})"), ("({} | {})", "({} | {})"), ("({} ^ {})", "({} ^ {})"),
+              ("min({}, {})", "np.minimum({}, {})"), ("max({}, {})", "np.maximum({}, {})")]
+INT_UNARY = [("(-{})", "(-{})"), ("abs({})", "np.abs({})"), ("(~{})", "(~{})")]
+
+
+def int_expressions(depth: int) -> st.SearchStrategy[tuple[str, str]]:
+    leaf = st.sampled_from([("x", "x"), ("y", "y"), ("3", "np.int64(3)"),
+                            ("-2", "np.int64(-2)"), ("64", "np.int64(64)")])
+    if depth == 0:
+        return leaf
+    sub = int_expressions(depth - 1)
+    unary = st.tuples(st.sampled_from(INT_UNARY), sub).map(lambda t: _fill(t[0], t[1]))
+    binary = st.tuples(st.sampled_from(INT_BINARY), sub, sub).map(
+        lambda t: _fill(t[0], t[1], t[2]))
+    choice = st.tuples(st.sampled_from(["<", "<=", "==", "!="]), sub, sub, sub, sub).map(
+        lambda t: (f"({t[3][0]} if {t[1][0]} {t[0]} {t[2][0]} else {t[4][0]})",
+                   f"np.where({t[1][1]} {t[0]} {t[2][1]}, {t[3][1]}, {t[4][1]})"))
+    return st.one_of(leaf, unary, binary, choice)
+
+
+small_ints = st.one_of(st.sampled_from([0, 1, -1, 2, -2, 63, 64, 65, -64, 70, -70]),
+                       st.integers(-70, 70))
+
+
+@settings(max_examples=_EXAMPLES, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(int_expressions(3), st.lists(small_ints, min_size=N, max_size=N),
+       st.lists(small_ints, min_size=N, max_size=N))
+def test_integer_kernels_agree_with_numpy_exactly(tmp_path, expr, xs, ys):
+    kernel_expr, numpy_expr = expr
+    source = f"def k(C, A, B):\n    i = tg.index()\n    x = A[i]\n    y = B[i]\n" \
+             f"    C[i] = {kernel_expr}\n"
+    kernel = load_kernel(source, tmp_path)
+    x, y = np.array(xs, np.int64), np.array(ys, np.int64)
+    with np.errstate(all="ignore"):
+        want = np.broadcast_to(eval(numpy_expr, {"np": np, "x": x, "y": y}), (N,))
+    for name, make in BACKENDS.items():
+        C = np.zeros(N, np.int64)
+        kernel(make())(C, x.copy(), y.copy(), ndrange=N)
+        bad = np.flatnonzero(C != want)
+        assert not bad.size, (f"{name}: element {bad[0]} is {C[bad[0]]}, NumPy's "
+                              f"{want[bad[0]]}\nx = {x!r}\ny = {y!r}\nkernel:\n{source}")

@@ -621,6 +621,38 @@ def test_dtype_edges_as_numpy_and_python_on_every_backend(backend):
 
 
 @tg.kernel
+def augmented_edges(L, R, Q, B, W, S, IB, J, K):
+    i = tg.index()
+    L[i] <<= S[i]
+    R[i] >>= S[i]
+    Q[i] //= IB[i]
+    B[i] **= 3
+    W[i] = J[i] // K[i]
+
+
+def test_augmented_array_targets_and_int32_as_numpy_on_every_backend(backend):
+    """The same rules through A[i] op= v (the CPU's went to Numba's own <<=, >>=, //=, **=:
+    1 << 64 gave 1, the float32 cube 1 ulp off) and for int32 operands (-(-2**31) is an
+    int64's)."""
+    S = np.array([64, 65, -1, 3, 0, 1, 70, 2], np.int64)
+    IB = np.array([-1, 3, -1, 2, 0, -1, 1, -2], np.int64)
+    L0 = np.array([1, -8, 5, -8, 3, 1, 1, 7], np.int64)
+    Q0 = np.array([-2 ** 63, 7, 5, -7, 3, -2 ** 63, 9, 7], np.int64)
+    B0 = np.array([1.1229205, -2.5, 0.75, 3.0, 1e-3, -1.0, 0.1, 1.7], np.float32)
+    J = np.array([-2 ** 31, 7, -7, 5, 0, -2 ** 31, 1, 3], np.int32)
+    K = np.array([-1, -1, 2, 0, 3, 1, -1, -2], np.int32)
+    L, R, Q, B, W = L0.copy(), L0.copy(), Q0.copy(), B0.copy(), np.zeros(8, np.int64)
+    augmented_edges(backend, 4)(L, R, Q, B, W, S, IB, J, K, ndrange=8)
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(L, np.left_shift(L0, S))
+        np.testing.assert_array_equal(R, np.right_shift(L0, S))
+        np.testing.assert_array_equal(Q, np.floor_divide(Q0, IB))
+        wide = B0.astype(np.float64)
+        np.testing.assert_array_equal(B, (wide * wide * wide).astype(np.float32))
+        np.testing.assert_array_equal(W, np.floor_divide(J.astype(np.int64), K.astype(np.int64)))
+
+
+@tg.kernel
 def float_ops(F, G, A, d):
     i = tg.index()
     x = A[i]

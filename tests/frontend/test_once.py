@@ -38,11 +38,13 @@ def effects(Out, C, M):
         pass
     elif M[3 * i + 2] + mark(M, 3 * i + 2) == 1:        # M read before mark writes it
         Out[6, i] = 1
+    Out[7, i] = 100 // (tg.atomic_add(C, 5, 1) + 1)     # an integer // tests its divisor
+    Out[8, i] = 1 << (tg.atomic_add(C, 6, 1) % 8)       # a shift tests its count's range
 
 
 def reference():
     """``effects`` run by Python, work-item after work-item."""
-    Out, C, M = np.zeros((7, 8), np.int64), np.zeros(5, np.int64), np.zeros(3 * N, np.int64)
+    Out, C, M = np.zeros((9, 8), np.int64), np.zeros(7, np.int64), np.zeros(3 * N, np.int64)
 
     def atomic_add(A, k, v):
         A[k] += v
@@ -62,20 +64,22 @@ def reference():
         Out[5, i] = (10, 20, 30)[atomic_add(C, 4, 1) % 3]
         if M[3 * i + 2] + mark_(3 * i + 2) == 1:
             Out[6, i] = 1
+        Out[7, i] = 100 // (atomic_add(C, 5, 1) + 1)
+        Out[8, i] = 1 << (atomic_add(C, 6, 1) % 8)
     return Out, C, M
 
 
 def test_calls_that_write_memory_run_once_in_order(backend):
-    Out, C, M = np.zeros((7, 8), np.int64), np.zeros(5, np.int64), np.zeros(3 * N, np.int64)
+    Out, C, M = np.zeros((9, 8), np.int64), np.zeros(7, np.int64), np.zeros(3 * N, np.int64)
     effects(backend, N)(Out, C, M, ndrange=N)
     want_out, want_c, want_m = reference()
     # which work-item gets which old value depends on the order they run in: rows whose
     # values come from an atomic's old value are compared as multisets
     bad = [f"counters {C.tolist()} != {want_c.tolist()}"] if (C != want_c).any() else []
     bad += [f"M {M.tolist()} != {want_m.tolist()}"] if (M != want_m).any() else []
-    for row in range(7):
+    for row in range(9):
         got, want = Out[row, :N], want_out[row, :N]
-        if row in (1, 3, 5):
+        if row in (1, 3, 5, 7, 8):
             got, want = np.sort(got), np.sort(want)
         if (got != want).any() or (Out[row, N:] != want_out[row, N:]).any():
             bad.append(f"row {row}: {Out[row].tolist()} != {want_out[row].tolist()}")
@@ -91,7 +95,7 @@ def test_hoisted_calls_are_readable_locals():
     assert re.search(r"else:\n    (_once\d+) = M\[3 \* i \+ 2\]\n    (_once\d+) = mark\(M, "
                      r"3 \* i \+ 2\)\n    if \1 \+ \2 == 1:", source)
     hoisted = set(re.findall(r"_once\d+", source))
-    assert len(hoisted) == 9 and hoisted <= ir.locals
+    assert len(hoisted) == 11 and hoisted <= ir.locals
 
 
 @tg.kernel
@@ -137,6 +141,12 @@ def squared_branch(Out, C, X):
     Out[i] = (mark(C, 0) if X[i] > 0 else 0) ** 2   # ERR:branch
 
 
+@tg.kernel
+def shift_branch(Out, C, X):
+    i = tg.index()
+    Out[i] = (i >> mark(C, 0)) if X[i] > 0 else 0   # ERR:shift
+
+
 def line_of(tag: str) -> int:
     with open(__file__) as f:
         return next(n for n, line in enumerate(f, 1) if line.rstrip().endswith(f"# ERR:{tag}"))
@@ -150,6 +160,8 @@ def line_of(tag: str) -> int:
                     r"`v = tg.atomic_add\(C, 0, 1\)` and `if not <the test, using v>: break`"),
     (squared_branch, "branch", r"mark\(C, 0\) writes memory .*\(in a branch of `x if c else "
                                r"y`\).*assign it to a local on its own line first"),
+    (shift_branch, "shift", r"mark\(C, 0\) writes memory .*\(in a branch of `x if c else "
+                            r"y`\).*assign it to a local on its own line first"),
 ])
 def test_calls_a_printer_could_repeat_or_skip_are_refused(kern, tag, says):
     with pytest.raises(tg.KernelSyntaxError, match=says) as err:
