@@ -100,6 +100,8 @@ class _Writes:
 
 # Operators whose right operand a printer may read more than once: an integer ``a // b``
 # tests ``b == -1``, a shift tests its count's range, an integer power its exponent's sign.
+# (Types are not known here: a float's // and ** count too, so a call that writes memory in
+# a branch there is refused though its printer would read it once.)
 _REPEATS_RIGHT = (ast.FloorDiv, ast.LShift, ast.RShift, ast.Pow)
 
 
@@ -170,6 +172,9 @@ class _Hoist:
     def block(self, body: list[ast.stmt]) -> list[ast.stmt]:
         out: list[ast.stmt] = []
         for s in body:
+            if isinstance(s, ast.AugAssign) and isinstance(s.target, ast.Subscript) \
+                    and self.hoists(s.value):
+                s = self.spelled_out(s)
             self.sequence(_statement_operands(s), None, False, out)
             for field in ("body", "orelse"):
                 if hasattr(s, field):
@@ -199,6 +204,22 @@ class _Hoist:
             repeated = False        # its operands go into its own statement
         self.sequence(_operands(e), sometimes, repeated, pre)
         return self.hoist(e, pre) if effect and not sometimes and not whole else e
+
+    def spelled_out(self, s: ast.AugAssign) -> ast.Assign:
+        """``A[k] op= v`` whose ``v`` hoists a call, as ``A[k] = A[k] op v``: Python reads
+        ``A[k]`` before it runs ``v``, and the read, an operand now, is hoisted first (a
+        call that writes ``A[k]`` must not change the value it is combined with).  An index
+        that writes memory too is refused: it would run twice."""
+        t = s.target
+        if self.writes_memory(t.slice):
+            raise located(t, self.ir.filename,
+                          f"{ast.unparse(t)} {ast.unparse(s.value)}: both the index and the "
+                          "value write memory in one augmented assignment; compute the index "
+                          "into a local on its own line first (`k = ...`) and use A[k]")
+        load = ast.copy_location(ast.Subscript(value=copy.deepcopy(t.value),
+                                               slice=copy.deepcopy(t.slice), ctx=ast.Load()), t)
+        value = ast.copy_location(ast.BinOp(left=load, op=s.op, right=s.value), s.value)
+        return ast.copy_location(ast.Assign(targets=[t], value=value), s)
 
     def hoists(self, e: ast.expr, whole: bool = False) -> bool:
         """Whether rewriting ``e`` (evaluated unconditionally) hoists a call."""

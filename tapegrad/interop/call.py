@@ -132,11 +132,14 @@ class RecordedCall:
         """The outputs with tape scalars as floats."""
         return [float(plain(y)) if isinstance(y, TrackedScalar) else y for y in self.outputs]
 
-    def check_constant(self, k: int, y: Any) -> None:
+    def check_constant(self, k: int, y: Any, sources: list[Any]) -> None:
         """Result ``k``, which no recorded operation made and a derivative reaches, taken as
-        a constant (an array: a mask, a table); a ``TapegradError`` where that is surely
-        wrong: a number (``np.sum(y)`` for ``tg.sum(y)``) or an argument returned as it is."""
+        a constant (an array: a mask, a table; an argument no derivative is wanted for); a
+        ``TapegradError`` where that is surely wrong: a number (``np.sum(y)`` for
+        ``tg.sum(y)``) or an argument of ``sources`` returned as it is."""
         name = getattr(self.f, "__name__", "the function")
+        if any(y is a for a in self.args) and not any(y is a for a in sources):
+            return
         if not is_array(y):
             raise TapegradError(
                 f"{name}: its result {k} is the number {y!r}, which no operation tapegrad "
@@ -144,8 +147,7 @@ class RecordedCall:
                 "derivative reaches it: it would be taken as zero. Compute it with tapegrad's "
                 "operations (tg.sum, tg.dot, tg.norm, ...); a constant number can be added "
                 "outside the wrapped function")
-        own = [extent(a) for a in self.args if is_array(a)]
-        if overlaps(y, own):
+        if overlaps(y, [extent(a) for a in sources if is_array(a)]):
             raise TapegradError(
                 f"{name}: its result {k} is (a view of) one of its arguments, returned as it "
                 "is, and a derivative reaches it: no recorded operation connects the two, so "
@@ -169,7 +171,7 @@ class RecordedCall:
                 outputs.append(y)
                 seeds.append(w)
             elif any(wanted) and _nonzero(w):
-                self.check_constant(k, y)
+                self.check_constant(k, y, [a for (_, a) in sources])
         grads: list[Any] = [None] * len(self.args)
         if outputs and sources:
             for (k, _), g in zip(sources, self.tape.vjp(outputs, seeds,

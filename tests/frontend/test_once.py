@@ -122,6 +122,31 @@ def test_whole_values_and_safe_conditional_calls_are_left_as_written():
         "    Out[i] = X[i] if X[i] > 0 else tg.atomic_add(C, 5, 1)"))
 
 
+@tg.func
+def bump(M, k):
+    """Adds 10 to M[k] and returns 2."""
+    M[k] = M[k] + 10
+    return 2
+
+
+@tg.kernel
+def read_before_the_call(A, B, E):
+    i = tg.index()
+    A[i] //= bump(A, i)          # Python reads A[i], then bump writes it
+    B[i] += 1 + bump(B, i)
+    E[i] **= bump(E, i)
+
+
+def test_an_augmented_array_element_is_read_before_the_value_runs(backend):
+    """(The value's call was hoisted above the read of A[i]: (old + 10) // 2, not old // 2;
+    B[i] += 1 + bump(B, i) was old + 13 on both backends.)"""
+    A, B, E = (np.arange(8, dtype=np.int64) for _ in range(3))
+    read_before_the_call(backend, 4)(A, B, E, ndrange=8)
+    old = np.arange(8)
+    assert A.tolist() == (old // 2).tolist() and B.tolist() == (old + 3).tolist()
+    assert E.tolist() == (old ** 2).tolist()
+
+
 @tg.kernel
 def chain(Out, C, X):
     i = tg.index()

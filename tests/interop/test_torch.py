@@ -504,3 +504,13 @@ def test_a_constant_array_result_that_the_loss_uses_is_a_constant():
     y, table = f(x)
     (y.sum() + table.sum()).backward()
     torch.testing.assert_close(x.grad, torch.sigmoid(x.detach()), rtol=1e-12, atol=0)
+
+
+def test_an_argument_without_a_gradient_returned_as_it_is_is_a_constant():
+    """(A mask passed through was refused as 'one of its arguments' though no gradient is
+    wanted for it.)"""
+    f = tgt.function(lambda x, m: (softplus_host(x), m))
+    x, m = double(6), torch.linspace(0.0, 1.0, 6, dtype=torch.float64)
+    y, mask = f(x, m)
+    (y * mask).sum().backward()
+    torch.testing.assert_close(x.grad, torch.sigmoid(x.detach()) * m, rtol=1e-12, atol=0)
