@@ -136,7 +136,8 @@ class RecordedCall:
         """Result ``k``, which no recorded operation made and a derivative reaches, taken as
         a constant (an array: a mask, a table; an argument no derivative is wanted for); a
         ``TapegradError`` where that is surely wrong: a number (``np.sum(y)`` for
-        ``tg.sum(y)``) or an argument of ``sources`` returned as it is."""
+        ``tg.sum(y)``) or a view of an argument of ``sources`` (those a gradient is wanted
+        for)."""
         name = getattr(self.f, "__name__", "the function")
         if any(y is a for a in self.args) and not any(y is a for a in sources):
             return
@@ -149,10 +150,11 @@ class RecordedCall:
                 "outside the wrapped function")
         if overlaps(y, [extent(a) for a in sources if is_array(a)]):
             raise TapegradError(
-                f"{name}: its result {k} is (a view of) one of its arguments, returned as it "
-                "is, and a derivative reaches it: no recorded operation connects the two, so "
-                "it would be taken as zero. Return a recorded copy (tg.scale(x, 1.0)), or "
-                "take the argument itself outside the wrapped function")
+                f"{name}: its result {k} is a view of one of its arguments (x[1:], "
+                "x.reshape(...)), and a derivative reaches it: no recorded operation "
+                "connects the two, so it would be taken as zero. Return a recorded copy "
+                "(tg.reshape(x, shape), or a kernel's output), or take the view outside the "
+                "wrapped function")
 
     def vjp(self, cotangents: Sequence[Any], wanted: Sequence[bool] | None = None) -> list[Any]:
         """Per argument, ``sum_k cotangents[k] . d outputs[k] / d argument`` (an array, a
@@ -163,7 +165,7 @@ class RecordedCall:
                    if on and (isinstance(a, TrackedScalar) or is_array(a)
                               and np.dtype(a.dtype).kind == "f"
                               and self._tracked(a, f"its argument {k}"))]
-        outputs, seeds = [], []
+        outputs, seeds, passed = [], [], []
         for k, (y, w) in enumerate(zip(self.outputs, cotangents)):
             if w is None:
                 continue
@@ -171,12 +173,19 @@ class RecordedCall:
                 outputs.append(y)
                 seeds.append(w)
             elif any(wanted) and _nonzero(w):
-                self.check_constant(k, y, [a for (_, a) in sources])
+                # (an argument returned as it is: its derivative is the identity)
+                j = next((j for j, a in enumerate(self.args) if a is y and wanted[j]), None)
+                if j is None:
+                    self.check_constant(k, y, [a for a, on in zip(self.args, wanted) if on])
+                else:
+                    passed.append((j, w))
         grads: list[Any] = [None] * len(self.args)
         if outputs and sources:
             for (k, _), g in zip(sources, self.tape.vjp(outputs, seeds,
                                                         [a for _, a in sources])):
                 grads[k] = g
+        for j, w in passed:
+            grads[j] = w if grads[j] is None else grads[j] + w
         return grads
 
 
