@@ -15,6 +15,7 @@ enough that nothing overflows (an overflow is undefined: docs/language.md).
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -45,15 +46,20 @@ def _fill(template: str, *parts: tuple[str, str]) -> tuple[str, str]:
             template[1].format(*(p[1] for p in parts)))
 
 
-def expressions(depth: int) -> st.SearchStrategy[tuple[str, str]]:
-    leaf = st.sampled_from([("x", "x"), ("y", "y"), ("0.5", "0.5"), ("2.0", "2.0")])
+LEAVES = [("x", "x"), ("y", "y"), ("0.5", "0.5"), ("2.0", "2.0")]
+
+
+def expressions(depth: int, leaves: list = LEAVES, unary: list = UNARY, binary: list = BINARY,
+                more: Any = None) -> st.SearchStrategy[tuple[str, str]]:
+    """(kernel, NumPy) texts of an expression tree ``depth`` deep; ``more(sub)``: further
+    forms built from subexpressions."""
+    leaf = st.sampled_from(leaves)
     if depth == 0:
         return leaf
-    sub = expressions(depth - 1)
-    unary = st.tuples(st.sampled_from(UNARY), sub).map(lambda t: _fill(t[0], t[1]))
-    binary = st.tuples(st.sampled_from(BINARY), sub, sub).map(
-        lambda t: _fill(t[0], t[1], t[2]))
-    return st.one_of(leaf, unary, binary)
+    sub = expressions(depth - 1, leaves, unary, binary, more)
+    forms = [leaf, st.tuples(st.sampled_from(unary), sub).map(lambda t: _fill(t[0], t[1])),
+             st.tuples(st.sampled_from(binary), sub, sub).map(lambda t: _fill(t[0], t[1], t[2]))]
+    return st.one_of(*forms, *([more(sub)] if more else []))
 
 
 def bodies() -> st.SearchStrategy[tuple[str, str]]:
@@ -115,17 +121,24 @@ def _tiny(*inputs: np.ndarray, below: float = 1e-150) -> np.ndarray:
 
 
 _EXAMPLES = int(os.environ.get("TAPEGRAD_DIFFERENTIAL_EXAMPLES", "6"))
+_examples = settings(max_examples=_EXAMPLES, deadline=None,
+                     suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                            HealthCheck.too_slow])
 
 
-@settings(max_examples=_EXAMPLES, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+def elementwise(kernel_expr: str, tmp_path: Any) -> tuple[tg.Kernel, str]:
+    """``C[i] = <kernel_expr>`` of ``x = A[i]``, ``y = B[i]``, and its source."""
+    source = f"def k(C, A, B):\n    i = tg.index()\n    x = A[i]\n    y = B[i]\n" \
+             f"    C[i] = {kernel_expr}\n"
+    return load_kernel(source, tmp_path), source
+
+
+@_examples
 @given(bodies(), st.lists(values, min_size=N, max_size=N),
        st.lists(values, min_size=N, max_size=N))
 def test_backends_and_numpy_agree_element_by_element(tmp_path, expr, xs, ys):
     kernel_expr, numpy_expr = expr
-    source = f"def k(C, A, B):\n    i = tg.index()\n    x = A[i]\n    y = B[i]\n" \
-             f"    C[i] = {kernel_expr}\n"
-    kernel = load_kernel(source, tmp_path)
+    kernel, source = elementwise(kernel_expr, tmp_path)
     x, y = np.array(xs), np.array(ys)
     with np.errstate(all="ignore"):
         want = np.broadcast_to(eval(numpy_expr, {"np": np, "x": x, "y": y}), (N,))
@@ -183,34 +196,26 @@ INT_BINARY = [("({} + {})", "({} + {})"), ("({} - {})", "({} - {})"),
 INT_UNARY = [("(-{})", "(-{})"), ("abs({})", "np.abs({})"), ("(~{})", "(~{})")]
 
 
-def int_expressions(depth: int) -> st.SearchStrategy[tuple[str, str]]:
-    leaf = st.sampled_from([("x", "x"), ("y", "y"), ("3", "np.int64(3)"),
-                            ("-2", "np.int64(-2)"), ("64", "np.int64(64)")])
-    if depth == 0:
-        return leaf
-    sub = int_expressions(depth - 1)
-    unary = st.tuples(st.sampled_from(INT_UNARY), sub).map(lambda t: _fill(t[0], t[1]))
-    binary = st.tuples(st.sampled_from(INT_BINARY), sub, sub).map(
-        lambda t: _fill(t[0], t[1], t[2]))
-    choice = st.tuples(st.sampled_from(["<", "<=", "==", "!="]), sub, sub, sub, sub).map(
+INT_LEAVES = [("x", "x"), ("y", "y"), ("3", "np.int64(3)"), ("-2", "np.int64(-2)"),
+              ("64", "np.int64(64)")]
+
+
+def _int_choice(sub: st.SearchStrategy) -> st.SearchStrategy[tuple[str, str]]:
+    return st.tuples(st.sampled_from(["<", "<=", "==", "!="]), sub, sub, sub, sub).map(
         lambda t: (f"({t[3][0]} if {t[1][0]} {t[0]} {t[2][0]} else {t[4][0]})",
                    f"np.where({t[1][1]} {t[0]} {t[2][1]}, {t[3][1]}, {t[4][1]})"))
-    return st.one_of(leaf, unary, binary, choice)
 
 
 small_ints = st.one_of(st.sampled_from([0, 1, -1, 2, -2, 63, 64, 65, -64, 70, -70]),
                        st.integers(-70, 70))
 
 
-@settings(max_examples=_EXAMPLES, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(int_expressions(3), st.lists(small_ints, min_size=N, max_size=N),
-       st.lists(small_ints, min_size=N, max_size=N))
+@_examples
+@given(expressions(3, INT_LEAVES, INT_UNARY, INT_BINARY, _int_choice),
+       st.lists(small_ints, min_size=N, max_size=N), st.lists(small_ints, min_size=N, max_size=N))
 def test_integer_kernels_agree_with_numpy_exactly(tmp_path, expr, xs, ys):
     kernel_expr, numpy_expr = expr
-    source = f"def k(C, A, B):\n    i = tg.index()\n    x = A[i]\n    y = B[i]\n" \
-             f"    C[i] = {kernel_expr}\n"
-    kernel = load_kernel(source, tmp_path)
+    kernel, source = elementwise(kernel_expr, tmp_path)
     x, y = np.array(xs, np.int64), np.array(ys, np.int64)
     with np.errstate(all="ignore"):
         want = np.broadcast_to(eval(numpy_expr, {"np": np, "x": x, "y": y}), (N,))

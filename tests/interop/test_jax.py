@@ -12,6 +12,7 @@ from jax.test_util import check_grads  # noqa: E402
 
 import tapegrad as tg  # noqa: E402
 import tapegrad.jax as tgj  # noqa: E402
+from tests.capture.test_reverse import square  # noqa: E402
 from tests.interop.test_torch import heat_k, simulate_host, softplus_host  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
@@ -261,15 +262,9 @@ def test_a_function_reading_nothing_from_outside_fingerprints_nothing():
 
 
 
-@tg.kernel
-def square_k(out, x):
-    i = tg.index()
-    out[i] = x[i] * x[i]
-
-
 def _squared(x):
     y = np.empty_like(x)
-    square_k(tg.CPU())(y, x, ndrange=x.size)
+    square(tg.CPU())(y, x, ndrange=x.size)
     return y
 
 
