@@ -213,9 +213,9 @@ class _Hoist:
         t = s.target
         if self.writes_memory(t.slice):
             raise located(t, self.ir.filename,
-                          f"{ast.unparse(t)} {ast.unparse(s.value)}: both the index and the "
-                          "value write memory in one augmented assignment; compute the index "
-                          "into a local on its own line first (`k = ...`) and use A[k]")
+                          f"`{ast.unparse(s).strip()}`: both the index and the value write "
+                          "memory in one augmented assignment; compute the index into a local "
+                          "on its own line first (`k = ...`) and use A[k]")
         load = ast.copy_location(ast.Subscript(value=copy.deepcopy(t.value),
                                                slice=copy.deepcopy(t.slice), ctx=ast.Load()), t)
         value = ast.copy_location(ast.BinOp(left=load, op=s.op, right=s.value), s.value)

@@ -172,6 +172,11 @@ def shift_branch(Out, C, X):
     Out[i] = (i >> mark(C, 0)) if X[i] > 0 else 0   # ERR:shift
 
 
+@tg.kernel
+def index_and_value(Out, C):
+    Out[tg.atomic_add(C, 0, 1)] //= mark(C, 1)   # ERR:both
+
+
 def line_of(tag: str) -> int:
     with open(__file__) as f:
         return next(n for n, line in enumerate(f, 1) if line.rstrip().endswith(f"# ERR:{tag}"))
@@ -185,6 +190,8 @@ def line_of(tag: str) -> int:
                     r"`v = tg.atomic_add\(C, 0, 1\)` and `if not <the test, using v>: break`"),
     (squared_branch, "branch", r"mark\(C, 0\) writes memory .*\(in a branch of `x if c else "
                                r"y`\).*assign it to a local on its own line first"),
+    (index_and_value, "both", r"both the index and the value write memory in one augmented "
+                               r"assignment; compute the index into a local"),
     (shift_branch, "shift", r"mark\(C, 0\) writes memory .*\(in a branch of `x if c else "
                             r"y`\).*assign it to a local on its own line first"),
 ])
