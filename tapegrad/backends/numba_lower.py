@@ -139,11 +139,11 @@ class ExprLowering:
         if isinstance(node.op, ast.FloorDiv) and not t.is_float \
                 and _constant_int(node.right) in (None, -1):
             # (Numba's most negative int // -1 is 0; NumPy's and the GPUs' wrap to itself)
+            # (the divisor is read twice: frontend/once.py counts it as repeated)
             left, right = self.coerce(node.left, t), self.coerce(node.right, t)
             return ast.IfExp(test=ast.Compare(left=right, ops=[ast.NotEq()],
                                               comparators=[ast.Constant(value=-1)]),
-                             body=ast.BinOp(left=left, op=ast.FloorDiv(),
-                                            right=self.coerce(node.right, t)),
+                             body=ast.BinOp(left=left, op=ast.FloorDiv(), right=right),
                              orelse=ast.UnaryOp(op=ast.USub(),
                                                 operand=cast(self.expr(node.left), t.dtype)))
         if isinstance(node.op, (ast.LShift, ast.RShift)):
@@ -156,26 +156,24 @@ class ExprLowering:
     def shift(self, node: ast.BinOp) -> ast.expr:
         """``a << b``, ``a >> b`` in int64, NumPy's for a count ``b`` past 63 or negative: 0,
         or ``a``'s sign for ``>>`` (LLVM's shift by those is undefined: the vectorised and
-        the scalar loop gave different values).  (``b`` is read twice: see int_power.)"""
-        left = self.coerce(node.left, Scalar("int64"))
-        shifted = ast.BinOp(left=left, op=node.op, right=self.expr(node.right))
+        the scalar loop gave different values).  (``b`` is read up to three times:
+        frontend/once.py counts it as repeated.)"""
+        left, count = self.coerce(node.left, Scalar("int64")), self.expr(node.right)
+        shifted = ast.BinOp(left=left, op=node.op, right=count)
         k = _constant_int(node.right)
         if k is not None and 0 <= k < 64:
             return shifted
         beyond = ast.Constant(value=0) if isinstance(node.op, ast.LShift) else \
-            ast.BinOp(left=self.coerce(node.left, Scalar("int64")), op=ast.RShift(),
-                      right=ast.Constant(value=63))
-        count = self.expr(node.right)
+            ast.BinOp(left=left, op=ast.RShift(), right=ast.Constant(value=63))
         within = ast.BoolOp(op=ast.And(), values=[
             ast.Compare(left=count, ops=[ast.GtE()], comparators=[ast.Constant(value=0)]),
-            ast.Compare(left=self.expr(node.right), ops=[ast.Lt()],
-                        comparators=[ast.Constant(value=64)])])
+            ast.Compare(left=count, ops=[ast.Lt()], comparators=[ast.Constant(value=64)])])
         return ast.IfExp(test=within, body=shifted, orelse=beyond)
 
     def int_power(self, node: ast.BinOp) -> ast.expr:
         """``a ** b`` of two integers: Numba's, except that ``0 ** b`` for ``b < 0`` is 0
         (docs/language.md; Numba gives the most negative int).  (``a`` and ``b`` are read
-        twice: the frontend leaves no call with side effects inside an expression.)"""
+        twice: frontend/once.py counts both operands of ``**`` as repeated.)"""
         left, right = self.coerce(node.left, self.T(node)), self.expr(node.right)
         power = ast.BinOp(left=left, op=ast.Pow(), right=right)
         k = _constant_int(node.right)

@@ -133,14 +133,11 @@ class RecordedCall:
         return [float(plain(y)) if isinstance(y, TrackedScalar) else y for y in self.outputs]
 
     def check_constant(self, k: int, y: Any, sources: list[Any]) -> None:
-        """Result ``k``, which no recorded operation made and a derivative reaches, taken as
-        a constant (an array: a mask, a table; an argument no derivative is wanted for); a
-        ``TapegradError`` where that is surely wrong: a number (``np.sum(y)`` for
-        ``tg.sum(y)``) or a view of an argument of ``sources`` (those a gradient is wanted
-        for)."""
+        """Result ``k`` (not an argument), which no recorded operation made and a derivative
+        reaches, taken as a constant (an array: a mask, a table); a ``TapegradError`` where
+        that is surely wrong: a number (``np.sum(y)`` for ``tg.sum(y)``) or a view of an
+        argument of ``sources`` (those a gradient is wanted for)."""
         name = getattr(self.f, "__name__", "the function")
-        if any(y is a for a in self.args) and not any(y is a for a in sources):
-            return
         if not is_array(y):
             raise TapegradError(
                 f"{name}: its result {k} is the number {y!r}, which no operation tapegrad "
@@ -173,11 +170,12 @@ class RecordedCall:
                 outputs.append(y)
                 seeds.append(w)
             elif any(wanted) and _nonzero(w):
-                # (an argument returned as it is: its derivative is the identity)
-                j = next((j for j, a in enumerate(self.args) if a is y and wanted[j]), None)
+                # (an argument returned as it is: its derivative is the identity, or none
+                # where no gradient is wanted for it)
+                j = next((j for j, a in enumerate(self.args) if a is y), None)
                 if j is None:
                     self.check_constant(k, y, [a for a, on in zip(self.args, wanted) if on])
-                else:
+                elif wanted[j]:
                     passed.append((j, w))
         grads: list[Any] = [None] * len(self.args)
         if outputs and sources:
