@@ -26,7 +26,7 @@ from tapegrad.errors import InplaceModificationError, TapegradError, optional_mo
 from tapegrad.interop.call import RecordedCall, overlaps
 from tapegrad.tape.arrays import is_array
 from tapegrad.tape.fingerprint import fingerprint
-from tapegrad.tape.identity import sharing_pairs
+from tapegrad.tape.identity import overlapping, sharing_pairs
 from tapegrad.tape.stamps import same_bits
 from tapegrad.tracebacks import api_boundary
 
@@ -90,12 +90,22 @@ def _record(torch: Any, f: Callable[..., Any], inputs: tuple, active: list[bool]
     _one_memory_per_active_argument(f, arrays, active, names)
     with _torch_stream(torch, inputs):
         call = RecordedCall(f, arrays, active)
-    outputs = tuple(_to_torch(torch, y, inputs) for y in call.plain_outputs())
+    outputs = tuple(_to_torch(torch, _apart_from(y, arrays), inputs)
+                    for y in call.plain_outputs())
     call.name = f"tapegrad.torch.function {getattr(f, '__name__', 'f')}"
     call.guards = _version_guards(torch, call, inputs, arrays, outputs, names)
     if any(active):
         call.array_guards = _array_guards(call, inputs, arrays, names)
     return call, outputs
+
+
+def _apart_from(y: Any, arrays: list) -> Any:
+    """A result, copied where it shares memory with an argument (``lambda x, m: (f(x), m)``):
+    a tensor made on an argument's memory would change with it, unseen by autograd's version
+    counters (and PyTorch warns of a read-only one)."""
+    if is_array(y) and any(is_array(a) and overlapping(y, a) for a in arrays):
+        return y.copy()
+    return y
 
 
 def _one_memory_per_active_argument(f: Callable[..., Any], arrays: list, active: list,

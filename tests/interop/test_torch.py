@@ -4,6 +4,8 @@ simulation, several inputs and outputs; constants, retain_graph, non-contiguous 
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -500,6 +502,23 @@ def test_an_argument_returned_as_it_is_passes_its_cotangent_back():
     x = double(6)
     (tgt.function(lambda x: x)(x) ** 2).sum().backward()
     torch.testing.assert_close(x.grad, 2 * x.detach(), rtol=1e-14, atol=0)
+
+
+def test_a_result_that_is_an_argument_is_a_tensor_of_its_own():
+    """(It was a tensor on the argument's memory: read-only with a PyTorch warning where the
+    argument wants a gradient, and changing with the argument, unseen by autograd.)"""
+    x, m = double(6), torch.linspace(0.0, 1.0, 6, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y, mask = tgt.function(lambda x, m: (x, m))(x, m)
+    before = x.detach().clone()
+    with torch.no_grad():
+        y.add_(1.0)
+        mask.mul_(2.0)
+    torch.testing.assert_close(x.detach(), before, rtol=0, atol=0)
+    torch.testing.assert_close(m, torch.linspace(0.0, 1.0, 6, dtype=torch.float64),
+                               rtol=0, atol=0)
+    torch.testing.assert_close(mask, 2 * m, rtol=0, atol=0)
 
 
 def test_a_constant_array_result_that_the_loss_uses_is_a_constant():
