@@ -4,6 +4,7 @@ the CPU backend and as Python, at sizes that need several workgroups and ragged 
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pyopencl.array as cla
@@ -188,6 +189,23 @@ def test_float_literals_take_the_datas_precision(cl):
     float32_literals(CPU)(B, A, ndrange=A.size)
     np.testing.assert_array_equal(Bd.get(), B)
     assert "0.1f" in float32_literals.source(backend=cl)
+
+
+@tg.kernel
+def self_compared(C, x):
+    i = tg.index()
+    C[i] = min(x[i], x[i]) + (64 >> -2)
+
+
+def test_the_compilers_warnings_on_generated_code_stay_quiet(cl):
+    """(PoCL's clang warned of a self-comparison and a constant operand of &&, and PyOpenCL
+    passed it on to the user as a CompilerWarning.)"""
+    x = np.array([-3, 0, 5], np.int64)
+    Cd = on(cl, np.zeros_like(x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        self_compared(cl)(Cd, on(cl, x), ndrange=x.size)
+    np.testing.assert_array_equal(Cd.get(), x)
 
 
 @tg.kernel

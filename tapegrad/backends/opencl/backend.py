@@ -100,7 +100,9 @@ class OpenCL(Backend):
         source = printer.module(device_functions(tk))
         import pyopencl as cl
         try:
-            program = cl.Program(self.queue.context, source).build()
+            # (-w: a warning about generated code, such as a constant operand of &&, is
+            # nothing a user can act on; PyOpenCL would pass it on as a CompilerWarning)
+            program = cl.Program(self.queue.context, source).build(options=["-w"])
         except cl.RuntimeError as e:
             raise KernelCompileError(
                 f"{tk.name}: the OpenCL compiler refused the generated code ({e}); this is "
