@@ -136,6 +136,24 @@ class Transform:
             f"which is Const, so its derivative would be lost; pass Duplicated({array}, "
             f"d{array}) (or DuplicatedNoNeed)")
 
+    def atomic_result_error(self, call: ast.Call) -> KernelError:
+        """The value an atomic returns, used where a derivative is computed."""
+        return self.fail(call, "the value returned by an atomic depends on the order in which "
+                               "work-items run, so a differentiated kernel cannot use it; call "
+                               "the atomic as a statement")
+
+    def extremum_error(self, call: ast.Call) -> KernelError:
+        """``tg.atomic_min``/``atomic_max`` into an array whose derivative is wanted: where a
+        value wins, the element's derivative becomes the winner's (zero for a constant), and
+        which work-item wins depends on the order they run."""
+        op, array = tg_name(call), call.args[0].id
+        return self.fail(call, f"tg.{op} into {array}, whose derivative is wanted, cannot be "
+                               "differentiated: the element's derivative becomes the winning "
+                               "value's, and which work-item wins depends on the order they run. "
+                               f"Take the extreme into an array without a derivative (tg.Const), "
+                               f"or find it without atomics ({op[len('atomic_'):]}(...) over a "
+                               "loop), which both modes differentiate")
+
     def check_rule_arrays(self, call: ast.Call) -> None:
         """A hand-written rule differentiates its scalar arguments only: an array argument
         whose derivative is wanted would lose it silently."""
@@ -169,5 +187,8 @@ class Transform:
                 return True
             if isinstance(n, ast.Call) and tg_name(n) is None and any(   # f(A, i), a rule's
                     isinstance(a, ast.Name) and a.id in self.active_arrays for a in n.args):
+                return True
+            if isinstance(n, ast.Call) and (tg_name(n) or "").startswith("atomic_") \
+                    and n.args[0].id in self.active_arrays:     # (the element it held)
                 return True
         return False

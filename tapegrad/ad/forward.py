@@ -161,14 +161,10 @@ class _Forward(Transform):
     def atomic(self, s: ast.Expr, call_name: str) -> list[ast.stmt]:
         call = s.value
         array = call.args[0].id
+        if array in self.active_arrays and call_name in ("atomic_min", "atomic_max"):
+            raise self.extremum_error(call)
         if array not in self.active_arrays or not self.active(call.args[2]):
             return []
-        if call_name in ("atomic_min", "atomic_max"):
-            raise self.fail(s, f"the tangent of tg.{call_name} is not supported: it depends on "
-                               "which work-item wins. Differentiate in reverse mode instead "
-                               "(tg.gradient, tg.vjp, tg.autodiff(tg.Reverse, ...)), or find the "
-                               f"extreme without atomics (each work-item loops over a range with "
-                               f"{call_name[7:]}(...)) and forward mode follows it")
         return [ast.Expr(value=tg_call(call_name, [name(self.dot(array, j)), clone(call.args[1]),
                                                    self.tangent(call.args[2], j)]))
                 for j in range(self.width)]
@@ -216,6 +212,8 @@ class _Forward(Transform):
             scalars = [a for a in args if not isinstance(self.T(a), Array)]
             dots = [self.tangent_or_zero(a, j) for a in scalars]
             return ast.Call(func=name(rule), args=[clone(a) for a in args] + dots, keywords=[])
+        if call_name.startswith("atomic_"):
+            raise self.atomic_result_error(e)
         if call_name == "where":
             return ast.IfExp(test=clone(args[0]), body=self.tangent_or_zero(args[1], j),
                              orelse=self.tangent_or_zero(args[2], j))
@@ -262,6 +260,9 @@ def _unconditional_loads(e: ast.expr) -> list[ast.Subscript]:
             return
         if isinstance(n, ast.BoolOp):
             visit(n.values[0])            # (the rest: only if the first does not decide)
+            return
+        if isinstance(n, ast.Call) and tg_name(n) == "where":
+            visit(n.args[0])              # (printed as a ? b : c: one branch runs)
             return
         for child in ast.iter_child_nodes(n):
             visit(child)

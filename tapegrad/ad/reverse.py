@@ -322,9 +322,7 @@ class _Reverse(ExpressionAdjoints, Transform):
     def check_no_atomic_results(self, e: ast.expr) -> None:
         for n in ast.walk(e):
             if isinstance(n, ast.Call) and (tg_name(n) or "").startswith("atomic_"):
-                raise self.fail(n, "the value returned by an atomic depends on the order in which "
-                                   "work-items run, so a differentiated kernel cannot use it; call "
-                                   "the atomic as a statement")
+                raise self.atomic_result_error(n)
 
     def assign(self, s: ast.Assign) -> tuple[list[ast.stmt], list[ast.stmt]]:
         target = s.targets[0]
@@ -419,12 +417,10 @@ class _Reverse(ExpressionAdjoints, Transform):
             raise self.fail(s, f"the kernel both reads {array} and updates it with tg.{name}; "
                                "the reads would depend on the order of the atomics, so this "
                                "cannot be differentiated")
+        if array in self.active_arrays and name in ("atomic_min", "atomic_max"):
+            raise self.extremum_error(call)
         if array not in self.active_arrays or not self.active(call.args[2]):
             return [], []
-        if name in ("atomic_min", "atomic_max"):
-            raise self.fail(s, f"the derivative of tg.{name} is not supported: it would go to "
-                               "whichever work-item won; compute the extremum, then recompute "
-                               "which element attains it in a second kernel")
         adj = self.fresh("a")
         shadow = ast.Subscript(value=_n(f"{array}_bar"), slice=_clone(call.args[1]), ctx=ast.Load())
         g: ast.expr = _n(adj)

@@ -95,6 +95,30 @@ def test_atomic_max_derivative_is_refused_clearly():
                     ndrange=4)
 
 
+@tg.kernel
+def clamped_below(M, c):
+    i = tg.index()
+    tg.atomic_max(M, i, c)
+
+
+@tg.kernel
+def clamped_above(M, c):
+    i = tg.index()
+    tg.atomic_min(M, i, c)
+
+
+@pytest.mark.parametrize("mode", [tg.Reverse, tg.Forward], ids=["reverse", "forward"])
+@pytest.mark.parametrize("kernel", [clamped_below, clamped_above], ids=["max", "min"])
+def test_an_extreme_taken_into_a_differentiated_array_is_refused_in_both_modes(mode, kernel):
+    """(With a constant value both modes kept the element's old derivative where the constant
+    won: tangent [1 1 1 1 1 1] for [0 0 0 1 1 1].)"""
+    M, dM = np.linspace(0.0, 1.0, 6), np.ones(6)
+    with pytest.raises(tg.KernelError, match="without atomics") as info:
+        tg.autodiff(mode, kernel(tg.CPU()), tg.Const, tg.Duplicated(M, dM), 0.5, ndrange=6)
+    assert "whose derivative is wanted" in str(info.value) and "tg.Const" in str(info.value)
+    assert (M == np.linspace(0.0, 1.0, 6)).all() and (dM == 1.0).all()
+
+
 def test_kernel_must_be_configured():
     with pytest.raises(tg.TapegradError, match="configure the kernel"):
         tg.autodiff(tg.Reverse, sin_kernel, tg.Const, np.zeros(3), np.zeros(3), ndrange=3)

@@ -188,6 +188,57 @@ def test_atomics_and_local_memory_reductions_forward():
     assert "atomic_add(H_dot" in histogram_weights.source(mode="forward", backend=CPU)
 
 
+@tg.kernel
+def compacted_squares(B, count, A):
+    i = tg.index()
+    slot = tg.atomic_add(count, 0, 1)        # a counter without a derivative: a constant
+    B[slot] = A[i] * A[i]
+
+
+@tg.kernel
+def reads_the_old_element(B, out, c):
+    i = tg.index()
+    old = tg.atomic_add(out, i, c[i])
+    B[i] = old * old
+
+
+def test_the_value_an_atomic_returns_from_a_differentiated_array_is_refused(backend):
+    """(Forward mode gave it a zero tangent: dB was 0 for 2 out dout; reverse mode refused it.)"""
+    A = np.array([0.3, 0.5, 0.7, 0.9])
+    count, B, dB = np.zeros(1, np.int64), np.zeros(4), np.zeros(4)
+    tg.autodiff(tg.Forward, compacted_squares(backend, 2), tg.Const, tg.Duplicated(B, dB),
+                count, tg.Duplicated(A, np.ones(4)), ndrange=4)
+    np.testing.assert_allclose(np.sort(B), A * A, rtol=1e-15)      # (slots in any order)
+    np.testing.assert_allclose(dB, 2 * np.sqrt(B), rtol=1e-12)     # d(a^2) = 2a at da = 1
+    out, dout, B = np.array([1.0, 2.0, 3.0, 4.0]), np.ones(4), np.zeros(4)
+    with pytest.raises(tg.KernelError, match="value returned by an atomic") as info:
+        tg.autodiff(tg.Forward, reads_the_old_element(backend, 2), tg.Const,
+                    tg.Duplicated(B, np.zeros(4)), tg.Duplicated(out, dout), np.full(4, 0.5),
+                    ndrange=4)
+    assert info.value.text.strip() == "old = tg.atomic_add(out, i, c[i])"     # (the user's line)
+    assert (out == [1.0, 2.0, 3.0, 4.0]).all() and not B.any()
+
+
+@tg.kernel
+def left_neighbours_sine(B, A):
+    i = tg.index()
+    B[i] = tg.where(i > 0, math.sin(A[i - 1]), 0.0)
+
+
+def test_a_load_in_a_branch_of_where_stays_in_its_branch(backend):
+    """(Forward mode loaded A[i - 1] before the where, so at i = 0 it read before A: the
+    memory before the buffer on a GPU.)"""
+    A, B, dB = np.linspace(0.0, 1.0, 6), np.zeros(6), np.zeros(6)
+    dA = rng.standard_normal(6)
+    tg.autodiff(tg.Forward, left_neighbours_sine(backend, 2), tg.Const, tg.Duplicated(B, dB),
+                tg.Duplicated(A, dA), ndrange=6)
+    np.testing.assert_allclose(dB, np.r_[0.0, np.cos(A[:-1]) * dA[:-1]], rtol=1e-12)
+    source = left_neighbours_sine.source(mode="forward", backend=tg.CPU())
+    reads = [line for line in source.splitlines()
+             if "A[" in line and "i - 1" in line and not line.lstrip().startswith("#")]
+    assert reads and all("if i > 0 else" in line for line in reads), reads
+
+
 def test_numpy_functions_and_numpy_scalars_on_host_scalars_in_both_modes():
     """np.exp(tg.mean(x)) keeps its tangent in forward mode (it was dropped); NumPy numbers
     meeting a scalar that carries a derivative are refused in both modes, on either side of
