@@ -14,8 +14,20 @@ plain assignment would leak into the next work-item.  So ::
 from __future__ import annotations
 
 import ast
+import re
 
 from tapegrad.frontend.ir import KernelIR
+
+SUFFIX = "__local"
+
+
+def as_written(code: str) -> str:
+    """Generated code's text with the arguments' local copies named as the user wrote them.
+
+    >>> as_written("A[i + off__local]")
+    'A[i + off]'
+    """
+    return re.sub(rf"\b(\w+){SUFFIX}\b", r"\1", code)
 
 
 def local_copies_of_assigned_params(ir: KernelIR) -> KernelIR:
@@ -30,7 +42,7 @@ def local_copies_of_assigned_params(ir: KernelIR) -> KernelIR:
     assigned -= arrays
     if not assigned:
         return ir
-    renamed = {p: f"{p}__local" for p in assigned}
+    renamed = {p: f"{p}{SUFFIX}" for p in assigned}
     for n in ast.walk(body):
         if isinstance(n, ast.Name) and n.id in renamed:
             n.id = renamed[n.id]

@@ -19,7 +19,8 @@ loops with launch-known bounds), up to the first that may ``return``; not those 
 ``if``/``while`` bodies, the branches of ``x if c else y``/``tg.where``, the later operands of
 ``and``/``or``, or device functions.  An index counts when it is built by ``+``, ``-`` and
 ``*`` (by launch-known values) from index intrinsics, loop variables, int arguments, shapes,
-``tg.ndrange()``/``tg.groupsize()`` and constants, through locals assigned once; a form that
+``tg.ndrange()``/``tg.groupsize()`` and constants, through locals assigned once or only by
+top-level statements (which every work-item runs in order: ``off = off + 3``); a form that
 mixes a dimension's global, local and group index (whose ranges are not independent) is left
 out.  Over the launch's work-items such an index then reaches exactly its computed extremes,
 so a failing check is a real out-of-range access.  What is left (gathers ``A[idx[i]]``,
@@ -36,6 +37,7 @@ from typing import Any
 
 from tapegrad.errors import KernelIndexError
 from tapegrad.frontend.ir import KernelIR, tg_name
+from tapegrad.frontend.params import as_written
 from tapegrad.frontend.types import Array, Scalar, Type
 
 Value = int | str            # a launch-known int: a constant, or Python over ``a`` and ``n``
@@ -140,7 +142,7 @@ class _Analysis:
         self.ints = {p: f"_i{k}" if k in numpy_ints else f"a[{k}]"
                      for k, (p, t) in enumerate(zip(ir.params, argtypes))
                      if isinstance(t, Scalar) and t.dtype in ("int32", "int64")}
-        self.once = _assigned_once(ir.body)
+        self.once = _assigned_once(ir.body) | _rebound_in_order(ir.body)
         self.env: dict[str, Form | tuple] = {}
         self.accesses: list[Access] = []
 
@@ -158,6 +160,9 @@ class _Analysis:
                 self.expr(s.value, when)
                 if isinstance(s.target, ast.Subscript):
                     self.subscript(s.target, when)
+                else:
+                    load = ast.Name(id=s.target.id, ctx=ast.Load())
+                    self.target(s.target, ast.BinOp(left=load, op=s.op, right=s.value), when)
             elif isinstance(s, ast.Expr):
                 self.expr(s.value, when)
             elif isinstance(s, (ast.If, ast.While)):
@@ -165,6 +170,8 @@ class _Analysis:
             elif isinstance(s, ast.For):
                 if not leaves:
                     self.loop(s, when)
+                for name in _targets(s):      # (after the loop: its last value, unknown here)
+                    self.env.pop(name, None)
             if leaves:
                 return False
         return True
@@ -178,12 +185,17 @@ class _Analysis:
                 self.env[t.id] = form
             elif (parts := self.parts(value)) is not None:
                 self.env[t.id] = parts
+            else:
+                self.env.pop(t.id, None)     # (rebound to what is not known at launch)
         elif isinstance(t, ast.Tuple) and not when:
             parts = self.parts(value)
-            if parts is not None and len(parts) == len(t.elts):
-                for e, p in zip(t.elts, parts):
-                    if isinstance(e, ast.Name) and e.id in self.once and p is not None:
+            for k, e in enumerate(t.elts):
+                if isinstance(e, ast.Name) and e.id in self.once:
+                    p = parts[k] if parts is not None and len(parts) == len(t.elts) else None
+                    if p is not None:
                         self.env[e.id] = p
+                    else:
+                        self.env.pop(e.id, None)
 
     def loop(self, s: ast.For, when: str) -> None:
         """A ``for v in range(...)`` with launch-known bounds and a positive constant step:
@@ -206,7 +218,6 @@ class _Analysis:
         self.env[s.target.id] = Form(0, {Var("loop", id(s), start, last): 1})
         runs = f"({stop}) > ({start})"
         self.block(s.body, f"{when} and {runs}" if when else runs)
-        del self.env[s.target.id]      # (after the loop it holds its last value only)
 
     # -- expressions -------------------------------------------------------------------
     def expr(self, e: ast.expr | None, when: str) -> None:
@@ -243,7 +254,9 @@ class _Analysis:
         forms = [f if f is not None and f.independent() else None for f in forms]
         if any(f is not None for f in forms):
             self.accesses.append(Access(array.id, self.arrays[array.id][0], forms,
-                                        [ast.unparse(x) for x in elts], ast.unparse(node), getattr(node, "lineno", 0), when))
+                                        [as_written(ast.unparse(x)) for x in elts],
+                                        as_written(ast.unparse(node)),
+                                        getattr(node, "lineno", 0), when))
 
     def parts(self, e: ast.expr) -> tuple | None:
         """A tuple's elements' forms: ``tg.global_indices()``, ``A.shape``, ``tg.ndrange()``,
@@ -337,6 +350,11 @@ class _Analysis:
 
 def _assigned_once(body: list[ast.stmt]) -> set[str]:
     """Locals assigned by exactly one statement of the kernel (loops' variables included)."""
+    return {name for name, c in _assignments(body).items() if c == 1}
+
+
+def _assignments(body: list[ast.stmt]) -> dict[str, int]:
+    """How many statements of ``body``, those inside others included, assign each local."""
     count: dict[str, int] = {}
     for node in ast.walk(ast.Module(body=body, type_ignores=[])):
         targets: list[ast.expr] = []
@@ -352,7 +370,27 @@ def _assigned_once(body: list[ast.stmt]) -> set[str]:
                 targets.append(t.value)
             elif isinstance(t, ast.Name):        # (a store into an element assigns no local)
                 count[t.id] = count.get(t.id, 0) + 1
-    return {name for name, c in count.items() if c == 1}
+    return count
+
+
+def _rebound_in_order(body: list[ast.stmt]) -> set[str]:
+    """Locals assigned only by statements of the kernel's top level (``off = off + 3``, a
+    top-level loop's variable): every work-item runs those in order, so at each statement
+    such a local holds what the last of them assigned."""
+    top = {n for s in body for n in _targets(s)}
+    return top - set(_assignments([c for s in body for c in _nested(s)]))
+
+
+def _targets(s: ast.stmt) -> list[str]:
+    """The locals statement ``s`` itself assigns (not the statements inside it)."""
+    targets = list(s.targets) if isinstance(s, ast.Assign) else [s.target] if isinstance(
+        s, (ast.AugAssign, ast.For, ast.AnnAssign)) else []
+    return [n.id for t in targets for n in ast.walk(t)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+
+
+def _nested(s: ast.stmt) -> list[ast.stmt]:
+    return [c for field_ in ("body", "orelse") for c in getattr(s, field_, [])]
 
 
 def _div(x: int, y: int, symbol: str) -> int:

@@ -3,6 +3,8 @@ default, at the user's line, with the array untouched; correct programs never ar
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -134,6 +136,66 @@ def test_group_and_local_indices_use_the_workgroup_size():
     with pytest.raises(tg.KernelIndexError, match=r"A\[lo\] would index A from 0 to 3"):
         by_group(CPU, 4)(B, np.arange(3.0), ndrange=10)
     by_group(CPU, 4)(np.zeros(2), np.arange(2.0), ndrange=2)   # one partial group: lo < 2
+
+
+@tg.kernel
+def shifted_read(B, A, off):
+    i = tg.index()
+    off = off + 3
+    B[i] = A[i + off]
+
+
+@tg.kernel
+def shifted_write(B, A, off):
+    i = tg.index()
+    off += 5
+    B[i + off] = A[i]
+
+
+@tg.kernel
+def loop_named_as_an_argument(B, A, k):
+    i = tg.index()
+    for k in range(4):
+        B[i] += A[i + k]
+
+
+@tg.kernel
+def rebound_down_then_unknown(B, A, off, idx):
+    i = tg.index()
+    off = off - 2
+    B[i] = A[i + off]             # checked: i + 2 - 2
+    off = idx[i]
+    B[i] += A[off]                # a gather now: left to BOUNDSCHECK
+    for off in range(idx[0]):     # noqa: B007  (bounds from memory: not followed, nor after)
+        B[i] += 0.0
+    B[i] += A[off]
+
+
+@pytest.mark.parametrize("kernel, line", [(shifted_read, "A[i + off] would index A from 3 to 12"),
+                                          (shifted_write, "B[i + off] would index B from 5 to 14"),
+                                          (loop_named_as_an_argument,
+                                           "A[i + k] would index A from 0 to 12")])
+def test_an_argument_the_kernel_rebinds_is_followed(backend, kernel, line):
+    """(An index through an int argument the kernel assigns again went unchecked: reads past
+    A, writes past B into the memory beyond; an adjoint then corrupted the heap.)"""
+    A, B = np.arange(10.0), np.zeros(10)
+    with pytest.raises(tg.KernelIndexError, match=re.escape(line)):
+        kernel(backend)(B, A, 0, ndrange=10)
+    assert not B.any() and (A == np.arange(10.0)).all()
+    with pytest.raises(tg.KernelIndexError, match="would index"):
+        tg.autodiff(tg.Reverse, kernel(backend), tg.Const, tg.DuplicatedNoNeed(B, np.ones(10)),
+                    tg.Duplicated(A, np.zeros(10)), 0, ndrange=10)
+    kernel(backend)(B, A, 0, ndrange=5)             # in range: runs
+    assert B.any()
+
+
+def test_an_argument_rebound_to_what_launch_cannot_know_is_not_followed(backend):
+    A, B = np.arange(10.0), np.zeros(10)
+    idx = np.array([9, 8, 7, 6, 5, 4, 3, 2, 1, 0])
+    rebound_down_then_unknown(backend)(B, A, 2, idx, ndrange=10)
+    np.testing.assert_array_equal(B, A + A[idx] + A[idx[0] - 1])
+    with pytest.raises(tg.KernelIndexError, match=r"A\[i \+ off\] would index A from 1 to 10"):
+        rebound_down_then_unknown(backend)(B, A, 3, idx, ndrange=10)
 
 
 def test_recorded_and_differentiated_launches_are_checked():
