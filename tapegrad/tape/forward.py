@@ -19,10 +19,17 @@ from tapegrad.runtime.tangent import run_tangent, tangent_variant
 from tapegrad.tape import hostmath
 from tapegrad.tape.arrays import is_array, zeros_like
 from tapegrad.tape.duals import TapedDual
+from tapegrad.tape.fingerprint import fingerprint
 from tapegrad.tape.identity import Ident, Identities, array_key, sharing_pairs
 from tapegrad.tape.modes import forward_var, refuse_nested, tapes_var
 from tapegrad.tape.scalars import DualScalar, plain_value
-from tapegrad.tape.stamps import host_change, result_changed, same_bits, sample
+from tapegrad.tape.stamps import (
+    host_change,
+    result_changed,
+    same_bits,
+    sample,
+    verify_by_default,
+)
 
 
 class ForwardContext:
@@ -44,6 +51,9 @@ class ForwardContext:
         # ``stamps.sample``): an array changed by host code since (b *= 3.0 between two
         # launches) is refused where it is read, as the tape refuses it
         self.stamps: dict[Ident, Any] = {}
+        # (TAPEGRAD_VERIFY=1: every element, device arrays too, as the tape's)
+        self.verify = verify_by_default()
+        self.sample = fingerprint if self.verify else sample
         self.prune_at = 8
 
     def __enter__(self) -> ForwardContext:
@@ -84,8 +94,8 @@ class ForwardContext:
             self.prune_at = max(8, 2 * len(self.tangents))
 
     def stamp(self, x: Any, ident: Any) -> None:
-        if type(x) is np.ndarray and x.dtype.kind == "f":
-            self.stamps[ident] = sample(x)
+        if (type(x) is np.ndarray or self.verify) and np.dtype(x.dtype).kind == "f":
+            self.stamps[ident] = self.sample(x)
 
     def wrote(self, x: Any) -> None:
         """A tapegrad operation other than a launch (``halo.exchange``) wrote ``x`` in place,
@@ -96,11 +106,11 @@ class ForwardContext:
         """Before ``reader`` reads ``x``'s values (None: ``x`` is the result whose tangent is
         asked for): as the operation that gave it its tangent left them (else its tangent
         would belong to other values)."""
-        if type(x) is not np.ndarray:
+        if type(x) is not np.ndarray and not self.verify:
             return                # (device arrays: not sampled, as the tape's launches)
         ident = self.ids.find(x)
         stamp = self.stamps.get(ident) if ident is not None else None
-        now = sample(x) if stamp is not None else None
+        now = self.sample(x) if stamp is not None else None
         if stamp is not None and stamp != now and not same_bits(stamp, now):
             raise host_change(x, reader) if reader is not None else result_changed(x)
 

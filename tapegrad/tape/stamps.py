@@ -4,6 +4,7 @@ error that says what to write instead (docs/tape.md, "What the tape sees")."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,11 @@ import numpy as np
 from tapegrad.backends.registry import kind_of
 from tapegrad.errors import TapegradError
 from tapegrad.tape.fingerprint import fingerprint
+
+
+def verify_by_default() -> bool:
+    """``TAPEGRAD_VERIFY=1``: every element of every array checked, wherever it lives."""
+    return os.environ.get("TAPEGRAD_VERIFY", "") not in ("", "0")
 
 
 def sample(x: Any) -> tuple | None:

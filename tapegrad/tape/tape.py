@@ -10,7 +10,6 @@ overwrite consumes the shadow of what it overwrote (Enzyme's semantics).
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -39,7 +38,13 @@ from tapegrad.tape.provenance import Provenance
 from tapegrad.tape.recorder import RecordPlan, recorder
 from tapegrad.tape.records import LaunchRecord, Record
 from tapegrad.tape.scalars import TrackedScalar, plain
-from tapegrad.tape.stamps import HostChanges, changed_after_last_use, check_output, sample
+from tapegrad.tape.stamps import (
+    HostChanges,
+    changed_after_last_use,
+    check_output,
+    sample,
+    verify_by_default,
+)
 from tapegrad.tape.sweep import Sweep
 from tapegrad.tracebacks import api_boundary
 
@@ -553,7 +558,4 @@ class Tape(HostChanges):
             "target inside the block (loss = tg.sum(B) + 0.5 * tg.dot(B, B)), then call "
             "tape.gradient(loss, x)")
 
-
-def verify_by_default() -> bool:
-    return os.environ.get("TAPEGRAD_VERIFY", "") not in ("", "0")
 

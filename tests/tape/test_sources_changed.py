@@ -150,6 +150,31 @@ def test_one_element_changed_in_the_middle_is_caught_under_verify(monkeypatch):
         tg.gradient(loss, X.copy())
 
 
+def test_forward_mode_checks_every_element_and_device_arrays_under_verify(monkeypatch):
+    """(tg.jvp sampled a NumPy array's first and last elements only, and no device array:
+    a tangent of 3.658 for 4.082 under TAPEGRAD_VERIFY=1.)"""
+    monkeypatch.setenv("TAPEGRAD_VERIFY", "1")
+    cl = tg.OpenCL()
+
+    def on_cpu(A):
+        B = squares(tg.CPU(), A)
+        B[3] *= 3.0                              # neither the first nor the last element
+        return tg.sum(squares(tg.CPU(), B))
+
+    def on_opencl(A):
+        B = cla.empty_like(A)
+        sq(cl)(B, A, 1.5, ndrange=A.size)
+        B *= 3.0
+        C = cla.empty_like(A)
+        sq(cl)(C, B, 1.5, ndrange=A.size)
+        return tg.sum(C)
+
+    for f, x in [(on_cpu, X.copy()), (on_opencl, cla.to_device(cl.queue, X))]:
+        v = np.ones(8) if isinstance(x, np.ndarray) else cla.to_device(cl.queue, np.ones(8))
+        with pytest.raises(tg.TapegradError, match="changed"):
+            tg.jvp(f, x, v)
+
+
 def test_an_opencl_source_scaled_in_place_is_caught_under_verify(monkeypatch):
     cl = tg.OpenCL()
     monkeypatch.setenv("TAPEGRAD_VERIFY", "1")
