@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from tapegrad.api.launches import floats
+from tapegrad.backends.registry import kind_of
 from tapegrad.errors import LaunchError, TapegradError
 from tapegrad.tape import hostmath
 from tapegrad.tape.arrays import is_array
@@ -87,10 +88,10 @@ def check_direction(who: str, x: Any, v: Any, names: tuple[str, str] = ("x", "v"
         if every_element and is_number(v):
             pass
         elif not is_array(v) or v.shape != x.shape or v.dtype != x.dtype or \
-                type(v) is not type(x):
+                kind_of(v) is not kind_of(x):
             if is_array(v):
                 got = f"an array of shape {tuple(v.shape)}, dtype {v.dtype}" + (
-                    "" if type(v) is type(x) else f", on another device (a {_kind(v)})")
+                    "" if kind_of(v) is kind_of(x) else f", on another device (a {_kind(v)})")
             else:
                 got = "None" if v is None else f"a {type(v).__name__}"
             hint = (f"; for the same number along every element, np.full_like({xn}, "

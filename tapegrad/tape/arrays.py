@@ -92,8 +92,10 @@ def allocate(meta: tuple, zeroed: bool) -> Any:
 
 
 def empty_like(x: Any) -> Any:
+    """An array like ``x`` (its layout), a plain ``np.ndarray`` for NumPy's subclasses (a
+    memmap's, an ``np.matrix``'s, whose ``ravel()`` stays 2-D)."""
     if isinstance(x, np.ndarray):
-        return np.empty_like(x)
+        return np.empty_like(x, subok=False)
     return array_kind(x).module().empty_like(x)
 
 
@@ -101,5 +103,5 @@ def zeros_like(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         if x.flags.c_contiguous and type(x) is np.ndarray:
             return np.zeros(x.shape, x.dtype)    # (calloc: no pass over memory the OS zeroed)
-        return np.zeros_like(x)
+        return np.zeros_like(x, subok=False)       # (as empty_like)
     return array_kind(x).module().zeros_like(x)

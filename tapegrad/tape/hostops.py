@@ -215,6 +215,8 @@ def dot(x: Any, y: Any) -> Any:
 
 
 def _vdot(a: Any, b: Any) -> float:
+    if isinstance(a, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)    # (an np.matrix's ravel() stays 2-D)
     if DETERMINISTIC.on and isinstance(a, np.ndarray):
         # (NumPy's vdot is BLAS's, whose threads split the sum: other bits with another
         # OPENBLAS_NUM_THREADS; NumPy's own sum adds in one order, pairwise)

@@ -166,3 +166,21 @@ def test_derivatives_a_kernel_level_autodiff_wrote_inside_a_recording_are_refuse
     (constant,) = tg.gradient(lambda x: _simulate(x, constant_forces=True), x)
     np.testing.assert_allclose(constant, 1.0)           # the copy: constants, on purpose
     assert np.abs(exact - 1.0).max() > 1e-2             # (which is not the true gradient)
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+def test_numpy_subclasses_as_inputs_and_directions(tmp_path):
+    """(tg.dot of an np.matrix was NumPy's ValueError, tg.jacobian of one an IndexError, and
+    tg.jvp refused a plain direction for a memmap as 'on another device'.)"""
+    M = np.matrix(np.arange(12.0).reshape(3, 4))
+    assert tg.dot(M, np.ones((3, 4))) == 66.0 and tg.dot(M, M) == float(np.sum(np.square(M)))
+    (g,) = tg.gradient(lambda m: tg.dot(m, m), M)
+    np.testing.assert_array_equal(np.asarray(g), 2.0 * np.asarray(M))
+    J = tg.jacobian(lambda m: tg.scale(m, 2.0), M)
+    np.testing.assert_array_equal(J, 2.0 * np.eye(12))
+    x = np.memmap(tmp_path / "x.bin", dtype=np.float64, mode="w+", shape=(4,))
+    x[:] = [1.0, 2.0, 3.0, 4.0]
+    y, y_dot = tg.jvp(lambda a: tg.dot(a, a), x, np.array([1.0, 0.0, 0.0, 1.0]))
+    assert (y, y_dot) == (30.0, 10.0)                # 2 (x0 + x3)
+    g = tg.vjp(lambda a: tg.scale(a, 3.0), x, np.ones(4))[1]
+    np.testing.assert_array_equal(g, np.full(4, 3.0))
