@@ -458,6 +458,10 @@ def _check_annotation(kernel: Any, backend: Any, name: str, a: Annotation) -> st
         raise batch_in_reverse(kernel.name)
     if isinstance(a, Duplicated):
         x, dx = a.val, a.dval
+        if isinstance(x, (list, tuple)):
+            raise TapegradError(f"{kernel.name}: argument {name} is a Python {type(x).__name__}; "
+                                f"kernels take arrays: Duplicated(np.asarray({name}), "
+                                f"np.zeros(len({name})))")
         if not hasattr(x, "shape"):
             raise TapegradError(f"{kernel.name}: argument {name} is a scalar; scalars are "
                                 f"tg.Active({name}) or tg.Const({name}), not Duplicated")

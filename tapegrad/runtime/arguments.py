@@ -61,6 +61,9 @@ def argtype(kernel: Any, backend: Any, name: str, a: Any) -> Type:
             return FLOAT32
         if a.dtype == np.float64:
             return FLOAT64
+        raise LaunchError(f"{kernel.name}: argument {name} is a NumPy {a.dtype} number; kernels "
+                          f"take float32 and float64 numbers (np.float64({name}), or a Python "
+                          "float, which takes the precision of the data it meets)")
     if hasattr(a, "shape") and hasattr(a, "dtype"):
         if isinstance(a, np.ma.MaskedArray):
             raise LaunchError(f"{kernel.name}: argument {name} is a {masked_array(name)}")

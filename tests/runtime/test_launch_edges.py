@@ -247,6 +247,30 @@ def test_a_masked_array_is_refused_with_the_way_out(backend):
     np.testing.assert_array_equal(C, np.square(M))
 
 
+@tg.kernel
+def scaled_by(B, A, s):
+    i = tg.index()
+    B[i] = A[i] * s
+
+
+@pytest.mark.parametrize("s", [np.float16(1.5), np.longdouble(1.5)], ids=["float16", "longdouble"])
+def test_a_numpy_number_of_another_precision_is_refused_as_a_number(backend, s):
+    """(It was 'a float16, which does not live on CPU(); move it with tg.asarray'.)"""
+    B = np.zeros(4)
+    with pytest.raises(tg.LaunchError, match=r"argument s is a NumPy float\d+ number; .*"
+                                             r"np.float64\(s\)"):
+        scaled_by(backend)(B, np.arange(4.0), s, ndrange=4)
+    assert not B.any()
+
+
+def test_a_list_under_duplicated_is_named_as_a_list(backend):
+    """(It was called 'a scalar'.)"""
+    with pytest.raises(tg.TapegradError, match=r"argument A is a Python list; .*np.asarray\(A\)"):
+        tg.autodiff(tg.Reverse, scaled_by(backend), tg.Const,
+                    tg.DuplicatedNoNeed(np.zeros(4), np.ones(4)),
+                    tg.Duplicated([0.0, 1.0, 2.0, 3.0], [0.0] * 4), 1.5, ndrange=4)
+
+
 # -- 07: empty PyOpenCL arrays ----------------------------------------------------------
 
 @tg.kernel
