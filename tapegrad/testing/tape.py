@@ -20,6 +20,7 @@ random direction tests every element at once: a wrong rule agrees with it only b
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,7 +31,7 @@ import numpy as np
 from tapegrad.api import autodiff
 from tapegrad.backends.registry import kind_of
 from tapegrad.callers import user_line
-from tapegrad.errors import TapegradError
+from tapegrad.errors import KernelError, TapegradError
 from tapegrad.runtime.arguments import write_only
 from tapegrad.runtime.nans import collecting, uncollected
 from tapegrad.tape.activity import Active, Const, Duplicated, Forward, Reverse
@@ -193,6 +194,13 @@ def _check_launch(seen: _Launch, rng: Any, eps: float, rtol: float, atol: float,
                  for k, (a, x) in enumerate(zip(seen.args, args))]
     try:
         (derivs,) = autodiff(Reverse, seen.cfg, Const, *annotated, ndrange=seen.ndrange)
+    except KernelError as e:
+        # (with every float argument varying, as here, a kernel may hold what has no
+        # derivative, tg.atomic_max of data the program keeps constant: where the program's
+        # gradient needs it, tg.gradient refuses it at its line)
+        warnings.warn(f"check_tape, launch {number}: {seen.name}: not checked: tapegrad cannot "
+                      f"differentiate it with every float argument varying ({e})", stacklevel=4)
+        return
     except TapegradError as e:
         raise AssertionError(f"check_tape, launch {number}: {seen.name}: its adjoint cannot "
                              f"run: {e}") from e

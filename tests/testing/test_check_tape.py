@@ -64,6 +64,37 @@ def test_a_right_program_passes_and_counts_its_launches(backend):
     assert check_tape(lambda u, k: simulate(backend, u, k, steps=30), u, 0.2) == 30
 
 
+@tg.kernel
+def largest(m, c):
+    i = tg.index()
+    tg.atomic_max(m, 0, c[i])
+
+
+@tg.kernel
+def scaled_squares(y, x, m):
+    i = tg.index()
+    y[i] = x[i] * x[i] * m[0]
+
+
+def test_a_launch_without_a_derivative_the_program_never_needs_is_named_not_failed(backend):
+    """(An atomic_max over data the program keeps constant failed check_tape, 'its adjoint
+    cannot run', though the program's gradient is right.)"""
+    c = np.array([0.3, 2.0, 1.0, 0.5])
+
+    def f(x):
+        m = np.zeros(1)
+        largest(backend, 4)(m, c, ndrange=4)
+        y = np.empty_like(x)
+        scaled_squares(backend, 4)(y, x, m, ndrange=x.size)
+        return tg.sum(y)
+
+    x = np.linspace(0.1, 1.0, 4)
+    np.testing.assert_allclose(tg.gradient(f, x)[0], 4.0 * x, rtol=1e-12)   # 2 x max(c)
+    with pytest.warns(UserWarning, match=r"launch 1 of 2: the launch of kernel largest at .*"
+                                         r"not checked: .*tg.atomic_max"):
+        assert check_tape(f, x) == 2
+
+
 def test_a_wrong_forward_rule_is_named():
     @tg.func
     def twice(x):
