@@ -142,17 +142,19 @@ class Transform:
                                "work-items run, so a differentiated kernel cannot use it; call "
                                "the atomic as a statement")
 
-    def extremum_error(self, call: ast.Call) -> KernelError:
-        """``tg.atomic_min``/``atomic_max`` into an array whose derivative is wanted: where a
-        value wins, the element's derivative becomes the winner's (zero for a constant), and
-        which work-item wins depends on the order they run."""
-        op, array = tg_name(call), call.args[0].id
-        return self.fail(call, f"tg.{op} into {array}, whose derivative is wanted, cannot be "
-                               "differentiated: the element's derivative becomes the winning "
-                               "value's, and which work-item wins depends on the order they run. "
-                               f"Take the extreme into an array without a derivative (tg.Const), "
-                               f"or find it without atomics ({op[len('atomic_'):]}(...) over a "
-                               "loop), which both modes differentiate")
+    def extremum_error(self, call: ast.Call, why: str = "") -> KernelError:
+        """``tg.atomic_min``/``atomic_max`` of a value whose derivative is wanted: the
+        derivative would go to whichever work-item won, which depends on the order they run
+        (``why``: another reason, for a constant the adjoint cannot follow)."""
+        op = tg_name(call)
+        why = why or ("of a value whose derivative is wanted cannot be differentiated: the "
+                      "derivative would go to whichever work-item won, which depends on the "
+                      "order they run")
+        error = self.fail(call, f"tg.{op} {why}. Find the extreme without atomics "
+                                f"({op[len('atomic_'):]}(...) over a loop, then a plain store), "
+                                "which both modes differentiate")
+        error.varying_only = True       # (testing/tape.py: with every input varying)
+        return error
 
     def check_rule_arrays(self, call: ast.Call) -> None:
         """A hand-written rule differentiates its scalar arguments only: an array argument

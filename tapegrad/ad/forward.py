@@ -106,8 +106,9 @@ class _Forward(Transform):
         elif isinstance(s, ast.Expr):
             call_name = tg_name(s.value)
             if call_name and call_name.startswith("atomic_"):
-                out.extend(self.atomic(s, call_name))
-            out.append(s)
+                out.extend(self.atomic(s, call_name))      # (s among them)
+            else:
+                out.append(s)
         elif isinstance(s, ast.If):
             out.append(ast.If(test=s.test, body=self.block(s.body) or [ast.Pass()],
                               orelse=self.block(s.orelse)))
@@ -159,15 +160,31 @@ class _Forward(Transform):
                 return f"{prefix}{self.loads}"
 
     def atomic(self, s: ast.Expr, call_name: str) -> list[ast.stmt]:
+        """The atomic ``s`` with its tangents: an add's adds the value's tangent; where a
+        constant beats what the element holds, a min's or max's element has tangent 0
+        (Python's ``max(old, c)`` keeps ``old`` at a tie).  Read before the atomic: a value
+        the element held, old or a constant brought since, so the tangent ends exactly where
+        the largest constant beats the old value, whichever work-items ran first."""
         call = s.value
         array = call.args[0].id
-        if array in self.active_arrays and call_name in ("atomic_min", "atomic_max"):
-            raise self.extremum_error(call)
-        if array not in self.active_arrays or not self.active(call.args[2]):
-            return []
+        if array not in self.active_arrays:
+            return [s]
+        if call_name in ("atomic_min", "atomic_max"):
+            if self.active(call.args[2]):
+                raise self.extremum_error(call)
+            held = ast.Subscript(value=name(array), slice=clone(call.args[1]), ctx=ast.Load())
+            beats = ast.Compare(left=clone(call.args[2]),
+                                ops=[ast.Gt() if call_name == "atomic_max" else ast.Lt()],
+                                comparators=[held])
+            ends = [assign(ast.Subscript(value=name(self.dot(array, j)),
+                                         slice=clone(call.args[1]), ctx=ast.Store()), const(0.0))
+                    for j in range(self.width)]
+            return [ast.If(test=beats, body=ends, orelse=[]), s]
+        if not self.active(call.args[2]):
+            return [s]
         return [ast.Expr(value=tg_call(call_name, [name(self.dot(array, j)), clone(call.args[1]),
                                                    self.tangent(call.args[2], j)]))
-                for j in range(self.width)]
+                for j in range(self.width)] + [s]
 
     # -- expressions ------------------------------------------------------------------------
     def tangent_or_zero(self, e: ast.expr, j: int) -> ast.expr:

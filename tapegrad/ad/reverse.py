@@ -418,7 +418,7 @@ class _Reverse(ExpressionAdjoints, Transform):
                                "the reads would depend on the order of the atomics, so this "
                                "cannot be differentiated")
         if array in self.active_arrays and name in ("atomic_min", "atomic_max"):
-            raise self.extremum_error(call)
+            return [], self.extremum(call)
         if array not in self.active_arrays or not self.active(call.args[2]):
             return [], []
         adj = self.fresh("a")
@@ -427,6 +427,30 @@ class _Reverse(ExpressionAdjoints, Transform):
         if name == "atomic_sub":
             g = _neg(g)
         return [], [_assign(adj, shadow)] + self.backprop(call.args[2], g)
+
+    def extremum(self, call: ast.Call) -> list[ast.stmt]:
+        """The adjoint of ``tg.atomic_max(A, idx, c)`` (``min``) for a constant ``c``: where
+        ``c`` beats what ``A[idx]`` held before the launch (the adjoint reads the arguments as
+        the primal launch saw them), the element's shadow is consumed (Python's ``max(old,
+        c)`` keeps ``old`` at a tie).  Whichever work-items ran first, the element ends as
+        the largest constant exactly where one beats the old value."""
+        name, array = tg_name(call), call.args[0].id
+        if self.active(call.args[2]):
+            raise self.extremum_error(call)
+        others = [n for n in ast.walk(ast.Module(body=self.body, type_ignores=[]))
+                  if isinstance(n, ast.Call) and (tg_name(n) or "").startswith("atomic_")
+                  and n.args[0].id == array and tg_name(n) != name]
+        if array in self.written or others:
+            raise self.extremum_error(call, f"into {array}, which the kernel also changes "
+                                            "otherwise, has no adjoint: it would not know "
+                                            "which value the constant met")
+        old = ast.Subscript(value=_n(array), slice=_clone(call.args[1]), ctx=ast.Load())
+        beats = ast.Compare(left=_clone(call.args[2]),
+                            ops=[ast.Gt() if name == "atomic_max" else ast.Lt()],
+                            comparators=[old])
+        shadow = ast.Subscript(value=_n(f"{array}_bar"), slice=_clone(call.args[1]),
+                               ctx=ast.Store())
+        return [ast.If(test=beats, body=[_assign(shadow, _c(0.0))], orelse=[])]
 
     def branch(self, s: ast.If) -> tuple[list[ast.stmt], list[ast.stmt]]:
         flag = self.fresh("branch")

@@ -20,6 +20,7 @@ from tapegrad.api.launches import (
 )
 from tapegrad.api.second import hvp  # noqa: F401
 from tapegrad.api.sources import call_on_sources, check_direction, is_number, stamp_sources
+from tapegrad.backends.registry import kind_of
 from tapegrad.capturing.captured import Captured
 from tapegrad.capturing.trace import TraceTape
 from tapegrad.errors import (  # noqa: F401
@@ -352,7 +353,7 @@ def _check_host_annotation(f: Any, k: int, a: Annotation) -> None:
         if not floats(x):     # (as a kernel's: its shadow would stay zero)
             raise no_derivative(name, f"argument {k}", x)
         if not is_array(dx) or dx.shape != x.shape or dx.dtype != x.dtype or \
-                type(dx) is not type(x):
+                kind_of(dx) is not kind_of(x):
             got = (f"shape {dx.shape}, dtype {dx.dtype}" if is_array(dx) else type(dx).__name__)
             raise LaunchError(f"{name}: the shadow of argument {k} must match it (shape "
                               f"{x.shape}, dtype {x.dtype}, same device); got {got}. Make one "

@@ -184,3 +184,6 @@ def test_numpy_subclasses_as_inputs_and_directions(tmp_path):
     assert (y, y_dot) == (30.0, 10.0)                # 2 (x0 + x3)
     g = tg.vjp(lambda a: tg.scale(a, 3.0), x, np.ones(4))[1]
     np.testing.assert_array_equal(g, np.full(4, 3.0))
+    dx = np.zeros(4)                                 # (a plain shadow for a memmap)
+    tg.autodiff(tg.Reverse, lambda a: tg.dot(a, a), tg.Active, tg.Duplicated(x, dx))
+    np.testing.assert_array_equal(dx, 2.0 * np.asarray(x))
