@@ -173,6 +173,7 @@ class _Forward(Transform):
             if self.active(call.args[2]):
                 raise self.extremum_error(call)
             held = ast.Subscript(value=name(array), slice=clone(call.args[1]), ctx=ast.Load())
+            held._tg_extreme = call_name      # (reverse.py: tg.hvp's refusal names it)
             beats = ast.Compare(left=clone(call.args[2]),
                                 ops=[ast.Gt() if call_name == "atomic_max" else ast.Lt()],
                                 comparators=[held])

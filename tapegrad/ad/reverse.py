@@ -413,6 +413,13 @@ class _Reverse(ExpressionAdjoints, Transform):
             raise self.fail(s, f"tg.{name} of a differentiated value on local or private "
                                "memory cannot be differentiated yet; accumulate into an "
                                "argument array instead")
+        if array in self.loaded and all(getattr(n, "_tg_extreme", None) for n in ast.walk(
+                ast.Module(body=self.body, type_ignores=[])) if isinstance(n, ast.Subscript)
+                and isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name)
+                and n.value.id == array):
+            raise self.fail(s, f"tg.{name} has no second derivative in tapegrad (tg.hvp "
+                               "differentiates its tangent, which reads the element); find the "
+                               "extreme without atomics, which both modes differentiate")
         if array in self.loaded:
             raise self.fail(s, f"the kernel both reads {array} and updates it with tg.{name}; "
                                "the reads would depend on the order of the atomics, so this "

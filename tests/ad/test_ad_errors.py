@@ -124,6 +124,18 @@ def test_a_constant_extreme_from_many_work_items_ends_the_derivative_in_any_orde
         np.testing.assert_array_equal(dM, [0.0, 5.0])
 
 
+def test_the_second_derivative_of_a_constant_extreme_is_refused_by_name():
+    """(Before the extremes were differentiated tg.hvp of such a kernel was silently wrong;
+    then its refusal spoke of a read the user did not write.)"""
+    def f(x):
+        y = tg.copy(x)
+        clamped_below(tg.CPU(), 2)(y, 0.5, ndrange=y.size)
+        return tg.dot(y, y)
+
+    with pytest.raises(tg.KernelError, match="tg.atomic_max has no second derivative"):
+        tg.hvp(f, np.linspace(0.0, 1.0, 6), np.ones(6))
+
+
 @tg.kernel
 def stored_then_clamped(M, X, c):
     i = tg.index()
