@@ -48,6 +48,7 @@ from tapegrad.tape.arrays import is_array, zeros_like
 from tapegrad.tape.identity import array_key, sharing_pairs
 from tapegrad.tape.modes import (
     current_forward,
+    jacobian_var,
     recording_tapes,
     refuse_nested,
     refuse_while_recording,
@@ -479,8 +480,15 @@ def jacobian(f: Callable[..., Any], x: Any, mode: Mode = Reverse) -> Any:
         raise TapegradError(
             f"tg.jacobian(f, x) takes an array x, got {type(x).__name__}: for a number x the "
             "derivative of f is tg.jvp(f, x, 1.0)[1] (an array or number like f(x))")
-    if not mode.reverse:
-        return _jacobian_forward(f, x)
+    token = jacobian_var.set(True)      # (tapegrad.mpi refuses it: modes.refuse_jacobian)
+    try:
+        return _jacobian_forward(f, x) if not mode.reverse else _jacobian_reverse(f, x)
+    finally:
+        jacobian_var.reset(token)
+
+
+def _jacobian_reverse(f: Callable[..., Any], x: Any) -> Any:
+    """One reverse sweep per output element over a single recording."""
     refuse_while_recording()
     tape = Tape(watch_changes=False)   # the sweep follows at once: nothing can change
     with tape:

@@ -84,7 +84,7 @@ def checked_sendrecv(comm: Any, send: Any, dest: int, buffer: Any, source: int, 
     message's size checked against the buffer's (MPI's status): a shorter one would leave
     part of the buffer uninitialised, a longer one is cut short; each is a TapegradError
     here, on the receiving process (``who`` made the call, ``what`` says what to do).  (A
-    message of the right size in another dtype of the same width cannot be told apart.)"""
+    message of the right size in another dtype or shape cannot be told apart.)"""
     MPI = mpi()
     status = MPI.Status()
     expected = int(buffer.nbytes)

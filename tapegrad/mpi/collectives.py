@@ -21,7 +21,7 @@ from tapegrad.mpi.buffers import (
 )
 from tapegrad.tape.arrays import is_array, zeros_like
 from tapegrad.tape.duals import TapedDual, part
-from tapegrad.tape.modes import current_forward, new_scalar, recording_tapes
+from tapegrad.tape.modes import current_forward, new_scalar, recording_tapes, refuse_jacobian
 from tapegrad.tape.records import Record
 from tapegrad.tape.scalars import DualScalar, TrackedScalar, plain
 
@@ -55,6 +55,7 @@ def allreduce(x: Any, comm: Any = None) -> Any:
     """
     MPI = mpi()
     comm = MPI.COMM_WORLD if comm is None else comm
+    refuse_jacobian("tapegrad.mpi.allreduce", comm.Get_size())
     if is_array(x) or isinstance(x, bool) or not isinstance(x, (int, float, np.number)):
         raise TapegradError(f"tgm.allreduce sums numbers (tg.sum/tg.dot results, tape scalars), "
                             f"got {type(x).__name__}; reduce an array first (tg.sum(u))")
@@ -123,6 +124,7 @@ def sendrecv(x: Any, dest: int, source: int, comm: Any = None, shape: Any = None
     """
     MPI = mpi()
     comm = MPI.COMM_WORLD if comm is None else comm
+    refuse_jacobian("tapegrad.mpi.sendrecv", comm.Get_size())
     check_array(x, "tgm.sendrecv")
     shape = tuple(x.shape) if shape is None else tuple(shape)
     ctx = current_forward()

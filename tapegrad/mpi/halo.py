@@ -29,7 +29,7 @@ from tapegrad.mpi.buffers import (
     outgoing,
 )
 from tapegrad.mpi.node import share_cores
-from tapegrad.tape.modes import current_forward, recording_tapes
+from tapegrad.tape.modes import current_forward, recording_tapes, refuse_jacobian
 from tapegrad.tape.records import Record
 
 _TO_HIGH, _TO_LOW = 101, 102      # message tags: slabs going up, and down, a dimension
@@ -99,6 +99,7 @@ class Halo:
         """Fill ``u``'s ghost cells from the neighbouring processes (in place); recorded on
         the tapes that record, with its adjoint, and carried in forward mode (the tangents'
         ghosts are exchanged too).  Every process of the communicator must call it."""
+        refuse_jacobian("halo.exchange", self.cart.Get_size())
         check_array(u, "halo.exchange")
         if tuple(u.shape) != self.shape:
             raise TapegradError(f"halo.exchange: an array of shape {tuple(u.shape)}, but this "

@@ -55,6 +55,23 @@ def new_scalar(value: float, tapes: tuple[Any, ...]) -> Any:
 forward_var: ContextVar[tuple[Any, ...]] = ContextVar("tapegrad_forward", default=())
 
 
+# set while tg.jacobian runs its function: tapegrad.mpi's operations refuse it (its rows or
+# columns are seeded on every process at once, and a collective would add other processes'
+# parts into each one's)
+jacobian_var: ContextVar[bool] = ContextVar("tapegrad_jacobian", default=False)
+
+
+def refuse_jacobian(op: str, processes: int) -> None:
+    """``op`` (a tapegrad.mpi operation over ``processes``) refuses to run under
+    ``tg.jacobian`` where another process takes part."""
+    if processes > 1 and jacobian_var.get():
+        raise TapegradError(
+            f"tg.jacobian cannot differentiate through {op}: it seeds every row (or column) "
+            "on every process at once, and the collectives would add the other processes' "
+            "parts into each one's. Over processes use tg.gradient (a scalar objective: "
+            "allreduce), or tg.vjp / tg.jvp with one cotangent or direction per call")
+
+
 def current_forward() -> Any | None:
     active = forward_var.get()
     return active[-1] if active else None

@@ -359,3 +359,27 @@ def test_a_loop_that_communicates_with_other_steps_on_some_processes_is_refused(
         with pytest.raises(tg.TapegradError, match="n_steps from 5 to 6 and snapshots from 2 "
                            "to 3"):
             tg.checkpoint_loop(step, u0, 5 if RANK == 0 else 6, snapshots=2 + (RANK > 0))
+
+
+@pytest.mark.parametrize("mode", [tg.Reverse, tg.Forward], ids=["reverse", "forward"])
+def test_a_jacobian_through_the_processes_is_refused_on_every_process(mode):
+    """(Its rows were seeded on every process at once: rank 0 got the sum over processes,
+    [12 23 34] for [1.5 2.5 3.5], and uneven sizes hung.)"""
+    x, w = np.arange(1.0, 4.0) + RANK, np.full(3, 0.5)
+    with pytest.raises(tg.TapegradError, match="tg.jacobian cannot differentiate through "
+                                               "tapegrad.mpi.allreduce"):
+        tg.jacobian(lambda x: tgm.allreduce(tg.dot(w, x) + 0.5 * tg.dot(x, x)), x, mode=mode)
+    one = tgm.allreduce(1.0)                  # (every process is still in step)
+    assert float(one) == P
+
+
+def test_a_halo_on_this_process_alone_first_leaves_the_others_in_step():
+    """(A Halo split its communicator by node on a process's first Halo only: rank 0's
+    COMM_SELF Halo made it skip the split of the world's, where the others waited.)"""
+    if RANK == 0:
+        alone = tgm.Halo(MPI.COMM_SELF, (8,), 1)
+        assert alone.shape == (10,)
+    halo = tgm.Halo(comm, (8 * P,), 1)
+    u = halo.local(np.arange(8.0 * P))
+    halo.exchange(u)
+    np.testing.assert_array_equal(u[1:-1], np.arange(8.0 * RANK, 8.0 * RANK + 8))
