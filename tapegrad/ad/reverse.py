@@ -413,10 +413,7 @@ class _Reverse(ExpressionAdjoints, Transform):
             raise self.fail(s, f"tg.{name} of a differentiated value on local or private "
                                "memory cannot be differentiated yet; accumulate into an "
                                "argument array instead")
-        if array in self.loaded and all(getattr(n, "_tg_extreme", None) for n in ast.walk(
-                ast.Module(body=self.body, type_ignores=[])) if isinstance(n, ast.Subscript)
-                and isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name)
-                and n.value.id == array):
+        if array in self.loaded and self.read_by_tangent_only(array):
             raise self.fail(s, f"tg.{name} has no second derivative in tapegrad (tg.hvp "
                                "differentiates its tangent, which reads the element); find the "
                                "extreme without atomics, which both modes differentiate")
@@ -434,6 +431,14 @@ class _Reverse(ExpressionAdjoints, Transform):
         if name == "atomic_sub":
             g = _neg(g)
         return [], [_assign(adj, shadow)] + self.backprop(call.args[2], g)
+
+    def read_by_tangent_only(self, array: str) -> bool:
+        """Whether every read of ``array`` is one a tangent kernel made to follow an atomic
+        extreme (forward.py), so that this is tg.hvp differentiating that tangent."""
+        return all(getattr(n, "_tg_extreme", None)
+                   for n in ast.walk(ast.Module(body=self.body, type_ignores=[]))
+                   if isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load)
+                   and isinstance(n.value, ast.Name) and n.value.id == array)
 
     def extremum(self, call: ast.Call) -> list[ast.stmt]:
         """The adjoint of ``tg.atomic_max(A, idx, c)`` (``min``) for a constant ``c``: where

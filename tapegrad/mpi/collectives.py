@@ -55,7 +55,7 @@ def allreduce(x: Any, comm: Any = None) -> Any:
     """
     MPI = mpi()
     comm = MPI.COMM_WORLD if comm is None else comm
-    refuse_jacobian("tapegrad.mpi.allreduce", comm.Get_size())
+    refuse_jacobian("tapegrad.mpi.allreduce", comm)
     if is_array(x) or isinstance(x, bool) or not isinstance(x, (int, float, np.number)):
         raise TapegradError(f"tgm.allreduce sums numbers (tg.sum/tg.dot results, tape scalars), "
                             f"got {type(x).__name__}; reduce an array first (tg.sum(u))")
@@ -124,7 +124,7 @@ def sendrecv(x: Any, dest: int, source: int, comm: Any = None, shape: Any = None
     """
     MPI = mpi()
     comm = MPI.COMM_WORLD if comm is None else comm
-    refuse_jacobian("tapegrad.mpi.sendrecv", comm.Get_size())
+    refuse_jacobian("tapegrad.mpi.sendrecv", comm)
     check_array(x, "tgm.sendrecv")
     shape = tuple(x.shape) if shape is None else tuple(shape)
     ctx = current_forward()

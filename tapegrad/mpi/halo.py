@@ -99,7 +99,7 @@ class Halo:
         """Fill ``u``'s ghost cells from the neighbouring processes (in place); recorded on
         the tapes that record, with its adjoint, and carried in forward mode (the tangents'
         ghosts are exchanged too).  Every process of the communicator must call it."""
-        refuse_jacobian("halo.exchange", self.cart.Get_size())
+        refuse_jacobian("halo.exchange", self.cart)
         check_array(u, "halo.exchange")
         if tuple(u.shape) != self.shape:
             raise TapegradError(f"halo.exchange: an array of shape {tuple(u.shape)}, but this "

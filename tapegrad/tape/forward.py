@@ -29,6 +29,7 @@ from tapegrad.tape.stamps import (
     same_bits,
     sample,
     verify_by_default,
+    watched,
 )
 
 
@@ -94,7 +95,7 @@ class ForwardContext:
             self.prune_at = max(8, 2 * len(self.tangents))
 
     def stamp(self, x: Any, ident: Any) -> None:
-        if (type(x) is np.ndarray or self.verify) and np.dtype(x.dtype).kind == "f":
+        if watched(x, self.verify):
             self.stamps[ident] = self.sample(x)
 
     def wrote(self, x: Any) -> None:
@@ -106,7 +107,7 @@ class ForwardContext:
         """Before ``reader`` reads ``x``'s values (None: ``x`` is the result whose tangent is
         asked for): as the operation that gave it its tangent left them (else its tangent
         would belong to other values)."""
-        if type(x) is not np.ndarray and not self.verify:
+        if not watched(x, self.verify):
             return                # (device arrays: not sampled, as the tape's launches)
         ident = self.ids.find(x)
         stamp = self.stamps.get(ident) if ident is not None else None

@@ -61,10 +61,11 @@ forward_var: ContextVar[tuple[Any, ...]] = ContextVar("tapegrad_forward", defaul
 jacobian_var: ContextVar[bool] = ContextVar("tapegrad_jacobian", default=False)
 
 
-def refuse_jacobian(op: str, processes: int) -> None:
-    """``op`` (a tapegrad.mpi operation over ``processes``) refuses to run under
-    ``tg.jacobian`` where another process takes part."""
-    if processes > 1 and jacobian_var.get():
+def refuse_jacobian(op: str, comm: Any) -> None:
+    """``op`` (a tapegrad.mpi operation over communicator ``comm``) refuses to run under
+    ``tg.jacobian`` where another process takes part (asked only then: an exchange is a
+    simulation's step)."""
+    if jacobian_var.get() and comm.Get_size() > 1:
         raise TapegradError(
             f"tg.jacobian cannot differentiate through {op}: it seeds every row (or column) "
             "on every process at once, and the collectives would add the other processes' "

@@ -19,6 +19,14 @@ def verify_by_default() -> bool:
     return os.environ.get("TAPEGRAD_VERIFY", "") not in ("", "0")
 
 
+def watched(x: Any, verify: bool) -> bool:
+    """Whether stamps follow array ``x``: a float one on the host, or anywhere under
+    ``verify`` (reading device memory is a synchronisation)."""
+    if type(x) is np.ndarray:
+        return x.dtype.kind == "f"
+    return verify and np.dtype(x.dtype).kind == "f"
+
+
 def sample(x: Any) -> tuple | None:
     """Two elements of a NumPy array (its first and last), a cheap stand-in for its contents
     that host code scaling or refilling the array changes; None for arrays elsewhere (reading
@@ -138,8 +146,7 @@ def _differs(tape: Any, stamp: Any, x: Any) -> bool:
     """Whether ``x`` no longer holds what a recorded operation left (``stamp``, taken by
     ``tape.sample``; NaNs compared by their bits), where the tape stamps such arrays: float
     ones, on the host (elsewhere under ``verify``: the launches' rule)."""
-    if stamp is None or type(stamp) is Derivatives or np.dtype(x.dtype).kind != "f" \
-            or type(x) is not np.ndarray and not tape.verify:
+    if stamp is None or type(stamp) is Derivatives or not watched(x, tape.verify):
         return False
     now = tape.sample(x)
     return stamp != now and not same_bits(stamp, now)
@@ -177,7 +184,7 @@ class HostChanges:
     def unchanged_since_use(self, x: Any, who: str, ident: Any = None) -> None:
         """Before a recorded host operation (``who``) uses ``x``: as the last recorded
         operation left it (``changed_by_host``); stamped here if none has used it yet."""
-        if type(x) is not np.ndarray and not self.verify or np.dtype(x.dtype).kind != "f":
+        if not watched(x, self.verify):
             return                # (the launches' rule: device arrays only under verify)
         ident = self.track(x) if ident is None else ident
         stamp = self.stamps.get(ident)
