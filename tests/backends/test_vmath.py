@@ -348,6 +348,40 @@ def test_loops_vectorise(name):
             assert "double" not in body or width == "double", (name, "float32 code uses double")
 
 
+# a function and its derivative of one argument, as a tangent computes them (expm1' = exp,
+# sinh' = cosh, cosh' = sinh): what they share is computed once
+PAIRS = [("expm1", "exp"), ("sinh", "cosh"), ("cosh", "sinh")]
+
+
+def _polynomial_steps(dt, *functions):
+    """The multiply-adds (polynomial steps) in a function returning the sum of ``functions``
+    of its argument, once LLVM has optimised it."""
+    f, g = (*functions, None)[:2]
+    if g is None:
+        def one(x):
+            return f(x)
+    else:
+        def one(x):
+            return f(x) + g(x)
+
+    compiled = numba.njit(one)
+    compiled(dt(0.5))
+    return len(re.findall(r"call \w+ @llvm\.fmuladd", compiled.inspect_llvm(compiled.signatures[0])))
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=["-".join(p) for p in PAIRS])
+def test_a_function_and_its_derivative_share_their_work(pair):
+    """The derivative adds no polynomial step of its own (cosh' adds sinh's near 0 only)."""
+    f, g = (getattr(vmath, name) for name in pair)
+    for dt in (np.float32, np.float64):
+        extra = 0
+        if pair == ("cosh", "sinh"):
+            extra = _polynomial_steps(dt, vmath.sinh) - _polynomial_steps(dt, vmath.cosh)
+        alone = _polynomial_steps(dt, f)
+        assert alone > 0 and extra >= 0
+        assert _polynomial_steps(dt, f, g) == alone + extra, (pair, dt)
+
+
 # -- pow (float32) -----------------------------------------------------------------------------
 
 @numba.njit

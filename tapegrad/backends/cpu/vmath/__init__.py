@@ -32,7 +32,10 @@ Methods (all written for this module):
   ``|r| <= ln2/2``, ``ln2`` split so that ``k*ln2_hi`` is exact; a minimax polynomial for
   ``expm1(r)`` returned as a double-word ``eh + el``; scaling by ``2**k`` in two exact
   steps so that results in the subnormal range are rounded once.  ``sinh`` (``|x| < 1``)
-  and ``tanh`` (``|x| < 0.5625``) use odd minimax polynomials near 0.
+  and ``tanh`` (``|x| < 0.5625``) use odd minimax polynomials near 0.  ``expm1`` reduces
+  ``exp``'s argument (clamped alike), and ``sinh`` and ``cosh`` the same ``|x|``, so that a
+  tangent, which computes a function and its derivative of one argument, reduces and
+  evaluates the polynomial once (LLVM merges the same operations on the same value).
 * ``log``/``log1p``: exponent/mantissa split through the bit pattern, mantissa centred on
   ``[sqrt(1/2), sqrt(2))``, ``log(1+f) = 2 atanh(f/(2+f))`` with a minimax polynomial;
   ``log1p`` adds the rounding error of ``1 + x`` as ``c/(1+x)``.

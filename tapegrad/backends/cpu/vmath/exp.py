@@ -181,19 +181,22 @@ def _exp32(x):
 
 @njit(forceinline=True)
 def _expm1_64(x):
-    xc = _sel(x > -45.0, x, -45.0)
+    # the core on exp's argument, so that a loop computing both (a tangent: expm1' = exp)
+    # computes it once (LLVM merges the same operations on the same value)
+    xc = _sel(x > -746.0, x, -746.0)
     xc = _sel(xc < 710.0, xc, 710.0)
     kf, eh, el = _em_core64(xc)
-    y = _expm1_from64(kf, eh, el)
+    # (below -45, 2**k at k = -66 gives expm1 = -1 + 2**-66 (1 + eh + el): -1, rounded)
+    y = _expm1_from64(_sel(kf > -66.0, kf, -66.0), eh, el)
     return _sel(not abs(x) >= _P2M54, x, y)    # tiny, +-0, subnormal and nan: x
 
 
 @njit(forceinline=True)
 def _expm1_32(x):
-    xc = _sel(x > _F(-20.0), x, _F(-20.0))
+    xc = _sel(x > _F(-104.0), x, _F(-104.0))
     xc = _sel(xc < _F(89.0), xc, _F(89.0))
     kf, eh, el = _em_core32(xc)
-    y = _expm1_from32(kf, eh, el)
+    y = _expm1_from32(_sel(kf > _F(-31.0), kf, _F(-31.0)), eh, el)
     return _sel(not abs(x) >= _F(_P2M25), x, y)
 
 
