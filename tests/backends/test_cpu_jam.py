@@ -100,6 +100,59 @@ def test_the_adjoint_adds_into_per_thread_copies_with_constant_bounds_and_the_sa
     assert np.array_equal(dA, plain_dA) and np.array_equal(dB, plain_dB)
 
 
+@tg.kernel
+def staged(Out, X, S):
+    """A tile copied from X (on the stack), one added into (heap), one too large for the
+    stack (heap)."""
+    i, j = tg.index(tg.Global, tg.NTuple)
+    li, lj = tg.index(tg.Local, tg.NTuple)
+    tile = tg.localmem(X.dtype, (16, 16))
+    sums = tg.localmem(X.dtype, (16, 16))
+    big = tg.localmem(X.dtype, (64, 64))       # (16 KiB)
+    tile[li, lj] = X[i, j]
+    sums[li, lj] = 0.0
+    big[li, lj] = S[i, j]
+    tg.synchronize()
+    for k in range(16):
+        sums[li, lj] = sums[li, lj] + tile[li, (lj + k) % 16]
+    Out[i, j] = sums[li, lj] * big[li, lj]
+
+
+@pytest.mark.parametrize("shape", [(48, 32), (40, 37)])
+def test_tiles_copied_from_inputs_are_on_the_stack_with_the_same_bits(shape):
+    rng = np.random.default_rng(7)
+    X, S = (rng.random(shape).astype(np.float32) for _ in range(2))
+    results = []
+    for backend in (CPU, NO_JAM):
+        out = np.full_like(X, np.nan)
+        staged(backend, (16, 16))(out, X, S, ndrange=X.shape)
+        source = staged.source("primal", backend)
+        jammed = backend is CPU
+        assert ("tile = stack_empty(np.float32, 16, 16)" in source) == jammed
+        assert ("each row of a tile one vector" in source) == jammed
+        assert "sums = aligned_empty((16, 16), np.float32)" in source
+        assert "big = aligned_empty((64, 64), np.float32)" in source
+        results.append(out)
+    # each work-item sums its row of its group's tile: defined where no column is cut off
+    cols = shape[1] // 16 * 16
+    row_sums = X[:, :cols].astype(np.float64).reshape(shape[0], -1, 16).sum(axis=2)
+    expected = np.repeat(row_sums, 16, axis=1) * S[:, :cols]
+    np.testing.assert_allclose(results[0][:, :cols], expected, rtol=1e-5)
+    assert np.array_equal(results[0][:, :cols], results[1][:, :cols])
+
+
+def test_the_adjoint_keeps_its_shadow_tiles_on_the_heap():
+    A, B, W = operands((32, 32, 32), 8)
+    dA, dB = np.zeros_like(A), np.zeros_like(B)
+    tg.autodiff(tg.Reverse, matmul_k(CPU, (TILE, TILE)), tg.Const,
+                tg.DuplicatedNoNeed(np.empty((32, 32), np.float32), W.copy()),
+                tg.Duplicated(A, dA), tg.Duplicated(B, dB), ndrange=(32, 32))
+    source = matmul_k.source("reverse", CPU)
+    assert "tile_a = stack_empty(np.float32, 16, 16)" in source
+    assert "tile_a_bar = aligned_empty((16, 16), np.float32)" in source
+    np.testing.assert_allclose(dA, W.astype(np.float64) @ B.T, rtol=1e-4, atol=1e-4)
+
+
 BODY = ["for _l0 in range(_lim0):",
         "    for _l1 in range(_lim1):",
         "        _li = _l0 * 16 + _l1",

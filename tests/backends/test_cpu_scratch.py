@@ -8,7 +8,13 @@ import numba
 import numpy as np
 import pytest
 
-from tapegrad.backends.cpu.copies import aligned_empty
+from tapegrad.backends.cpu.copies import (
+    STACK_BYTES,
+    STACK_TOTAL,
+    Scratch,
+    aligned_empty,
+    stack_empty,
+)
 
 
 @numba.njit
@@ -23,9 +29,24 @@ def _misaligned(n):
         c[k % 5] = 2.0
         bad += (a.ctypes.data % 64 != 0) + (b.ctypes.data % 64 != 0) + (c.ctypes.data % 64 != 0)
         bad += (a.shape != (16, 16)) + (b.shape != (3, 7)) + (c.size != k % 5 + 1)
+        d = stack_empty(np.float32, 16, 16)      # (on the stack: small tiles, jam.py)
+        e = stack_empty(np.int64, 3, 7)
+        d[15, 15] = 1.0
+        e[2, 6] = 7
+        bad += (d.ctypes.data % 64 != 0) + (e.ctypes.data % 64 != 0) + (d[15, 15] != 1.0)
+        bad += (d.shape != (16, 16)) + (e.shape != (3, 7)) + (e.strides != (56, 8)) + (e[2, 6] != 7)
     return bad
 
 
 @pytest.mark.parametrize("n", [1, 200])
 def test_scratch_arrays_start_on_64_byte_boundaries(n):
     assert _misaligned(n) == 0
+
+
+def test_only_small_tiles_that_nothing_adds_into_go_on_the_stack():
+    scratch = Scratch({"sums"})
+    lines = [scratch.line(f"tile{k}", (16, STACK_BYTES // 64), "float32") for k in range(9)]
+    assert [("stack_empty" in line) for line in lines] == [True] * (STACK_TOTAL // STACK_BYTES) + [False]
+    assert scratch.line("sums", (4,), "float32") == "sums = aligned_empty((4,), np.float32)"
+    assert "aligned_empty" in Scratch(set()).line("big", (STACK_BYTES + 1,), "int8")
+    assert "aligned_empty" in Scratch(None).line("tile", (4,), "float32")     # (jam off)

@@ -27,6 +27,7 @@ import os
 from collections.abc import Callable
 from functools import partial
 
+from tapegrad.backends.cpu.copies import Scratch, accumulated
 from tapegrad.backends.cpu.definite import unassigned_locals, zeroed_per_item
 from tapegrad.backends.cpu.expressions import (
     CPULowering,
@@ -35,7 +36,7 @@ from tapegrad.backends.cpu.expressions import (
     vmath_version,
 )
 from tapegrad.backends.cpu.itemcode import additive, rename_assigned
-from tapegrad.backends.cpu.jam import constant_bounds, jam_rows
+from tapegrad.backends.cpu.jam import constant_bounds, jam_rows, tile_copies
 from tapegrad.backends.cpu.outline import one_group_call, outline_task
 from tapegrad.backends.cpu.passes import Plan, bounds_checked, is_integral, plan
 from tapegrad.backends.cpu.privatize import PrivateSums
@@ -90,6 +91,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
     def __init__(self, tk: TypedKernel, plan: Plan):
         super().__init__(tk)
         self.plan = plan
+        self.scratch = Scratch(accumulated(plan.body) if plan.jam else None)   # (copies.py)
 
     # -- the whole module ---------------------------------------------------------------
     def write(self) -> Lowered:
@@ -115,7 +117,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         out.emit("from tapegrad.backends.cpu.atomics import " + ", ".join(
             f"plain_{a[len('atomic_'):]}" for a in ATOMICS), 0)
         out.emit("from tapegrad.backends.cpu.sums import group_sum", 0)
-        out.emit("from tapegrad.backends.cpu.copies import aligned_empty, transposed", 0)
+        out.emit("from tapegrad.backends.cpu.copies import aligned_empty, stack_empty, transposed", 0)
         for row in helpers_used([self.tk, *device_functions(self.tk)], CPULowering.target):
             out.blank()
             out.blank()
@@ -306,7 +308,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
             # the work-item index last: a work-item loop then walks each slot contiguously
             self.out.emit(f"{name}__items = aligned_empty({shape + (total,)}, np.{dtype})", 2)
         else:
-            self.out.emit(f"{name} = aligned_empty({shape}, np.{dtype})", 2)
+            self.out.emit(self.scratch.line(name, shape, dtype), 2)
 
     # -- work-item loops ----------------------------------------------------------------
     def versioned_item_loop(self, stmts: list[ast.stmt], low: CPULowering, depth: int) -> None:
@@ -498,6 +500,8 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         lines = jam_rows(block, self.rank, self.W)
         if lines is None and self.known_private and all(self.known_private.values()):
             lines = constant_bounds(block, self.rank, self.W)
+        if lines is None:
+            lines = tile_copies(block, self.rank, self.W, self.scratch.stacked)
         if lines is None:
             return
         mapped = {n - start: out.user_line.pop(n) for n in range(start + 1, len(out.lines) + 1)
