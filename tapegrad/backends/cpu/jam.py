@@ -44,6 +44,20 @@ _PURE_MODULES = {"np", "vmath", "math"}
 _PURE_NAMES = {"min", "max", "abs", "int", "float"}
 
 
+def full_groups(block: list[str], rank: int, groupsize: tuple[int, ...], into_copies: bool,
+                stacked: set[str]) -> list[str] | None:
+    """``block`` (a 2-D work-item loop nest, as for ``jam_rows``) with a version for full
+    groups: its rows jammed, or where it adds into per-thread copies (``into_copies``) its
+    loops with constant bounds, or where it copies into tiles on the stack (``stacked``) its
+    copy with constant extents; None where none applies."""
+    lines = jam_rows(block, rank, groupsize)
+    if lines is None and into_copies:
+        lines = constant_bounds(block, rank, groupsize)
+    if lines is None:
+        lines = tile_copies(block, rank, groupsize, stacked)
+    return lines
+
+
 def jam_rows(block: list[str], rank: int, groupsize: tuple[int, ...]) -> list[str] | None:
     """``block``: the lines of a 2-D work-item loop nest (``for _l0 in range(_lim0):`` ...,
     without indentation of its own); the same nest with a jammed version for full groups,

@@ -36,7 +36,7 @@ from tapegrad.backends.cpu.expressions import (
     vmath_version,
 )
 from tapegrad.backends.cpu.itemcode import additive, rename_assigned
-from tapegrad.backends.cpu.jam import constant_bounds, jam_rows, tile_copies
+from tapegrad.backends.cpu.jam import full_groups
 from tapegrad.backends.cpu.outline import one_group_call, outline_task
 from tapegrad.backends.cpu.passes import Plan, bounds_checked, is_integral, plan
 from tapegrad.backends.cpu.privatize import PrivateSums
@@ -493,15 +493,12 @@ class _KernelWriter(PrivateSums, ModuleWriter):
 
     def jam(self, start: int, depth: int) -> None:
         """The work-item loop nest emitted from line ``start`` on, with a version for full
-        groups whose rows are jammed where its body allows it, or, in the branch adding into
-        per-thread copies, whose loops have constant bounds (jam.py)."""
+        groups (jam.full_groups): rows jammed, or constant bounds where it adds into
+        per-thread copies or copies into tiles on the stack."""
         out = self.out
         block = [line[4 * depth:] for line in out.lines[start:]]
-        lines = jam_rows(block, self.rank, self.W)
-        if lines is None and self.known_private and all(self.known_private.values()):
-            lines = constant_bounds(block, self.rank, self.W)
-        if lines is None:
-            lines = tile_copies(block, self.rank, self.W, self.scratch.stacked)
+        copies = bool(self.known_private) and all(self.known_private.values())
+        lines = full_groups(block, self.rank, self.W, copies, self.scratch.stacked)
         if lines is None:
             return
         mapped = {n - start: out.user_line.pop(n) for n in range(start + 1, len(out.lines) + 1)
