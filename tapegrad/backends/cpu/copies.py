@@ -60,9 +60,12 @@ STACK_TOTAL = 32768
 @intrinsic
 def _stack_empty(typingctx, dtype, *dims):  # noqa: ANN001, ANN002, ANN201, ARG001
     """An uninitialised C-contiguous array of constant shape ``dims`` on the stack of the
-    function that makes it, 64-byte aligned (for ``scratch``).  LLVM then knows that it
+    function that makes it, 64-byte aligned (for ``Scratch``).  LLVM then knows that it
     aliases no argument, so the copy of a row of an input into a tile of local memory is one
-    vector load and store, where it was a scalar loop (heap) or a call to memcpy per row."""
+    vector load and store, where it was a scalar loop (heap) or a call to memcpy per row.
+    Unlike ``np.empty``: each call site has one buffer, the same on every run of it (a
+    generated task makes its tiles once, before its loops), and it must not outlive the
+    function (a task never returns its local memory)."""
     if not all(isinstance(d, types.IntegerLiteral) and d.literal_value > 0 for d in dims):
         return None
     sizes = [d.literal_value for d in dims]
@@ -76,7 +79,7 @@ def _stack_empty(typingctx, dtype, *dims):  # noqa: ANN001, ANN002, ANN201, ARG0
         for d in reversed(sizes):
             strides.insert(0, ir.Constant(intp, total * itemsize))
             total *= d
-        with builder.goto_entry_block():     # (a static alloca: made once, not per call site)
+        with builder.goto_entry_block():     # (a static alloca: one per call site, reused)
             buffer = builder.alloca(ir.ArrayType(element, total))
             buffer.align = ALIGN
         made = make_array(array)(context, builder)
@@ -93,8 +96,10 @@ stack_empty = _stack_empty
 
 class Scratch:
     """Where a generated task's local memory comes from: the line that makes each array, on
-    the stack while it is small (``STACK_BYTES``, ``STACK_TOTAL`` in all) and nothing adds
-    into it (``accumulated``), from the heap (``aligned_empty``) otherwise.  On the stack a
+    the stack while it is small (``STACK_BYTES``, ``STACK_TOTAL`` in all: arrays made once
+    that is spent go to the heap) and the kernel does not visibly add into it
+    (``accumulated``), from the heap (``aligned_empty``) otherwise.  Only speed depends on
+    the choice.  On the stack a
     tile copied from an input is one vector load and store per row (``jam.tile_copies``);
     a shadow tile that the adjoint adds into ran slower there (a float32 tiled matmul's
     adjoint, 512², 2-core EPYC: 6.9-7.8 ms against 5.3-5.8 on the heap).
@@ -120,12 +125,19 @@ class Scratch:
                 and 0 < size <= STACK_BYTES and self.on_stack + size <= STACK_TOTAL):
             self.on_stack += size
             self.stacked.add(name)
-            return f"{name} = stack_empty(np.{dtype}, {', '.join(map(str, shape))})"
-        return f"{name} = aligned_empty({shape}, np.{dtype})"
+            return f"{name} = stack_empty({numpy_name(dtype)}, {', '.join(map(str, shape))})"
+        return f"{name} = aligned_empty({shape}, {numpy_name(dtype)})"
+
+
+def numpy_name(dtype: str) -> str:
+    """NumPy's name for ``dtype`` in generated code (``np.bool_``: NumPy 1.x has no
+    ``np.bool``)."""
+    return "np.bool_" if dtype == "bool" else f"np.{dtype}"
 
 
 def accumulated(body: list[ast.stmt]) -> set[str]:
-    """The arrays that ``body`` adds into: ``x[i] = x[i] + v``, ``x[i] += v`` and atomics.
+    """The arrays that ``body`` adds into as it is written: ``x[i] = x[i] + v``,
+    ``x[i] += v`` and atomics (not through a temporary, nor inside a device function).
 
     >>> sorted(accumulated(ast.parse("t[i] = t[i] + s; u[i] = v[i]; tg.atomic_add(w, i, 1.0)").body))
     ['t', 'w']

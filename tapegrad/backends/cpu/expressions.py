@@ -99,6 +99,15 @@ def atomics_version() -> str:
     return _digest([Path(atomics.__file__)])
 
 
+@functools.cache
+def helpers_version() -> str:
+    """A digest of copies.py and sums.py, whose functions (scratch arrays, group sums) every
+    generated module imports and Numba compiles into it: a change to them must change the
+    module."""
+    from tapegrad.backends.cpu import copies, sums
+    return _digest([Path(copies.__file__), Path(sums.__file__)])
+
+
 def uses_atomics(kernels: list[TypedKernel]) -> bool:
     """Whether any of ``kernels`` (a kernel and its device functions) calls an atomic."""
     return any((tg_name(n) or "").startswith("atomic_") for k in kernels

@@ -101,8 +101,8 @@ def constant_bounds(block: list[str], rank: int, groupsize: tuple[int, ...]) -> 
 def tile_copies(block: list[str], rank: int, groupsize: tuple[int, ...],
                 stacked: set[str]) -> list[str] | None:
     """``block`` (as for ``jam_rows``) with a copy for full groups with constant extents
-    where its body only stores values it reads into tiles on the task's stack (``stacked``,
-    copies.py), or None: each row's copy is then a vector load and store, where the group's
+    where its body is straight-line assignments of values it reads, storing into a tile on
+    the task's stack (``stacked``, copies.py) among others, or None: each row's copy is then a vector load and store, where the group's
     ``_lim1`` left a scalar loop or a call to memcpy per row (LLVM knows that a tile on the
     stack aliases none of the kernel's arrays)."""
     body = _item_body(block, rank)

@@ -27,11 +27,12 @@ import os
 from collections.abc import Callable
 from functools import partial
 
-from tapegrad.backends.cpu.copies import Scratch, accumulated
+from tapegrad.backends.cpu.copies import Scratch, accumulated, numpy_name
 from tapegrad.backends.cpu.definite import unassigned_locals, zeroed_per_item
 from tapegrad.backends.cpu.expressions import (
     CPULowering,
     atomics_version,
+    helpers_version,
     uses_atomics,
     vmath_version,
 )
@@ -116,7 +117,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         out.emit("from tapegrad.backends.cpu.atomics import " + ", ".join(ATOMICS) + stamp, 0)
         out.emit("from tapegrad.backends.cpu.atomics import " + ", ".join(
             f"plain_{a[len('atomic_'):]}" for a in ATOMICS), 0)
-        out.emit("from tapegrad.backends.cpu.sums import group_sum", 0)
+        out.emit(f"from tapegrad.backends.cpu.sums import group_sum  # version {helpers_version()}", 0)
         out.emit("from tapegrad.backends.cpu.copies import aligned_empty, stack_empty, transposed", 0)
         for row in helpers_used([self.tk, *device_functions(self.tk)], CPULowering.target):
             out.blank()
@@ -306,7 +307,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
             for w in self.W:
                 total *= w
             # the work-item index last: a work-item loop then walks each slot contiguously
-            self.out.emit(f"{name}__items = aligned_empty({shape + (total,)}, np.{dtype})", 2)
+            self.out.emit(f"{name}__items = aligned_empty({shape + (total,)}, {numpy_name(dtype)})", 2)
         else:
             self.out.emit(self.scratch.line(name, shape, dtype), 2)
 
@@ -531,7 +532,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
             total *= w
         for n in sorted(promoted):
             dtype = plan.runtime_values.get(n) or self.tk.locals[n].dtype
-            self.out.emit(f"{n}__items = aligned_empty(({total},), np.{dtype})", 2)
+            self.out.emit(f"{n}__items = aligned_empty(({total},), {numpy_name(str(dtype))})", 2)
         for s in decls:
             self.allocate(s, per_item=memory_decl(s) == "private")
         self.open_group_loop()

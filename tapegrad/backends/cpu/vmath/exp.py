@@ -186,7 +186,8 @@ def _expm1_64(x):
     xc = _sel(x > -746.0, x, -746.0)
     xc = _sel(xc < 710.0, xc, 710.0)
     kf, eh, el = _em_core64(xc)
-    # (below -45, 2**k at k = -66 gives expm1 = -1 + 2**-66 (1 + eh + el): -1, rounded)
+    # (kf clamped at -66, below about x = -46: -1 + 2**-66 (1 + eh + el) rounds to -1, as
+    # every expm1 below -45 does)
     y = _expm1_from64(_sel(kf > -66.0, kf, -66.0), eh, el)
     return _sel(not abs(x) >= _P2M54, x, y)    # tiny, +-0, subnormal and nan: x
 
