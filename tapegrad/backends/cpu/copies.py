@@ -1,9 +1,9 @@
 """Arrays a CPU kernel makes for itself: its local memory and per-work-item slots, on 64-byte
-boundaries, and transposed copies of inputs (see ``transposed.py``)."""
+boundaries (on the heap, or small tiles on the stack: ``scratch.py`` chooses), and transposed
+copies of inputs (see ``transposed.py``).  Generated modules carry a digest of this file:
+its code is compiled into every kernel."""
 
 from __future__ import annotations
-
-import ast
 
 import numba
 import numpy as np
@@ -15,9 +15,14 @@ from numba.extending import intrinsic
 from tapegrad.backends.numba_cache import njit
 
 try:            # Numba's own array allocation (internal: a Numba without it aligns as it does)
-    from numba.np.arrayobj import _empty_nd_impl, make_array, populate_array
+    from numba.np.arrayobj import _empty_nd_impl
 except ImportError:  # pragma: no cover
     _empty_nd_impl = None
+try:            # (internal too: a Numba without them has no arrays on the stack)
+    from numba.np.arrayobj import make_array, populate_array
+    STACK_ARRAYS = True
+except ImportError:  # pragma: no cover
+    STACK_ARRAYS = False
 
 ALIGN = 64      # one AVX-512 vector, one cache line
 
@@ -51,16 +56,10 @@ else:  # pragma: no cover
     def aligned_empty(shape, dtype):  # noqa: ANN001, ANN201
         return np.empty(shape, dtype)
 
-# A scratch array this small (the bytes of one) lives on the task's stack, up to this many
-# bytes in all per task; larger ones, and those past the total, come from the heap.
-STACK_BYTES = 4096
-STACK_TOTAL = 32768
-
-
 @intrinsic
-def _stack_empty(typingctx, dtype, *dims):  # noqa: ANN001, ANN002, ANN201, ARG001
+def stack_empty(typingctx, dtype, *dims):  # noqa: ANN001, ANN002, ANN201, ARG001
     """An uninitialised C-contiguous array of constant shape ``dims`` on the stack of the
-    function that makes it, 64-byte aligned (for ``Scratch``).  LLVM then knows that it
+    function that makes it, 64-byte aligned (for ``scratch.Scratch``).  LLVM then knows that it
     aliases no argument, so the copy of a row of an input into a tile of local memory is one
     vector load and store, where it was a scalar loop (heap) or a call to memcpy per row.
     Unlike ``np.empty``: each call site has one buffer, the same on every run of it (a
@@ -89,78 +88,6 @@ def _stack_empty(typingctx, dtype, *dims):  # noqa: ANN001, ANN002, ANN201, ARG0
         return made._getvalue()
 
     return array(dtype, types.StarArgTuple.from_types(dims)), codegen
-
-
-stack_empty = _stack_empty
-
-
-class Scratch:
-    """Where a generated task's local memory comes from: the line that makes each array, on
-    the stack while it is small (``STACK_BYTES``, ``STACK_TOTAL`` in all: arrays made once
-    that is spent go to the heap) and the kernel does not visibly add into it
-    (``accumulated``), from the heap (``aligned_empty``) otherwise.  Only speed depends on
-    the choice.  On the stack a
-    tile copied from an input is one vector load and store per row (``jam.tile_copies``);
-    a shadow tile that the adjoint adds into ran slower there (a float32 tiled matmul's
-    adjoint, 512², 2-core EPYC: 6.9-7.8 ms against 5.3-5.8 on the heap).
-
-    >>> s = Scratch(set())
-    >>> s.line("tile", (16, 16), "float32")
-    'tile = stack_empty(np.float32, 16, 16)'
-    >>> s.line("big", (64, 64), "float64")
-    'big = aligned_empty((64, 64), np.float64)'
-    """
-
-    def __init__(self, accumulated: set[str] | None) -> None:
-        self.accumulated = accumulated        # None: every array on the heap
-        self.on_stack = 0
-        self.stacked: set[str] = set()     # the names of those on the stack
-
-    def line(self, name: str, shape: tuple[int, ...], dtype: str) -> str:
-        size = np.dtype(dtype).itemsize
-        for d in shape:
-            size *= d
-        if (_empty_nd_impl is not None and self.accumulated is not None
-                and name not in self.accumulated
-                and 0 < size <= STACK_BYTES and self.on_stack + size <= STACK_TOTAL):
-            self.on_stack += size
-            self.stacked.add(name)
-            return f"{name} = stack_empty({numpy_name(dtype)}, {', '.join(map(str, shape))})"
-        return f"{name} = aligned_empty({shape}, {numpy_name(dtype)})"
-
-
-def numpy_name(dtype: str) -> str:
-    """NumPy's name for ``dtype`` in generated code (``np.bool_``: NumPy 1.x has no
-    ``np.bool``)."""
-    return "np.bool_" if dtype == "bool" else f"np.{dtype}"
-
-
-def accumulated(body: list[ast.stmt]) -> set[str]:
-    """The arrays that ``body`` adds into as it is written: ``x[i] = x[i] + v``,
-    ``x[i] += v`` and atomics (not through a temporary, nor inside a device function).
-
-    >>> sorted(accumulated(ast.parse("t[i] = t[i] + s; u[i] = v[i]; tg.atomic_add(w, i, 1.0)").body))
-    ['t', 'w']
-    """
-    names = set()
-    for n in ast.walk(ast.Module(body=list(body), type_ignores=[])):
-        if isinstance(n, ast.AugAssign):
-            targets = [n.target]
-        elif isinstance(n, ast.Assign):
-            targets = [t for t in n.targets if isinstance(t, ast.Subscript) and any(
-                isinstance(r, ast.Name) and r.id == _base(t) for r in ast.walk(n.value))]
-        elif isinstance(n, ast.Call) and n.args and isinstance(n.args[0], ast.Name) and (
-                getattr(n.func, "attr", getattr(n.func, "id", "")).startswith("atomic_")):
-            names.add(n.args[0].id)
-            continue
-        else:
-            continue
-        names.update(b for b in map(_base, targets) if b)
-    return names
-
-
-def _base(t: ast.expr) -> str | None:
-    return t.value.id if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) else None
 
 
 _BLOCK = 32     # a 32 x 32 block of float32 is 4 KiB: both sides stay in L1 while it moves

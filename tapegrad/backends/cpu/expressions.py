@@ -102,16 +102,37 @@ def atomics_version() -> str:
 @functools.cache
 def helpers_version() -> str:
     """A digest of copies.py and sums.py, whose functions (scratch arrays, group sums) every
-    generated module imports and Numba compiles into it: a change to them must change the
-    module."""
+    generated module imports and Numba compiles into it."""
     from tapegrad.backends.cpu import copies, sums
     return _digest([Path(copies.__file__), Path(sums.__file__)])
 
 
+ATOMICS = ("atomic_add", "atomic_sub", "atomic_min", "atomic_max")
+
+
+def module_imports(kernels: list[TypedKernel]) -> list[str]:
+    """A generated module's imports.  What it imports from tapegrad is compiled into its
+    kernels, so each such line carries a digest of that code (Numba's cache key is the
+    module's own text: new helper code must change it); atomics.py's only where ``kernels``
+    (a kernel and its device functions) use atomics, so that other kernels do not recompile
+    when it changes."""
+    atomics = f"  # version {atomics_version()}" if uses_atomics(kernels) else ""
+    return [
+        "import math", "import numba", "import numpy as np",
+        f"from tapegrad.backends.cpu import vmath  # version {vmath_version()}",
+        "from tapegrad.backends.cpu.atomics import " + ", ".join(ATOMICS) + atomics,
+        "from tapegrad.backends.cpu.atomics import " + ", ".join(
+            f"plain_{a[len('atomic_'):]}" for a in ATOMICS),
+        "from tapegrad.backends.cpu.sums import group_sum",
+        "from tapegrad.backends.cpu.copies import aligned_empty, stack_empty, transposed"
+        f"  # version {helpers_version()} (copies.py, sums.py)"]
+
+
 def uses_atomics(kernels: list[TypedKernel]) -> bool:
-    """Whether any of ``kernels`` (a kernel and its device functions) calls an atomic."""
-    return any((tg_name(n) or "").startswith("atomic_") for k in kernels
-               for n in ast.walk(ast.Module(body=k.ir.body, type_ignores=[])))
+    """Whether any of ``kernels`` (a kernel and its device functions) calls an atomic, or
+    adds a group's sum with one (``group_reduce_add``, an Active scalar's adjoint)."""
+    return any((tg_name(n) or "").startswith("atomic_") or tg_name(n) == "group_reduce_add"
+               for k in kernels for n in ast.walk(ast.Module(body=k.ir.body, type_ignores=[])))
 
 
 def _digest(paths: list[Path]) -> str:

@@ -20,10 +20,11 @@ matmul's adjoint (512², 2-core EPYC, alternating old/new processes) took 10.7-1
 instead of 16.6-22.7 on one thread; float64's did not gain (not copied: ``passes.py``).
 
 A tile that the group copies from an input (``tile_a[li, lj] = A[i, t * TILE + lj]``) lives
-on the task's stack (``copies.Scratch``: small, and nothing adds into it), and the copy's full
-groups get constant extents (``tile_copies``): LLVM then knows that the tile aliases none of
-the kernel's arrays, and each row's copy is one vector load and store, where the heap tile
-left a scalar loop (and a stack tile with the group's ``_lim1``, a call to memcpy per row).
+on the task's stack (``scratch.py``: small, and nothing adds into it), and the copy's full
+groups get constant extents (``tile_copies``, where the copy is straight-line assignments):
+LLVM then knows that the tile aliases none of the kernel's arrays, and each row's copy is
+one vector load and store, where the heap tile left a scalar loop (and a stack tile with the
+group's ``_lim1``, a call to memcpy per row).
 The float32 tiled matmul (512², 2-core EPYC, alternating processes, best of 25): primal 2.48
 -> 2.15 ms, gradient 6.52 -> 5.46 ms; the same bits.
 
@@ -44,14 +45,14 @@ _PURE_MODULES = {"np", "vmath", "math"}
 _PURE_NAMES = {"min", "max", "abs", "int", "float"}
 
 
-def full_groups(block: list[str], rank: int, groupsize: tuple[int, ...], into_copies: bool,
-                stacked: set[str]) -> list[str] | None:
+def full_groups(block: list[str], rank: int, groupsize: tuple[int, ...],
+                into_thread_copies: bool, stacked: set[str]) -> list[str] | None:
     """``block`` (a 2-D work-item loop nest, as for ``jam_rows``) with a version for full
-    groups: its rows jammed, or where it adds into per-thread copies (``into_copies``) its
-    loops with constant bounds, or where it copies into tiles on the stack (``stacked``) its
-    copy with constant extents; None where none applies."""
+    groups: its rows jammed, or where it adds into per-thread copies (``into_thread_copies``)
+    its loops with constant bounds, or where it copies into tiles on the stack (``stacked``)
+    its copy with constant extents; None where none applies."""
     lines = jam_rows(block, rank, groupsize)
-    if lines is None and into_copies:
+    if lines is None and into_thread_copies:
         lines = constant_bounds(block, rank, groupsize)
     if lines is None:
         lines = tile_copies(block, rank, groupsize, stacked)
@@ -102,9 +103,10 @@ def tile_copies(block: list[str], rank: int, groupsize: tuple[int, ...],
                 stacked: set[str]) -> list[str] | None:
     """``block`` (as for ``jam_rows``) with a copy for full groups with constant extents
     where its body is straight-line assignments of values it reads, storing into a tile on
-    the task's stack (``stacked``, copies.py) among others, or None: each row's copy is then a vector load and store, where the group's
-    ``_lim1`` left a scalar loop or a call to memcpy per row (LLVM knows that a tile on the
-    stack aliases none of the kernel's arrays)."""
+    the task's stack (``stacked``, scratch.py) among others, or None: each row's copy is
+    then a vector load and store, where the group's ``_lim1`` left a scalar loop or a call
+    to memcpy per row (LLVM knows that a tile on the stack aliases none of the kernel's
+    arrays)."""
     body = _item_body(block, rank)
     if body is None or not all(isinstance(s, ast.Assign) and _pure(s.value) for s in body):
         return None

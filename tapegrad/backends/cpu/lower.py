@@ -27,20 +27,17 @@ import os
 from collections.abc import Callable
 from functools import partial
 
-from tapegrad.backends.cpu.copies import Scratch, accumulated, numpy_name
 from tapegrad.backends.cpu.definite import unassigned_locals, zeroed_per_item
 from tapegrad.backends.cpu.expressions import (
     CPULowering,
-    atomics_version,
-    helpers_version,
-    uses_atomics,
-    vmath_version,
+    module_imports,
 )
 from tapegrad.backends.cpu.itemcode import additive, rename_assigned
 from tapegrad.backends.cpu.jam import full_groups
 from tapegrad.backends.cpu.outline import one_group_call, outline_task
 from tapegrad.backends.cpu.passes import Plan, bounds_checked, is_integral, plan
 from tapegrad.backends.cpu.privatize import PrivateSums
+from tapegrad.backends.cpu.scratch import Scratch, accumulated, numpy_name
 from tapegrad.backends.cpu.sums import SUM_SLOTS
 from tapegrad.backends.cpu.transposed import SUFFIX, derived_params
 from tapegrad.backends.cpu.versioning import Versions, plan_versions
@@ -66,7 +63,6 @@ from tapegrad.backends.structure import (
 from tapegrad.frontend.ir import tg_name
 from tapegrad.frontend.types import TypedKernel
 
-ATOMICS = ("atomic_add", "atomic_sub", "atomic_min", "atomic_max")
 BAND = 8      # rows of workgroups a tiled 2-D kernel runs down before the next column
 EDGE_COLUMNS = 32   # at most this many columns per row go to the column pass (split_item_loop)
 
@@ -92,7 +88,7 @@ class _KernelWriter(PrivateSums, ModuleWriter):
     def __init__(self, tk: TypedKernel, plan: Plan):
         super().__init__(tk)
         self.plan = plan
-        self.scratch = Scratch(accumulated(plan.body) if plan.jam else None)   # (copies.py)
+        self.scratch = Scratch(accumulated(plan.body) if plan.jam else None)
 
     # -- the whole module ---------------------------------------------------------------
     def write(self) -> Lowered:
@@ -108,17 +104,8 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         out.emit("# Read it to see what runs; edits are overwritten.  The CPU passes:", 0)
         for line in self.plan.describe().splitlines():
             out.emit(f"#   {line}", 0)
-        out.emit("import math", 0)
-        out.emit("import numba", 0)
-        out.emit("import numpy as np", 0)
-        out.emit(f"from tapegrad.backends.cpu import vmath  # version {vmath_version()}", 0)
-        stamp = f"  # version {atomics_version()}" if uses_atomics(
-            [self.tk, *device_functions(self.tk)]) else ""
-        out.emit("from tapegrad.backends.cpu.atomics import " + ", ".join(ATOMICS) + stamp, 0)
-        out.emit("from tapegrad.backends.cpu.atomics import " + ", ".join(
-            f"plain_{a[len('atomic_'):]}" for a in ATOMICS), 0)
-        out.emit(f"from tapegrad.backends.cpu.sums import group_sum  # version {helpers_version()}", 0)
-        out.emit("from tapegrad.backends.cpu.copies import aligned_empty, stack_empty, transposed", 0)
+        for line in module_imports([self.tk, *device_functions(self.tk)]):
+            out.emit(line, 0)
         for row in helpers_used([self.tk, *device_functions(self.tk)], CPULowering.target):
             out.blank()
             out.blank()
@@ -307,7 +294,8 @@ class _KernelWriter(PrivateSums, ModuleWriter):
             for w in self.W:
                 total *= w
             # the work-item index last: a work-item loop then walks each slot contiguously
-            self.out.emit(f"{name}__items = aligned_empty({shape + (total,)}, {numpy_name(dtype)})", 2)
+            items = f"{name}__items"
+            self.out.emit(f"{items} = aligned_empty({shape + (total,)}, {numpy_name(dtype)})", 2)
         else:
             self.out.emit(self.scratch.line(name, shape, dtype), 2)
 
@@ -498,8 +486,8 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         per-thread copies or copies into tiles on the stack."""
         out = self.out
         block = [line[4 * depth:] for line in out.lines[start:]]
-        copies = bool(self.known_private) and all(self.known_private.values())
-        lines = full_groups(block, self.rank, self.W, copies, self.scratch.stacked)
+        thread_copies = bool(self.known_private) and all(self.known_private.values())
+        lines = full_groups(block, self.rank, self.W, thread_copies, self.scratch.stacked)
         if lines is None:
             return
         mapped = {n - start: out.user_line.pop(n) for n in range(start + 1, len(out.lines) + 1)

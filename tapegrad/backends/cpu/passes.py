@@ -60,8 +60,8 @@ PASSES = (
     Pass("edge_columns", "a 2-D stencil's few edge columns run column by column after the "
                          "groups, where their tests are uniform", ("versioning",)),
     Pass("jam", "a float32 2-D kernel's full groups run four rows of work-items at a time "
-                "where their values go through loops of known length, and copy tiles into "
-                "local memory on the stack a vector per row (jam.py)"),
+                "where their values go through loops of known length, and copy inputs into "
+                "small local-memory tiles on the stack a vector per row (jam.py)"),
     Pass("outline", "each parallel task's body is a function of its own, so that Numba's "
                     "parallel lowering sees a small loop (outline.py)"),
 )
@@ -159,7 +159,7 @@ def plan(tk: TypedKernel, off: frozenset[str] = frozenset()) -> Plan:
     jam = ("jam" not in off and tk.rank == 2 and tk.groupsize[0] % JAM == 0
            and tk.groupsize[1] >= 8 and _float32_only(tk))
     note("jam", f"full groups' rows in fours where a loop's values allow (if _lim0 == "
-                f"{tk.groupsize[0]} ...), tiles copied into local memory on the stack" if jam else
+                f"{tk.groupsize[0]} ...), small local-memory tiles on the stack" if jam else
          "needs a float32 2-D kernel whose groups have rows in fours")
 
     outline = "outline" not in off and not debug

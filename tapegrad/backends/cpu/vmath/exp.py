@@ -162,30 +162,37 @@ def _expm1_from32(kf, eh, el):
 
 
 @njit(forceinline=True)
-def _exp64(x):
+def _exp_reduced64(x):
+    """``_em_core64`` of ``x`` clamped to exp's range (-746, 710: past them exp is 0 or
+    inf).  exp and expm1 both reduce it, so that a loop computing both (a tangent:
+    expm1' = exp) computes it once: LLVM merges the same operations on the same value."""
     xc = _sel(x > -746.0, x, -746.0)
-    xc = _sel(xc < 710.0, xc, 710.0)
-    kf, eh, el = _em_core64(xc)
+    return _em_core64(_sel(xc < 710.0, xc, 710.0))
+
+
+@njit(forceinline=True)
+def _exp_reduced32(x):
+    xc = _sel(x > _F(-104.0), x, _F(-104.0))
+    return _em_core32(_sel(xc < _F(89.0), xc, _F(89.0)))
+
+
+@njit(forceinline=True)
+def _exp64(x):
+    kf, eh, el = _exp_reduced64(x)
     y = _scale64(_one_plus64(eh, el), kf)
     return _sel(x == x, y, x)
 
 
 @njit(forceinline=True)
 def _exp32(x):
-    xc = _sel(x > _F(-104.0), x, _F(-104.0))
-    xc = _sel(xc < _F(89.0), xc, _F(89.0))
-    kf, eh, el = _em_core32(xc)
+    kf, eh, el = _exp_reduced32(x)
     y = _scale32(_one_plus32(eh, el), kf)
     return _sel(x == x, y, x)
 
 
 @njit(forceinline=True)
 def _expm1_64(x):
-    # the core on exp's argument, so that a loop computing both (a tangent: expm1' = exp)
-    # computes it once (LLVM merges the same operations on the same value)
-    xc = _sel(x > -746.0, x, -746.0)
-    xc = _sel(xc < 710.0, xc, 710.0)
-    kf, eh, el = _em_core64(xc)
+    kf, eh, el = _exp_reduced64(x)
     # (kf clamped at -66, below about x = -46: -1 + 2**-66 (1 + eh + el) rounds to -1, as
     # every expm1 below -45 does)
     y = _expm1_from64(_sel(kf > -66.0, kf, -66.0), eh, el)
@@ -194,9 +201,7 @@ def _expm1_64(x):
 
 @njit(forceinline=True)
 def _expm1_32(x):
-    xc = _sel(x > _F(-104.0), x, _F(-104.0))
-    xc = _sel(xc < _F(89.0), xc, _F(89.0))
-    kf, eh, el = _em_core32(xc)
+    kf, eh, el = _exp_reduced32(x)
     y = _expm1_from32(_sel(kf > _F(-31.0), kf, _F(-31.0)), eh, el)
     return _sel(not abs(x) >= _F(_P2M25), x, y)
 
