@@ -104,15 +104,16 @@ class _KernelWriter(PrivateSums, ModuleWriter):
         out.emit("# Read it to see what runs; edits are overwritten.  The CPU passes:", 0)
         for line in self.plan.describe().splitlines():
             out.emit(f"#   {line}", 0)
-        for line in module_imports([self.tk, *device_functions(self.tk)]):
+        callees = device_functions(self.tk)
+        for line in module_imports([self.tk, *callees]):
             out.emit(line, 0)
-        for row in helpers_used([self.tk, *device_functions(self.tk)], CPULowering.target):
+        for row in helpers_used([self.tk, *callees], CPULowering.target):
             out.blank()
             out.blank()
             out.emit(_decorator(), 0)
             for line in helper_lines(row, CPULowering.target):
                 out.emit(line, 0)
-        for callee in device_functions(self.tk):
+        for callee in callees:
             out.blank()
             out.blank()
             self.write_function(callee)
