@@ -56,12 +56,12 @@ def test_bench_quick_prints_the_table_and_writes_json(tmp_path):
     assert {r["problem"].split(",")[0] for r in data["hvp"]} == {"sin", "gather", "heat"}
     assert all(r["hvp_ms"] > 0 and r["ratio"] == r["hvp_ms"] / r["gradient_ms"]
                for r in data["hvp"])
-    for impl in ("tg capture", "capt. loss"):
-        captured = [r for r in data["peers"] if r.get("implementation") == impl]
-        assert [r["problem"] for r in captured] == [r["problem"] for r in data["peers"]
-                                                     if "heat" in r.get("problem", "")
-                                                     and r.get("implementation") == "tapegrad"]
-        assert all(r["gradient_ms"] > 0 for r in captured)
+    for impl, only in (("tg capture", "heat"), ("capt. loss", "heat"), ("tg fma", "matmul")):
+        ours = [r for r in data["peers"] if r.get("implementation") == impl]
+        assert [r["problem"] for r in ours] == [r["problem"] for r in data["peers"]
+                                                 if only in r.get("problem", "")
+                                                 and r.get("implementation") == "tapegrad"]
+        assert all(r["gradient_ms"] > 0 for r in ours)
     assert "busy machine (" in proc.stdout and "fair share ~2x" in proc.stdout
     busy = data["busy_machine"]         # (a ratio, not a limit: CI machines are shared)
     assert busy["idle_ms"] > 0 and busy["busy_ms"] > 0 and busy["busy_processes"] >= 1

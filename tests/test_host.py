@@ -12,7 +12,7 @@ import pytest
 import tapegrad as tg
 from tapegrad.backends import registry
 from tapegrad.backends.cuda.arrays import CUDA_ARRAYS
-from tapegrad.lang.intrinsics import BINARY_MATH, UNARY_MATH
+from tapegrad.lang.intrinsics import BINARY_MATH, TERNARY_MATH, UNARY_MATH
 
 
 def test_cpu_backend_identity():
@@ -131,19 +131,22 @@ def _args(name):
         return (0.3,)
     if name in BINARY_MATH:
         return (1.25, 0.75)
+    if name in TERNARY_MATH:
+        return (1.25, 0.75, -0.3)
     return (0.7,)
 
 
-# closed forms for the functions Python's math lacks (cbrt before Python 3.11)
+# closed forms for the functions Python's math lacks (cbrt before Python 3.11, fma before 3.13)
 _CLOSED_FORMS = {"logaddexp": lambda a, b: math.log(math.exp(a) + math.exp(b)),
-                 "cbrt": lambda x: math.copysign(abs(x) ** (1.0 / 3.0), x)}
+                 "cbrt": lambda x: math.copysign(abs(x) ** (1.0 / 3.0), x),
+                 "fma": lambda x, y, z: x * y + z}
 
 
 def _reference(name):
     return _CLOSED_FORMS.get(name) or getattr(math, name)
 
 
-@pytest.mark.parametrize("name", UNARY_MATH + BINARY_MATH)
+@pytest.mark.parametrize("name", UNARY_MATH + BINARY_MATH + TERNARY_MATH)
 def test_math_alias_on_host_scalars(name):
     fn = getattr(tg, name)
     args = _args(name)
@@ -158,7 +161,7 @@ _NP = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "asinh": "arcsinh",
        "acosh": "arccosh", "atanh": "arctanh", "atan2": "arctan2", "pow": "power"}
 
 
-@pytest.mark.parametrize("name", UNARY_MATH + BINARY_MATH)
+@pytest.mark.parametrize("name", UNARY_MATH + BINARY_MATH + TERNARY_MATH)
 def test_math_alias_on_host_arrays(name):
     fn = getattr(tg, name)
     args = tuple(np.array([a, a * 0.5 + 0.5, a]) if not (name == "acosh") else

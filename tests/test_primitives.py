@@ -1,8 +1,8 @@
 """Every row of the primitive table (tapegrad/lang/primitives.py), checked from the table alone:
 a row added there is tested here without a line of test code.
 
-One generated kernel applies every row to its own column of inputs, drawn from the row's
-domain; its values are checked against NumPy (or math) in float64 and float32, on each
+One generated kernel applies every row to its own column of inputs (``A``, ``C`` and ``D`` for a
+row's first, second and third argument), drawn from the row's domain; its values are checked against NumPy (or math) in float64 and float32, on each
 backend; its reverse-mode partials against float64 central differences of the kernel itself,
 and forward mode against reverse mode.  (The host's tracked and forward-mode scalars run every
 row in tests/ad/test_forward.py.)
@@ -29,10 +29,10 @@ N = 8
 
 
 def _source() -> str:
-    lines = ["import tapegrad as tg", "", "", "@tg.kernel", "def every_row(B, A, C):",
+    lines = ["import tapegrad as tg", "", "", "@tg.kernel", "def every_row(B, A, C, D):",
              "    i = tg.index()"]
     for k, row in enumerate(ROWS):
-        args = ", ".join([f"A[i, {k}]", f"C[i, {k}]"][:row.arity])
+        args = ", ".join([f"A[i, {k}]", f"C[i, {k}]", f"D[i, {k}]"][:row.arity])
         call = f"abs({args})" if row is primitives.ABS else f"tg.{row.name}({args})"
         if row.result == "bool":
             call = f"tg.where({call}, 1.0, 0.0)"
@@ -41,8 +41,8 @@ def _source() -> str:
 
 
 def load_every_row(directory) -> tg.Kernel:
-    """``every_row(B, A, C)``: ``B[i, k]`` is row k applied to ``A[i, k]`` (and ``C[i, k]``),
-    written as a module in ``directory`` (a kernel's source must be in a file)."""
+    """``every_row(B, A, C, D)``: ``B[i, k]`` is row k applied to ``A[i, k]`` (and ``C[i, k]``,
+    ``D[i, k]``), written as a module in ``directory`` (a kernel's source must be in a file)."""
     path = Path(directory) / "every_row_kernel.py"
     path.write_text(_source())
     spec = importlib.util.spec_from_file_location(path.stem, path)
@@ -58,34 +58,40 @@ def every_row(tmp_path_factory):
 
 
 def _inputs(dtype=np.float64, seed=0):
-    """A and C: each row's column drawn from its domain (the tests of inf and nan add some)."""
+    """A, C and D: each row's column drawn from its domain (the tests of inf and nan add
+    some)."""
     rng = np.random.default_rng(seed)
-    A, C = np.ones((N, len(ROWS))), np.ones((N, len(ROWS)))
+    A, C, D = (np.ones((N, len(ROWS))) for _ in range(3))
     for k, row in enumerate(ROWS):
-        for X, (lo, hi) in zip((A, C), row.domain):
+        for X, (lo, hi) in zip((A, C, D), row.domain):
             X[:, k] = rng.uniform(lo, hi, N)
         if row.result == "bool":
             A[:, k] = [0.5, np.nan, np.inf, -np.inf, -2.0, np.nan, 1e30, 0.0][:N]
-    return A.astype(dtype), C.astype(dtype)
+    return A.astype(dtype), C.astype(dtype), D.astype(dtype)
+
+
+# where neither NumPy nor this Python's math has the function (math.fma: Python 3.13); fma's
+# single rounding is checked exactly in tests/backends/test_fma.py
+_CLOSED_FORMS = {"fma": lambda x, y, z: x * y + z}
 
 
 def _reference(row, *args):
     """float64 values from NumPy (or math, where NumPy has no such function)."""
     args = [a.astype(np.float64) for a in args]
     if row.numpy_name is None:
-        return np.vectorize(getattr(math, row.name))(*args)
+        return np.vectorize(getattr(math, row.name, None) or _CLOSED_FORMS[row.name])(*args)
     return getattr(np, row.numpy_name)(*args).astype(np.float64)
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=lambda d: d.__name__)
 def test_every_row_computes_what_numpy_computes(backend, every_row, dtype):
-    A, C = _inputs(dtype)
+    A, C, D = _inputs(dtype)
     B = np.full(A.shape, -7.0, dtype)
-    every_row(backend, 4)(B, A, C, ndrange=N)
+    every_row(backend, 4)(B, A, C, D, ndrange=N)
     tolerance = dict(rtol=2e-6, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-14)
     failed = []
     for k, row in enumerate(ROWS):
-        expected = _reference(row, *(X[:, k] for X in (A, C)[:row.arity]))
+        expected = _reference(row, *(X[:, k] for X in (A, C, D)[:row.arity]))
         if row.result == "bool":
             expected = expected.astype(np.float64)
         if not np.allclose(B[:, k].astype(np.float64), expected, equal_nan=True, **tolerance):
@@ -100,17 +106,17 @@ _TINY = {np.float64: [5e-324, -5e-324, 3e-320, 1e-310, -2.2e-308, 0.0, -0.0, 1e-
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=lambda d: d.__name__)
 def test_every_row_at_subnormal_and_tiny_inputs(backend, every_row, dtype):
     """Every row at the smallest inputs, subnormals and signed zeros (y = 1 for two-argument
-    rows) within 2 ulps of NumPy (or math), on each backend; log1p's is x itself, exactly
-    (PoCL's log1p(5e-324) is 0)."""
+    rows, z = 0 for three) within 2 ulps of NumPy (or math), on each backend; log1p's is x
+    itself, exactly (PoCL's log1p(5e-324) is 0)."""
     A = np.tile(np.array(_TINY[dtype], dtype)[:, None], (1, len(ROWS)))
-    C = np.ones_like(A)
+    C, D = np.ones_like(A), np.zeros_like(A)
     B = np.full(A.shape, -7.0, dtype)
-    every_row(backend, 4)(B, A, C, ndrange=N)
+    every_row(backend, 4)(B, A, C, D, ndrange=N)
     failed = []
     for k, row in enumerate(ROWS):
         got = B[:, k]
         with np.errstate(all="ignore"):
-            expected = _reference(row, *(X[:, k] for X in (A, C)[:row.arity])).astype(dtype)
+            expected = _reference(row, *(X[:, k] for X in (A, C, D)[:row.arity])).astype(dtype)
             close = (got == expected) | (np.isnan(got) & np.isnan(expected)) | (
                 np.abs(got - expected) <= 2 * np.spacing(np.abs(expected)))
         if not close.all():
@@ -120,23 +126,23 @@ def test_every_row_at_subnormal_and_tiny_inputs(backend, every_row, dtype):
     assert B[:, k].tobytes() == A[:, k].tobytes(), f"log1p: {B[:, k]} != {A[:, k]}"
 
 
-def _partials_by_reverse(kernel, A, C, k):
-    """dB[:, k]/dA[:, k] and dB[:, k]/dC[:, k] (each output reads only its own inputs)."""
-    B = np.zeros_like(A)
-    dB = np.zeros_like(A)
+def _partials_by_reverse(kernel, inputs, k):
+    """dB[:, k]/dX[:, k] for each input X (each output reads only its own inputs)."""
+    B = np.zeros_like(inputs[0])
+    dB = np.zeros_like(B)
     dB[:, k] = 1.0
-    dA, dC = tg.make_zero(A), tg.make_zero(C)
-    tg.autodiff(tg.Reverse, kernel, tg.Const, tg.Duplicated(B, dB), tg.Duplicated(A.copy(), dA),
-                tg.Duplicated(C.copy(), dC), ndrange=N)
-    return dA[:, k], dC[:, k]
+    shadows = [tg.make_zero(X) for X in inputs]
+    tg.autodiff(tg.Reverse, kernel, tg.Const, tg.Duplicated(B, dB),
+                *(tg.Duplicated(X.copy(), dX) for X, dX in zip(inputs, shadows)), ndrange=N)
+    return [dX[:, k] for dX in shadows]
 
 
-def _partials_by_forward(kernel, A, C, k, which):
-    B, dB = np.zeros_like(A), np.zeros_like(A)
-    dA, dC = np.zeros_like(A), np.zeros_like(C)
-    (dA, dC)[which][:, k] = 1.0
-    tg.autodiff(tg.Forward, kernel, tg.Const, tg.Duplicated(B, dB), tg.Duplicated(A.copy(), dA),
-                tg.Duplicated(C.copy(), dC), ndrange=N)
+def _partials_by_forward(kernel, inputs, k, which):
+    B, dB = np.zeros_like(inputs[0]), np.zeros_like(inputs[0])
+    tangents = [np.zeros_like(X) for X in inputs]
+    tangents[which][:, k] = 1.0
+    tg.autodiff(tg.Forward, kernel, tg.Const, tg.Duplicated(B, dB),
+                *(tg.Duplicated(X.copy(), dX) for X, dX in zip(inputs, tangents)), ndrange=N)
     return dB[:, k]
 
 
@@ -144,25 +150,24 @@ def _partials_by_forward(kernel, A, C, k, which):
 def test_every_rows_derivative_matches_finite_differences_in_both_modes(every_row, name):
     row, k = primitives.lookup(name), COLUMN[name]
     kernel = every_row(tg.CPU(), 4)
-    A, C = _inputs()
-    reverse = _partials_by_reverse(kernel, A, C, k)
+    inputs = _inputs()
+    reverse = _partials_by_reverse(kernel, inputs, k)
     h = 1e-6
-    for which, X in enumerate((A, C)[:row.arity]):
-        up, down = [X.copy() for _ in range(2)]
-        up[:, k] += h
-        down[:, k] -= h
+    for which in range(row.arity):
         values = []
-        for moved in (up, down):
-            B = np.zeros_like(A)
-            kernel(B, *((moved, C) if which == 0 else (A, moved)), ndrange=N)
+        for step in (h, -h):
+            moved = [X.copy() for X in inputs]
+            moved[which][:, k] += step
+            B = np.zeros_like(moved[0])
+            kernel(B, *moved, ndrange=N)
             values.append(B[:, k])
         fd = (values[0] - values[1]) / (2 * h)
         np.testing.assert_allclose(reverse[which], fd, rtol=1e-6, atol=1e-8,
                                    err_msg=f"{name}: argument {which}, reverse mode")
-        forward = _partials_by_forward(kernel, A, C, k, which)
+        forward = _partials_by_forward(kernel, inputs, k, which)
         np.testing.assert_allclose(forward, reverse[which], rtol=1e-13, atol=1e-15,
                                    err_msg=f"{name}: argument {which}, forward mode")
-    for which in range(row.arity, 2):          # a unary row leaves the other column alone
+    for which in range(row.arity, len(inputs)):   # a row leaves the columns it lacks alone
         assert not reverse[which].any()
 
 

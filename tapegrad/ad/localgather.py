@@ -159,18 +159,9 @@ def _gathered(loop: ast.For, local: list[str], decls: dict, groupsize: tuple[int
     if trips is None or not isinstance(loop.target, ast.Name):
         return None
     counter = loop.target.id
-    k_name, unchanged, aliases, updates = None, set(), {}, []
-    body = loop.body
-    at = 0
-    while at < len(body):
-        s = body[at]
-        carry = _carry(body[at:at + 3])
-        if carry is not None:                  # _a = s; s = 0.0; s = s + _a: s unchanged
-            alias, scalar = carry
-            aliases[alias] = scalar
-            unchanged.add(scalar)
-            at += 3
-            continue
+    k_name, updates = None, []
+    body, aliases = _without_carries(loop.body)
+    for s in body:
         if k_name is None and isinstance(s, ast.Assign) and isinstance(s.targets[0], ast.Name) \
                 and _walks_range(s.value, counter, trips):
             k_name = s.targets[0].id
@@ -179,7 +170,6 @@ def _gathered(loop: ast.For, local: list[str], decls: dict, groupsize: tuple[int
             updates.append(s.value)
         else:
             return None
-        at += 1
     if k_name is None or not updates:
         return None
     targets = {u.args[0].id for u in updates}
@@ -278,18 +268,45 @@ def _walks_range(e: ast.expr, counter: str, trips: int) -> bool:
     return text in (f"{trips - 1}+{counter}*-1", f"{trips - 1}-{counter}")
 
 
-def _carry(stmts: list[ast.stmt]) -> tuple[str, str] | None:
-    if len(stmts) != 3 or not all(isinstance(s, ast.Assign) for s in stmts):
-        return None
-    a, b, c = stmts
-    if not (isinstance(a.targets[0], ast.Name) and isinstance(a.value, ast.Name)):
+def _without_carries(body: list[ast.stmt]) -> tuple[list[ast.stmt], dict[str, str]]:
+    """``body`` without the statements that carry a scalar's shadow through unchanged,
+    ``_a = s; s = 0.0; ... s = s + _a`` (the adjoint of ``acc = acc + ...`` or of
+    ``acc = tg.fma(..., acc)``: nothing between reads or writes ``s``), and alias -> scalar."""
+    out, aliases, skip = [], {}, set()
+    for at, st in enumerate(body):
+        if at in skip:
+            continue
+        add = _carry_end(body, at)
+        if add is None:
+            out.append(st)
+            continue
+        aliases[st.targets[0].id] = st.value.id
+        skip.update((at + 1, add))
+    return out, aliases
+
+
+def _carry_end(body: list[ast.stmt], at: int) -> int | None:
+    """Where ``body[at]`` (``_a = s``) starts a carry: the position of its ``s = s + _a``."""
+    a = body[at]
+    if not (isinstance(a, ast.Assign) and isinstance(a.targets[0], ast.Name)
+            and isinstance(a.value, ast.Name)) or at + 1 >= len(body):
         return None
     alias, scalar = a.targets[0].id, a.value.id
-    zero = isinstance(b.targets[0], ast.Name) and b.targets[0].id == scalar \
-        and isinstance(b.value, ast.Constant) and b.value.value == 0.0
-    add = isinstance(c.targets[0], ast.Name) and c.targets[0].id == scalar \
-        and ast.unparse(c.value).replace(" ", "") == f"{scalar}+{alias}"
-    return (alias, scalar) if zero and add else None
+    b = body[at + 1]
+    if not (isinstance(b, ast.Assign) and isinstance(b.targets[0], ast.Name)
+            and b.targets[0].id == scalar and isinstance(b.value, ast.Constant)
+            and b.value.value == 0.0):
+        return None
+    for end in range(at + 2, len(body)):
+        c = body[end]
+        if isinstance(c, ast.Assign) and isinstance(c.targets[0], ast.Name) \
+                and c.targets[0].id == scalar \
+                and ast.unparse(c.value).replace(" ", "") == f"{scalar}+{alias}":
+            return end
+        names = [n for n in ast.walk(c) if isinstance(n, ast.Name)]
+        if any(n.id == scalar or n.id == alias and isinstance(n.ctx, ast.Store) for n in names):
+            return None
+    return None
 
 
 def _update_plan(u: ast.Call, k: str, local: list[str], groupsize: tuple[int, ...],

@@ -44,11 +44,9 @@ def operator_partials(op: ast.operator | ast.unaryop,
 
 
 def term(template: str, args: list[ast.expr], result: ast.expr, g: ast.expr) -> ast.expr:
-    """What one argument contributes: the template with ``x``, ``y``, ``r`` (and ``g``) filled
-    in, times ``g`` unless the template names ``g`` itself."""
-    env = {"x": args[0], "r": result, "g": g}
-    if len(args) > 1:
-        env["y"] = args[1]
+    """What one argument contributes: the template with the arguments (``x``, ``y``, ``z``),
+    ``r`` (and ``g``) filled in, times ``g`` unless the template names ``g`` itself."""
+    env = {**dict(zip(primitives.PARAMS, args)), "r": result, "g": g}
     tree, whole = _parsed(template)
     filled = substituted(tree, env)
     return filled if whole else mul(g, filled)

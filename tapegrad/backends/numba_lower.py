@@ -421,7 +421,7 @@ def helpers_used(kernels: list[TypedKernel], target: str) -> list[Primitive]:
 
 def helper_lines(row: Primitive, target: str) -> list[str]:
     """A primitive's helper function (put the backend's decorator above it)."""
-    params = ", ".join("xy"[:row.arity])
+    params = ", ".join(primitives.PARAMS[:row.arity])
     return [f"def {_HELPER_PREFIX}{row.name}({params}):", f"    return {row.lowering(target)}"]
 
 

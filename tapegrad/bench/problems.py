@@ -80,6 +80,24 @@ def matmul_k(C, A, B):
     C[i, j] = acc
 
 
+@tg.kernel
+def matmul_fma_k(C, A, B):
+    """matmul_k with its products added by tg.fma: rounded once, as BLAS's are."""
+    i, j = tg.index(tg.Global, tg.NTuple)
+    li, lj = tg.index(tg.Local, tg.NTuple)
+    tile_a = tg.localmem(A.dtype, (TILE, TILE))
+    tile_b = tg.localmem(A.dtype, (TILE, TILE))
+    acc = 0.0
+    for t in range(A.shape[1] // TILE):
+        tile_a[li, lj] = A[i, t * TILE + lj]
+        tile_b[li, lj] = B[t * TILE + li, j]
+        tg.synchronize()
+        for k in range(TILE):
+            acc = tg.fma(tile_a[li, k], tile_b[k, lj], acc)
+        tg.synchronize()
+    C[i, j] = acc
+
+
 def problems(quick: bool) -> list[dict]:
     rng = np.random.default_rng(0)
     n = 1 << (18 if quick else 22)
@@ -114,6 +132,14 @@ def make_tapegrad(p: dict, backend: Any = None) -> Pair:
 def make_tapegrad_enzyme(p: dict, backend: Any = None) -> Pair:
     """The same gradient with Enzyme's conventions (the shadows accumulate)."""
     return _make(p, backend, accumulate=True)
+
+
+def make_tapegrad_fma(p: dict, backend: Any = None) -> Pair | None:
+    """The tiled matmul with its products added by ``tg.fma`` (``matmul_fma_k``), as BLAS
+    adds them; None for the other problems."""
+    if p["kind"] != "matmul":
+        return None
+    return _make(p, backend, accumulate=False, matmul=matmul_fma_k)
 
 
 def make_tapegrad_captured(p: dict, backend: Any = None) -> Pair | None:
@@ -155,7 +181,7 @@ def heat_simulation(p: dict, backend: Any) -> Any:
     return simulate
 
 
-def _make(p: dict, backend: Any, accumulate: bool) -> Pair:
+def _make(p: dict, backend: Any, accumulate: bool, matmul: Any = matmul_k) -> Pair:
     cpu = backend or tg.CPU()
     kind, x, w = p["kind"], p["x"], p["w"]
     out = np.empty((x.shape[0], p["b"].shape[1]) if kind == "matmul" else
@@ -198,7 +224,7 @@ def _make(p: dict, backend: Any, accumulate: bool) -> Pair:
         return (lambda: cfg(out, x, idx, ndrange=idx.size),
                 lambda: reverse(cfg, out, tg.Duplicated(x, dx), idx, ndrange=idx.size))
     if kind == "matmul":
-        cfg, b, db = matmul_k(cpu, (TILE, TILE)), p["b"], np.zeros_like(p["b"])
+        cfg, b, db = matmul(cpu, (TILE, TILE)), p["b"], np.zeros_like(p["b"])
         return (lambda: cfg(out, x, b, ndrange=out.shape),
                 lambda: reverse(cfg, out, tg.Duplicated(x, dx), tg.Duplicated(b, db),
                                 ndrange=out.shape))

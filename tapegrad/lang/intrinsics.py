@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tapegrad.errors import OutsideKernelError
-from tapegrad.lang.primitives import BINARY, MATH, UNARY
+from tapegrad.lang.primitives import BINARY, MATH, TERNARY, UNARY
 
 
 class _Marker:
@@ -115,13 +115,14 @@ def where(cond: Any, a: Any, b: Any) -> Any:
 # they compile to the device's math library.
 UNARY_MATH = UNARY
 BINARY_MATH = BINARY
+TERNARY_MATH = TERNARY
 
 
 def _host_math(name: str):
     row = MATH[name]
     np_fn = None if row.numpy_name is None else getattr(np, row.numpy_name)
     scalar_fn = row.host_function()
-    vectorized = np_fn if np_fn is not None else np.vectorize(scalar_fn, otypes=[float])
+    vectorized = np_fn or row.host or np.vectorize(scalar_fn, otypes=[float])
 
     def fn(*args: Any) -> Any:
         for a in args:
@@ -138,4 +139,4 @@ def _host_math(name: str):
     return fn
 
 
-MATH_FUNCTIONS = {name: _host_math(name) for name in UNARY_MATH + BINARY_MATH}
+MATH_FUNCTIONS = {name: _host_math(name) for name in UNARY_MATH + BINARY_MATH + TERNARY_MATH}

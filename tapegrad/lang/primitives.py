@@ -3,18 +3,20 @@
 A row says everything the rest of tapegrad needs to know about ``tg.<name>``:
 
 - ``partials``: one derivative template per argument, as kernel-language expressions in the
-  arguments ``x``, ``y`` and the result ``r``; ``None`` where the derivative is zero.  Forward
-  mode adds ``partial * x_dot`` to ``r_dot``, reverse mode adds ``partial * r_bar`` to
-  ``x_bar``, the host's tracked scalars evaluate the same template on NumPy floats (so the
-  three agree by construction).  A template that names ``g`` is the whole term instead of a
-  factor: ``g`` is the incoming tangent or cotangent (``g / y`` reads better and rounds once
-  where ``g * (1.0 / y)`` would round twice).
+  arguments ``x``, ``y``, ``z`` (``PARAMS``) and the result ``r``; ``None`` where the
+  derivative is zero.  Forward mode adds ``partial * x_dot`` to ``r_dot``, reverse mode adds
+  ``partial * r_bar`` to ``x_bar``, the host's tracked scalars evaluate the same template on
+  NumPy floats (so the three agree by construction).  A template that names ``g`` is the
+  whole term instead of a factor: ``g`` is the incoming tangent or cotangent (``g / y`` reads
+  better and rounds once where ``g * (1.0 / y)`` would round twice).
 - ``result``: the type rule (``"float"``: the float type of the arguments; ``"rounded"``: the
   argument's own type, as NumPy's floor; ``"bool"``; ``"abs"``: ints stay ints).
 - ``numpy``: NumPy's function of that name on the host (arrays, and ``np.<f>`` written in a
-  kernel); ``None`` when NumPy has none (then ``math``'s is used on host scalars).
+  kernel); ``None`` when NumPy has none (then ``host``, else ``math``'s, on the host).
+- ``host``: the host's function where NumPy has none and ``math``'s will not do (it takes
+  scalars and NumPy arrays).
 - ``numba`` / ``c``: what a CPU (Numba) or C (OpenCL C, CUDA C++) kernel calls: a dotted name,
-  or an expression in ``x`` and ``y`` that the backend writes once per module as a helper;
+  or an expression in the arguments that the backend writes once per module as a helper;
   C's default is the function of its own name.
 - ``domain``: where the function is smooth and finite, one interval per argument (for the
   tests that check every row against finite differences, and for the docs).
@@ -37,6 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from tapegrad.lang import hostfma
+
+PARAMS = "xyz"              # the arguments' names in templates and expression lowerings
 _SMOOTH = (-3.0, 3.0)
 _POSITIVE = (0.05, 5.0)
 _UNIT = (-0.95, 0.95)
@@ -69,13 +74,13 @@ class Primitive:
 
     def lowering(self, target: str) -> str:
         """What a kernel for ``target`` ("numba": the CPU) calls: a dotted name, or an
-        expression in x and y (see ``is_expression``)."""
+        expression in the arguments (see ``is_expression``)."""
         return self.numba or f"math.{self.name}"
 
     @property
     def lowering_c(self) -> str:
         """What a C kernel (OpenCL C, CUDA C++) calls: a function of C's math library, which
-        both dialects overload for float, or an expression in x and y (a helper)."""
+        both dialects overload for float, or an expression in the arguments (a helper)."""
         return self.c or self.name
 
     def host_function(self) -> Callable[..., Any]:
@@ -88,16 +93,16 @@ class Primitive:
 
     @cached_property
     def host_partials(self) -> Callable[..., tuple[float, ...]]:
-        """``(x[, y], r) -> partials``: the templates evaluated on NumPy floats, so that a rule
+        """``(x[, y[, z]], r) -> partials``: the templates evaluated on NumPy floats, so that a rule
         at the edge of its domain gives inf or nan, as in a kernel, rather than raising."""
         return partials_function(self.name, self.partials, HOST_TG)
 
 
 def partials_function(name: str, partials: tuple[str | None, ...], tg: Any
                       ) -> Callable[..., tuple[Any, ...]]:
-    """``(x[, y], r, g=1.0) -> partials``: a row's templates as one function, ``tg.<f>`` in
-    them looked up on ``tg``."""
-    params = "xy"[:len(partials)]
+    """``(x[, y[, z]], r, g=1.0) -> partials``: a row's templates as one function,
+    ``tg.<f>`` in them looked up on ``tg``."""
+    params = PARAMS[:len(partials)]
     body = ", ".join("0.0" if p is None else f"({p})" for p in partials)
     source = f"lambda {', '.join(params)}, r, g=1.0: ({body},)"
     return eval(compile(source, f"<partials of {name}>", "eval"), {"tg": tg})  # noqa: S307
@@ -181,6 +186,9 @@ MATH: dict[str, Primitive] = {p.name: p for p in [
          "0.5 if x == y else 1.0 / (1.0 + tg.exp(x - y))",
          numba="np.logaddexp",
          c="x == y ? x + 0.6931471805599453 : fmax(x, y) + log1p(exp(-fabs(x - y)))"),
+    # x * y + z rounded once (C's fma, Python 3.13's math.fma): the same bits on every device
+    # (no backend contracts a * b + c on its own), one instruction on CPUs that have FMA
+    _row("fma", "g * y", "g * x", "g", numpy=None, numba="fused.fma", host=hostfma.fma),
 ]}
 
 # ``abs`` is Python's builtin (an int stays an int), so it is no tg.<name> on the host
@@ -188,6 +196,7 @@ ABS = _row("abs", _ABS_PARTIAL, result="abs", numpy="absolute", numba="abs", hos
 
 UNARY = tuple(name for name, p in MATH.items() if p.arity == 1)
 BINARY = tuple(name for name, p in MATH.items() if p.arity == 2)
+TERNARY = tuple(name for name, p in MATH.items() if p.arity == 3)
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tapegrad as tg
-from tapegrad.lang.intrinsics import BINARY_MATH, UNARY_MATH
+from tapegrad.lang.intrinsics import BINARY_MATH, TERNARY_MATH, UNARY_MATH
 from tests.ad.gradcheck import tangent_adjoint_products
 from tests.ad.test_random_kernels import kernels, load_kernel
 from tests.ad.test_reverse import TILE, all_binary, all_unary, loops, matmul, mul, square
@@ -472,13 +472,15 @@ def _host_math_case(name):
         u, w = tg.mean(x), tg.dot(x, x)
         if name in BINARY_MATH:
             return fn(*binary_args.get(name, lambda u, w: (u, w))(u, w))
+        if name in TERNARY_MATH:
+            return fn(u, w, u * w)
         return fn(unary_arg.get(name, lambda u, w: u)(u, w))
 
     return f
 
 
 
-@pytest.mark.parametrize("name", UNARY_MATH + BINARY_MATH)
+@pytest.mark.parametrize("name", UNARY_MATH + BINARY_MATH + TERNARY_MATH)
 def test_every_host_math_function_of_scalars_in_both_modes(name):
     """Forward mode had no rule for tg.hypot, atan2, copysign, fmod, asinh, acosh, atanh, erfc
     (an error), reverse mode none for most of those; checked against float64 central

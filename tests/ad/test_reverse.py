@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tapegrad as tg
+from tapegrad.bench.problems import matmul_fma_k
 from tests.ad.gradcheck import kernel_vjp_error
 
 rng = np.random.default_rng(42)
@@ -630,17 +631,21 @@ def test_assigned_active_argument_is_per_work_item():
                      outputs=[0], active=[2])
 
 
-def test_tiled_matmul_adjoint_gathers_its_tile_shadows(backend):
+@pytest.mark.parametrize("kernel, tile", [(matmul, TILE), (matmul_fma_k, 16)],
+                         ids=["plus", "fma"])
+def test_tiled_matmul_adjoint_gathers_its_tile_shadows(backend, kernel, tile):
     """tapegrad/ad/localgather.py: the k loop's updates of the tile shadows become one dot
-    product per work-item for its own element (no atomics); the values are the closed form."""
-    A, B, W = r(8, 8), r(8, 8), r(8, 8)
+    product per work-item for its own element (no atomics); the values are the closed form.
+    With ``acc = tg.fma(a, b, acc)`` the adjoint carries ``acc_bar`` past the updates."""
+    n = 2 * tile
+    A, B, W = r(n, n), r(n, n), r(n, n)
     dA, dB = np.zeros_like(A), np.zeros_like(B)
-    tg.autodiff(tg.Reverse, matmul(backend, (TILE, TILE)), tg.Const,
-                tg.Duplicated(np.zeros((8, 8)), W.copy()), tg.Duplicated(A, dA),
-                tg.Duplicated(B, dB), ndrange=(8, 8))
+    tg.autodiff(tg.Reverse, kernel(backend, (tile, tile)), tg.Const,
+                tg.Duplicated(np.zeros((n, n)), W.copy()), tg.Duplicated(A, dA),
+                tg.Duplicated(B, dB), ndrange=(n, n))
     np.testing.assert_allclose(dA, W @ B.T, rtol=1e-12)
     np.testing.assert_allclose(dB, A.T @ W, rtol=1e-12)
-    source = matmul.source(mode="reverse")
+    source = kernel.source(mode="reverse")
     assert "_share_acc_bar[li, lj] = acc_bar" in source
     assert "atomic_add(tile_a_bar" not in source and "atomic_add(tile_b_bar" not in source
     assert "tile_b__t[_f, lj]" in source       # a row read across work-items, transposed

@@ -11,7 +11,7 @@ import pytest
 
 import tapegrad as tg
 from tapegrad.backends.cpu.jam import constant_bounds, jam_rows
-from tapegrad.bench.problems import TILE, matmul_k
+from tapegrad.bench.problems import TILE, matmul_fma_k, matmul_k
 
 CPU, NO_JAM = tg.CPU(), tg.CPU(without=["jam"])
 
@@ -23,17 +23,18 @@ def operands(shape: tuple[int, int, int], seed: int) -> list[np.ndarray]:
     return [rng.standard_normal(s).astype(np.float32) for s in ((n, k), (k, m), (n, m))]
 
 
+@pytest.mark.parametrize("kernel", [matmul_k, matmul_fma_k], ids=["plus", "fma"])
 @pytest.mark.parametrize("shape", [(64, 48, 32), (32, 16, 48)])
-def test_a_tiled_product_is_jammed_and_gives_the_same_bits(shape):
+def test_a_tiled_product_is_jammed_and_gives_the_same_bits(shape, kernel):
     n, _, m = shape
     A, B, _ = operands(shape, 4)
     jammed = np.full((n, m), np.nan, np.float32)
-    matmul_k(CPU, (TILE, TILE))(jammed, A, B, ndrange=(n, m))
-    assert "(jam.py)" in matmul_k.source("primal", CPU)
+    kernel(CPU, (TILE, TILE))(jammed, A, B, ndrange=(n, m))
+    assert "rows' work-items at a time" in kernel.source("primal", CPU)
     np.testing.assert_allclose(jammed, A.astype(np.float64) @ B, rtol=1e-5, atol=1e-5)
     plain = np.full((n, m), np.nan, np.float32)
-    matmul_k(NO_JAM, (TILE, TILE))(plain, A, B, ndrange=(n, m))
-    assert "(jam.py)" not in matmul_k.source("primal", NO_JAM)
+    kernel(NO_JAM, (TILE, TILE))(plain, A, B, ndrange=(n, m))
+    assert "(jam.py)" not in kernel.source("primal", NO_JAM)
     assert np.array_equal(jammed, plain)
 
 

@@ -56,7 +56,7 @@ def _printed(kernel, args, rank, groupsize, dialect) -> tuple[str, str]:
 def cases(tmp_path_factory):
     rows = np.zeros((8, len(ROWS)))
     every_row = load_every_row(tmp_path_factory.mktemp("cuda_rows"))
-    return {**CASES, "every_row": (every_row, (rows, rows, rows), 1, (32,))}
+    return {**CASES, "every_row": (every_row, (rows,) * 4, 1, (32,))}
 
 
 @pytest.mark.parametrize("name", [*CASES, "every_row"])

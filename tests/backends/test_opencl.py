@@ -161,15 +161,16 @@ def test_floor_division_modulo_and_powers_are_pythons(cl, a, b, x, y):
 @pytest.mark.parametrize("dtype", [np.float64, np.float32], ids=lambda d: d.__name__)
 def test_every_row_of_the_primitive_table(cl, tmp_path_factory, dtype):
     kernel = load_every_row(tmp_path_factory.mktemp("opencl_rows"))
-    A, C = _inputs(dtype)
+    A, C, D = _inputs(dtype)
     B = on(cl, np.full(A.shape, -7.0, dtype))
-    kernel(cl, 4)(B, on(cl, A), on(cl, C), ndrange=A.shape[0])
+    kernel(cl, 4)(B, on(cl, A), on(cl, C), on(cl, D), ndrange=A.shape[0])
     got = B.get()
     tolerance = dict(rtol=2e-6, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-13,
                                                                             atol=1e-14)
     failed = []
     for k, row in enumerate(ROWS):
-        expected = _reference(row, *(X[:, k] for X in (A, C)[:row.arity])).astype(np.float64)
+        expected = _reference(row, *(X[:, k] for X in (A, C, D)[:row.arity])).astype(
+            np.float64)
         if not np.allclose(got[:, k].astype(np.float64), expected, equal_nan=True, **tolerance):
             failed.append(f"{row.name}: {got[:, k]} != {expected}")
     assert not failed, "\n".join(failed)

@@ -191,7 +191,7 @@ class Helpers:
         name = f"tg_{row.name}_{self.d.ctype(dtype)}".replace(" ", "_")
         if name not in self.helpers:
             T = self.d.ctype(dtype)
-            params = ", ".join(f"{T} {v}" for v in "xy"[:row.arity])
+            params = ", ".join(f"{T} {v}" for v in primitives.PARAMS[:row.arity])
             fn = "static inline" if self.d.name == "opencl" else "static __device__ inline"
             self.helpers[name] = f"{fn} {T} {name}({params}) {{ return {lowering}; }}"
         return name

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 from tapegrad.backends.numba_lower import GridLowering
@@ -92,19 +93,11 @@ def vmath_version() -> str:
 
 
 @functools.cache
-def atomics_version() -> str:
-    """A digest of atomics.py, written into the generated modules that use atomics (Numba's
-    cache key is the module's own text: an atomic's new code must change it)."""
-    from tapegrad.backends.cpu import atomics
-    return _digest([Path(atomics.__file__)])
-
-
-@functools.cache
-def helpers_version() -> str:
-    """A digest of copies.py and sums.py, whose functions (scratch arrays, group sums) every
-    generated module imports and Numba compiles into it."""
-    from tapegrad.backends.cpu import copies, sums
-    return _digest([Path(copies.__file__), Path(sums.__file__)])
+def version_of(*modules: str) -> str:
+    """A digest of modules of this package (``"atomics"``, ...) whose functions generated
+    modules import and Numba compiles into them: written next to the import, so that a change
+    to that code changes the module text, which is Numba's cache key."""
+    return _digest([Path(__file__).with_name(f"{m}.py") for m in modules])
 
 
 ATOMICS = ("atomic_add", "atomic_sub", "atomic_min", "atomic_max")
@@ -112,27 +105,33 @@ ATOMICS = ("atomic_add", "atomic_sub", "atomic_min", "atomic_max")
 
 def module_imports(kernels: list[TypedKernel]) -> list[str]:
     """A generated module's imports.  What it imports from tapegrad is compiled into its
-    kernels, so each such line carries a digest of that code (Numba's cache key is the
-    module's own text: new helper code must change it); atomics.py's only where ``kernels``
-    (a kernel and its device functions) use atomics, so that other kernels do not recompile
-    when it changes."""
-    atomics = f"  # version {atomics_version()}" if uses_atomics(kernels) else ""
+    kernels, so each such line carries a digest of that code (``version_of``); atomics.py's
+    only where ``kernels`` (a kernel and its device functions) use atomics, and fused.py only
+    where they call ``tg.fma``, so that other kernels do not recompile when those change."""
+    atomics = f"  # version {version_of('atomics')}" if uses_atomics(kernels) else ""
+    fused = [f"from tapegrad.backends.cpu import fused  # version {version_of('fused')}"] \
+        if _calls(kernels, lambda name: name == "fma") else []
     return [
         "import math", "import numba", "import numpy as np",
         f"from tapegrad.backends.cpu import vmath  # version {vmath_version()}",
+        *fused,
         "from tapegrad.backends.cpu.atomics import " + ", ".join(ATOMICS) + atomics,
         "from tapegrad.backends.cpu.atomics import " + ", ".join(
             f"plain_{a[len('atomic_'):]}" for a in ATOMICS),
         "from tapegrad.backends.cpu.sums import group_sum",
         "from tapegrad.backends.cpu.copies import aligned_empty, stack_empty, transposed"
-        f"  # version {helpers_version()} (copies.py, sums.py)"]
+        f"  # version {version_of('copies', 'sums')} (copies.py, sums.py)"]
 
 
 def uses_atomics(kernels: list[TypedKernel]) -> bool:
     """Whether any of ``kernels`` (a kernel and its device functions) calls an atomic, or
     adds a group's sum with one (``group_reduce_add``, an Active scalar's adjoint)."""
-    return any((tg_name(n) or "").startswith("atomic_") or tg_name(n) == "group_reduce_add"
-               for k in kernels for n in ast.walk(ast.Module(body=k.ir.body, type_ignores=[])))
+    return _calls(kernels, lambda name: name.startswith("atomic_") or name == "group_reduce_add")
+
+
+def _calls(kernels: list[TypedKernel], which: Callable[[str], bool]) -> bool:
+    return any(which(tg_name(n) or "") for k in kernels
+               for n in ast.walk(ast.Module(body=k.ir.body, type_ignores=[])))
 
 
 def _digest(paths: list[Path]) -> str:

@@ -41,7 +41,7 @@ import ast
 import copy
 
 JAM = 4                       # rows per jammed iteration
-_PURE_MODULES = {"np", "vmath", "math"}
+_PURE_MODULES = {"np", "vmath", "math", "fused"}
 _PURE_NAMES = {"min", "max", "abs", "int", "float"}
 
 
