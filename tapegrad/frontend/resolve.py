@@ -129,10 +129,16 @@ class _Resolver(ast.NodeTransformer):
             return False, None
         obj = self.lookup(node)
         for attr_node in reversed(chain):
+            attr = attr_node.attr
+            if obj is math and not hasattr(math, attr) and attr in L.MATH_FUNCTIONS:
+                obj = L.MATH_FUNCTIONS[attr]      # (math.fma before Python 3.13 has it)
+                continue
             try:
-                obj = getattr(obj, attr_node.attr)
+                obj = getattr(obj, attr)
             except AttributeError:
-                raise self.fail(attr_node, f"{ast.unparse(attr_node)} does not exist") from None
+                hint = f"; write tg.{attr}" if attr in L.MATH_FUNCTIONS else ""
+                raise self.fail(attr_node, f"{ast.unparse(attr_node)} does not exist{hint}"
+                                ) from None
         return True, obj
 
     def as_value(self, node: ast.expr, obj: Any) -> ast.expr:

@@ -10,8 +10,9 @@ here, exactly:
   that rounds to float32 correctly (Boldo and Melquiond, "Emulation of FMA and correctly
   rounded sums: proved algorithms using rounding to odd", 2008: a format two or more bits wider
   than the target).  Vectorised.
-- float64: Python's ``math.fma`` where it exists, else the exact sum of fractions, rounded once
-  by Python's correctly rounded integer division: one element at a time (slow, but exact).
+- float64: Python's ``math.fma`` where it exists (for finite arguments and results: it raises
+  where IEEE gives inf or nan), else the exact sum of fractions, rounded once by Python's
+  correctly rounded integer division: one element at a time (slow, but exact).
 
 >>> fma(0.1, 10.0, -1.0)     # 0.1 * 10.0 rounds to 1.0; the exact product does not
 5.551115123125783e-17
@@ -27,11 +28,11 @@ import numpy as np
 
 
 def fma(x: Any, y: Any, z: Any) -> Any:
-    """``x * y + z`` rounded once, in float32 when every argument is float32, else in float64;
-    a scalar for scalars, an array for arrays."""
-    if np.result_type(x, y, z) == np.float32:
-        result = _fma32(np.asarray(x, np.float32), np.asarray(y, np.float32),
-                        np.asarray(z, np.float32))
+    """``x * y + z`` rounded once, in float32 when the floats among the arguments are all
+    float32 (integers, and Python floats as a kernel's literals, take their type), else in
+    float64; a scalar for scalars, an array for arrays."""
+    if _in_float32(x, y, z):
+        result = _fma32(*(np.asarray(a, np.float32) for a in (x, y, z)))
     else:
         with np.errstate(all="ignore"):      # (inf * 0 is nan, as in a kernel: no warning)
             result = _FMA64(x, y, z)
@@ -39,10 +40,16 @@ def fma(x: Any, y: Any, z: Any) -> Any:
     return result[()] if isinstance(result, np.ndarray) and result.ndim == 0 else result
 
 
+def _in_float32(*args: Any) -> bool:
+    floats = [np.asarray(a).dtype for a in args if type(a) is not float]
+    floats = [d for d in floats if d.kind == "f"]
+    return bool(floats) and all(d == np.float32 for d in floats)
+
+
 def _fma32(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
-    p = x.astype(np.float64) * y.astype(np.float64)          # exact: 24 + 24 bits < 53
-    c = z.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
+    with np.errstate(all="ignore"):
+        p = x.astype(np.float64) * y.astype(np.float64)      # exact: 24 + 24 bits < 53
+        c = z.astype(np.float64)
         s = p + c
         b = s - p                                            # TwoSum: s + e == p + c exactly
         e = (p - (s - b)) + (c - b)
@@ -54,8 +61,15 @@ def _fma32(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
 
 def _fma64_scalar(x: Any, y: Any, z: Any) -> float:
     x, y, z = float(x), float(y), float(z)
-    if not (math.isfinite(x) and math.isfinite(y) and math.isfinite(z)):
-        return x * y + z             # inf and nan: as the rounded operations give them
+    if not (math.isfinite(x) and math.isfinite(y)):
+        return x * y + z             # an infinite or nan product: as the rounded operations
+    if not math.isfinite(z):
+        return z                     # a finite product and an infinite or nan z
+    if _MATH_FMA is not None:
+        try:
+            return _MATH_FMA(x, y, z)
+        except OverflowError:        # (Python's math.fma raises where IEEE gives +-inf)
+            pass
     exact = Fraction(x) * Fraction(y) + Fraction(z)
     if exact == 0:
         return x * y + z             # exact, so rounding keeps it: only its sign is at stake
@@ -65,4 +79,5 @@ def _fma64_scalar(x: Any, y: Any, z: Any) -> float:
         return math.inf if exact > 0 else -math.inf
 
 
-_FMA64 = np.frompyfunc(getattr(math, "fma", _fma64_scalar), 3, 1)
+_MATH_FMA = getattr(math, "fma", None)
+_FMA64 = np.frompyfunc(_fma64_scalar, 3, 1)

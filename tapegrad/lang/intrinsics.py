@@ -9,6 +9,7 @@ the math aliases (``tg.sin``...), which also work on host scalars and arrays, an
 
 from __future__ import annotations
 
+import math
 from contextvars import ContextVar
 from typing import Any
 
@@ -134,8 +135,9 @@ def _host_math(name: str):
 
     fn.__name__ = name
     fn.__qualname__ = name
-    fn.__doc__ = (f"``tg.{name}``: ``{name}`` of Python's math or NumPy in kernels; on the host, "
-                  "scalars or NumPy arrays.")
+    origin = "Python's math or NumPy" if hasattr(math, name) or np_fn else "C's math library"
+    fn.__doc__ = (f"``tg.{name}``: ``{name}`` of {origin} in kernels; on the host, scalars or "
+                  "NumPy arrays.")
     return fn
 
 

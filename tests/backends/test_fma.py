@@ -12,6 +12,7 @@ import pytest
 
 import tapegrad as tg
 from tapegrad.errors import TapegradError
+from tapegrad.lang import hostfma
 
 
 @tg.kernel
@@ -124,11 +125,11 @@ def test_special_values_and_signed_zeros_follow_ieee(backend):
     inf, nan = np.inf, np.nan
     cases = [(inf, 0.0, 1.0), (inf, 2.0, -inf), (inf, 2.0, 1.0), (nan, 1.0, 1.0),
              (1.0, 1.0, nan), (-0.0, 1.0, -0.0), (0.0, -1.0, 0.0), (-0.0, 1.0, 0.0),
-             (2.0, 1e308, -1e308), (1e308, 10.0, 0.0)]
+             (2.0, 1e308, -1e308), (1e308, 10.0, 0.0), (1e308, 10.0, -inf), (1e308, -10.0, nan)]
     x, y, z = (np.array(c, np.float64) for c in zip(*cases))
     R = np.zeros(x.size)
     fma_k(backend, 4)(R, x, y, z, ndrange=x.size)
-    expected = np.array([nan, nan, inf, nan, nan, -0.0, 0.0, 0.0, 1e308, inf])
+    expected = np.array([nan, nan, inf, nan, nan, -0.0, 0.0, 0.0, 1e308, inf, -inf, nan])
     numbers = ~np.isnan(expected)                # (a NaN's sign bit means nothing)
     for got in (R, tg.fma(x, y, z)):
         np.testing.assert_array_equal(got, expected)
@@ -166,3 +167,55 @@ def test_a_kernels_fma_has_its_derivatives_in_both_modes():
     tg.autodiff(tg.Forward, poly(tg.CPU(), 4), tg.Const, tg.Duplicated(R, R_dot), tg.Duplicated(X, v),
                 tg.Const(C), ndrange=8)
     np.testing.assert_allclose(R_dot @ W, dX @ v, rtol=1e-13)
+
+
+def test_the_host_follows_ieee_where_pythons_math_fma_raises(monkeypatch):
+    """Python 3.13's math.fma raises OverflowError where the result overflows (and
+    ValueError on inf * 0): the host answers inf and nan as the kernels do, whichever Python
+    runs it."""
+    def raising_fma(x, y, z):
+        if not all(map(math.isfinite, (x, y, z))):
+            raise ValueError("invalid operation in fma")
+        exact = _exact(x, y, z)
+        if abs(exact) > Fraction(float(np.finfo(np.float64).max)):
+            raise OverflowError("overflow in fma")
+        return _rounded(exact, np.float64)
+
+    monkeypatch.setattr(hostfma, "_MATH_FMA", raising_fma)
+    x = np.array([np.inf, 1e308, 1e308, 2.0, 0.1])
+    y = np.array([0.0, 10.0, 10.0, 1e308, 10.0])
+    z = np.array([1.0, 0.0, -np.inf, -1e308, -1.0])
+    np.testing.assert_array_equal(tg.fma(x, y, z), [np.nan, np.inf, -np.inf, 1e308,
+                                                    5.551115123125783e-17])
+
+
+@tg.kernel
+def fma_int(R, A, K, C):
+    i = tg.index()
+    R[i] = tg.fma(A[i], K[i], C[i]) + math.fma(A[i], 0.5, C[i])
+
+
+def test_an_integer_takes_the_floats_type_on_the_host_as_in_a_kernel(backend):
+    """tg.fma(float32, int32, float32) is float32 in a kernel (the integer converted), so on
+    the host too: rounded once to float32, not to float64 and then float32 (which gives
+    0x1.800004p+1 here, where the exact result rounds to 0x1.800002p+1)."""
+    A = np.array([float.fromhex("0x1.000002p0")] * 4, np.float32)
+    K = np.array([3, 3, -7, 2 ** 20], np.int32)
+    C = np.array([-(2.0 ** -60), 0.5, 1.0, -3.0], np.float32)
+    R = np.zeros(4, np.float32)
+    fma_int(backend, 4)(R, A, K, C, ndrange=4)
+    host = tg.fma(A, K, C)
+    assert host.dtype == np.float32
+    assert host[0] == float.fromhex("0x1.800002p+1")
+    np.testing.assert_array_equal(R, host + tg.fma(A, np.float32(0.5), C))
+    assert tg.fma(A[0], K[0], C[0]) == host[0] and tg.fma(A[0], 3, C[0]) == host[0]
+
+
+def test_numpy_has_no_fma_and_the_message_says_what_to_write():
+    @tg.kernel
+    def np_fma(R, A):
+        i = tg.index()
+        R[i] = np.fma(A[i], A[i], A[i])
+
+    with pytest.raises(TapegradError, match=r"np.fma does not exist; write tg.fma"):
+        np_fma(tg.CPU())(np.zeros(4), np.ones(4), ndrange=4)
