@@ -651,6 +651,25 @@ def test_tiled_matmul_adjoint_gathers_its_tile_shadows(backend, kernel, tile):
     assert "tile_b__t[_f, lj]" in source       # a row read across work-items, transposed
 
 
+def test_a_gathered_sum_fuses_its_products_the_same_on_every_backend(backend):
+    """The gathers add ``tg.fma(_share_acc_bar[li, _f], tile_b__t[_f, lj], _sum)``: one
+    rounding per term, so the adjoint of a one-tile float32 product is, bit for bit, the host's
+    fused chain ``s = fma(W[i, f], B[j, f], s)`` over f, on the CPU and on OpenCL alike."""
+    rng = np.random.default_rng(11)
+    A, B, W = (rng.standard_normal((16, 16)).astype(np.float32) for _ in range(3))
+    dA, dB = np.zeros_like(A), np.zeros_like(B)
+    tg.autodiff(tg.Reverse, matmul_fma_k(backend, (16, 16)), tg.Const,
+                tg.Duplicated(np.zeros_like(A), W.copy()), tg.Duplicated(A, dA),
+                tg.Duplicated(B, dB), ndrange=(16, 16))
+    fused, unfused = np.zeros_like(A), np.zeros_like(A)
+    for f in range(16):
+        fused = tg.fma(W[:, f:f + 1], B[:, f][None, :], fused)
+        unfused = unfused + W[:, f:f + 1] * B[:, f][None, :]
+    np.testing.assert_array_equal(dA, fused)
+    assert (dA != unfused).any()
+    np.testing.assert_allclose(dB, A.T.astype(np.float64) @ W, rtol=1e-5, atol=1e-5)
+
+
 @tg.kernel
 def matmul_transposed_tile(C, A, B):
     """tile_a holds A's tile transposed: its shadow is read at (lj, li), not at the work-item's
