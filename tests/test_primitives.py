@@ -2,8 +2,8 @@
 a row added there is tested here without a line of test code.
 
 One generated kernel applies every row to its own column of inputs (``A``, ``C`` and ``D`` for a
-row's first, second and third argument), drawn from the row's domain; its values are checked against NumPy (or math) in float64 and float32, on each
-backend; its reverse-mode partials against float64 central differences of the kernel itself,
+row's first, second and third argument), drawn from the row's domain; its values are checked
+against NumPy (or math) in float64 and float32, on each backend; its reverse-mode partials against float64 central differences of the kernel itself,
 and forward mode against reverse mode.  (The host's tracked and forward-mode scalars run every
 row in tests/ad/test_forward.py.)
 """

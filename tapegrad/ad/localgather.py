@@ -269,8 +269,8 @@ def _walks_range(e: ast.expr, counter: str, trips: int) -> bool:
 
 
 def _added(total: str, value: ast.expr) -> ast.expr:
-    """``total + value``, a product fused (``tg.fma``): one rounding where there were two, the
-    same on every backend, and the FMA instruction on a CPU."""
+    """``total + value``, a product fused (``tg.fma``): one rounding where there were two, and
+    the FMA instruction on a CPU."""
     if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mult):
         return tg_call("fma", [value.left, value.right, name(total)])
     return ast.BinOp(left=name(total), op=ast.Add(), right=value)

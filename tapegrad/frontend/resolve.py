@@ -25,6 +25,9 @@ _CASTS = {float: "float64", int: "int64", bool: "bool",
 DTYPES = {np.float32: "float32", np.float64: "float64", np.int32: "int32", np.int64: "int64",
           np.bool_: "bool", float: "float64", int: "int64", bool: "bool"}
 
+# the math module's functions that the oldest supported Python lacks (cbrt and exp2 came in
+# 3.11, fma in 3.13): in a kernel they are tapegrad's
+_LATER_MATH = ("cbrt", "exp2", "fma")
 _HOST_API = ("autodiff", "gradient", "jacobian", "vjp", "jvp", "hvp", "Tape")
 
 
@@ -130,8 +133,8 @@ class _Resolver(ast.NodeTransformer):
         obj = self.lookup(node)
         for attr_node in reversed(chain):
             attr = attr_node.attr
-            if obj is math and not hasattr(math, attr) and attr in L.MATH_FUNCTIONS:
-                obj = L.MATH_FUNCTIONS[attr]      # (math.fma before Python 3.13 has it)
+            if obj is math and not hasattr(math, attr) and attr in _LATER_MATH:
+                obj = L.MATH_FUNCTIONS[attr]      # kernels read the same on every Python
                 continue
             try:
                 obj = getattr(obj, attr)

@@ -9,7 +9,6 @@ the math aliases (``tg.sin``...), which also work on host scalars and arrays, an
 
 from __future__ import annotations
 
-import math
 from contextvars import ContextVar
 from typing import Any
 
@@ -119,6 +118,11 @@ BINARY_MATH = BINARY
 TERNARY_MATH = TERNARY
 
 
+_DOCS = {"fma": "``tg.fma(x, y, z)``: ``x * y + z`` rounded once (C's ``fma``, Python 3.13's "
+                "``math.fma``), the same bits on every backend; on the host, exact, for scalars "
+                "or NumPy arrays."}
+
+
 def _host_math(name: str):
     row = MATH[name]
     np_fn = None if row.numpy_name is None else getattr(np, row.numpy_name)
@@ -135,9 +139,8 @@ def _host_math(name: str):
 
     fn.__name__ = name
     fn.__qualname__ = name
-    origin = "Python's math or NumPy" if hasattr(math, name) or np_fn else "C's math library"
-    fn.__doc__ = (f"``tg.{name}``: ``{name}`` of {origin} in kernels; on the host, scalars or "
-                  "NumPy arrays.")
+    fn.__doc__ = _DOCS.get(name) or (f"``tg.{name}``: ``{name}`` of Python's math or NumPy in "
+                                     "kernels; on the host, scalars or NumPy arrays.")
     return fn
 
 

@@ -84,7 +84,8 @@ class Primitive:
         return self.c or self.name
 
     def host_function(self) -> Callable[..., Any]:
-        """The function that computes it on host scalars (NumPy's, where math's is missing)."""
+        """The function that computes it on host scalars: the row's own ``host``, else math's,
+        else NumPy's."""
         if self.host is not None:
             return self.host
         if hasattr(math, self.name):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import math
 
 import numpy as np
@@ -661,13 +662,29 @@ def test_a_gathered_sum_fuses_its_products_the_same_on_every_backend(backend):
     tg.autodiff(tg.Reverse, matmul_fma_k(backend, (16, 16)), tg.Const,
                 tg.Duplicated(np.zeros_like(A), W.copy()), tg.Duplicated(A, dA),
                 tg.Duplicated(B, dB), ndrange=(16, 16))
-    fused, unfused = np.zeros_like(A), np.zeros_like(A)
+    fused_a, unfused_a, fused_b = (np.zeros_like(A) for _ in range(3))
     for f in range(16):
-        fused = tg.fma(W[:, f:f + 1], B[:, f][None, :], fused)
-        unfused = unfused + W[:, f:f + 1] * B[:, f][None, :]
-    np.testing.assert_array_equal(dA, fused)
-    assert (dA != unfused).any()
-    np.testing.assert_allclose(dB, A.T.astype(np.float64) @ W, rtol=1e-5, atol=1e-5)
+        fused_a = tg.fma(W[:, f:f + 1], B[:, f][None, :], fused_a)      # (W B^T)[i, j]
+        unfused_a = unfused_a + W[:, f:f + 1] * B[:, f][None, :]
+        fused_b = tg.fma(W[f][None, :], A[f][:, None], fused_b)         # (A^T W)[i, j]
+    np.testing.assert_array_equal(dA, fused_a)
+    np.testing.assert_array_equal(dB, fused_b)
+    assert (dA != unfused_a).any()
+
+
+def test_a_carry_is_recognised_only_where_nothing_between_touches_its_scalar():
+    """localgather's carry ``_a = s; s = 0.0; ...; s = s + _a`` keeps ``s`` unchanged only if
+    nothing between its parts reads or writes ``s`` or rebinds ``_a``."""
+    from tapegrad.ad.localgather import _without_carries
+
+    def body(*between):
+        return ast.parse("\n".join(["_a = s", "s = 0.0", *between, "s = s + _a"])).body
+
+    rest, aliases = _without_carries(body("u = _a * t"))
+    assert aliases == {"_a": "s"} and [ast.unparse(x) for x in rest] == ["u = _a * t"]
+    for between in ("u = s * t", "s = t", "_a = t"):
+        rest, aliases = _without_carries(body(between))
+        assert aliases == {} and len(rest) == 4, between
 
 
 @tg.kernel
