@@ -17,7 +17,7 @@ its neighbours' ``acc_bar`` is in local memory::
     tile_b__t[lj, li] = tile_b[li, lj]    # rows read across work-items: a transposed copy
     tg.synchronize()
     _sum = 0.0
-    for _f in range(16):
+    for _f in range(16):                  # (tg.fma: where the device has FMA, _fused_sums)
         _sum = tg.fma(_share_acc_bar[li, _f], tile_b__t[_f, lj], _sum)
     tile_a_bar[li, lj] = tile_a_bar[li, lj] + _sum
     ...                                   # tile_b_bar alike, over the other local index
@@ -42,10 +42,13 @@ from tapegrad.ad.astutil import assign, const, name, walk
 from tapegrad.frontend.ir import KernelIR, tg_call, tg_name
 
 
-def gather_local_updates(ir: KernelIR, groupsize: tuple[int, ...]) -> KernelIR:
-    """``ir`` with every matching loop of local-memory updates in gather form.  Only for
-    launches whose workgroups are all full (the ndrange a multiple of the groupsize): a gather
-    sums over every work-item of the group, and one the ndrange cuts off never ran."""
+def gather_local_updates(ir: KernelIR, groupsize: tuple[int, ...], fuse: bool = True
+                         ) -> KernelIR:
+    """``ir`` with every matching loop of local-memory updates in gather form, their sums'
+    products added with ``tg.fma`` where ``fuse`` (the device has an FMA instruction; without
+    one each would be a call into libm).  Only for launches whose workgroups are all full (the
+    ndrange a multiple of the groupsize): a gather sums over every work-item of the group,
+    and one the ndrange cuts off never ran."""
     if len(groupsize) != 2:
         return ir
     local = _local_indices(ir.body)
@@ -58,6 +61,8 @@ def gather_local_updates(ir: KernelIR, groupsize: tuple[int, ...]) -> KernelIR:
     changed = _rewrite(body, ir, local, decls, groupsize, shares, body)
     if not changed:
         return ir
+    if fuse:
+        _fused_sums(body)
     head = []
     for array, (dtype, zeroed) in shares.items():
         head.append(assign(array, tg_call("localmem", [copy.deepcopy(dtype), ast.Tuple(
@@ -207,7 +212,8 @@ def _gathered(loop: ast.For, local: list[str], decls: dict, groupsize: tuple[int
         out.append(assign("_sum", const(0.0)))
         out.append(ast.For(target=name("_f", True), iter=ast.Call(
             func=name("range"), args=[const(free_size)], keywords=[]),
-            body=[assign("_sum", _added("_sum", value))],
+            body=[_marked(assign("_sum", ast.BinOp(left=name("_sum"), op=ast.Add(),
+                                                   right=value)))],
             orelse=[]))
         own = ast.Subscript(value=name(target), slice=_own(local), ctx=ast.Load())
         out.append(assign(ast.Subscript(value=name(target, False), slice=_own(local),
@@ -268,12 +274,19 @@ def _walks_range(e: ast.expr, counter: str, trips: int) -> bool:
     return text in (f"{trips - 1}+{counter}*-1", f"{trips - 1}-{counter}")
 
 
-def _added(total: str, value: ast.expr) -> ast.expr:
-    """``total + value``, a product fused (``tg.fma``): one rounding where there were two, and
-    the FMA instruction on a CPU."""
-    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mult):
-        return tg_call("fma", [value.left, value.right, name(total)])
-    return ast.BinOp(left=name(total), op=ast.Add(), right=value)
+def _fused_sums(body: list[ast.stmt]) -> None:
+    """Each gathered ``_sum = _sum + x * y`` as ``_sum = tg.fma(x, y, _sum)``: one rounding
+    where there were two, and the FMA instruction on a CPU (in place)."""
+    for n in walk(body):
+        if getattr(n, "_tg_sum", False) and isinstance(n.value.right, ast.BinOp) \
+                and isinstance(n.value.right.op, ast.Mult):
+            product = n.value.right
+            n.value = tg_call("fma", [product.left, product.right, name("_sum")])
+
+
+def _marked(sum_step: ast.Assign) -> ast.Assign:
+    sum_step._tg_sum = True
+    return sum_step
 
 
 def _without_carries(body: list[ast.stmt]) -> tuple[list[ast.stmt], dict[str, str]]:

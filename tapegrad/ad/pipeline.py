@@ -25,17 +25,20 @@ from tapegrad.frontend.unassigned import zeroed_unassigned
 
 def adjoint_ir(kernel: Any, argtypes: tuple[Type, ...], activity: tuple[str, ...], rank: int,
                groupsize: tuple[int, ...], stack_depth: int | None = None,
-               discard: frozenset[str] = frozenset(), full_groups: bool = True) -> Adjoint:
+               discard: frozenset[str] = frozenset(), full_groups: bool = True,
+               fuse: bool = True) -> Adjoint:
     """The adjoint of a kernel (``tapegrad.ad.Adjoint``, stencils split into gathers), not
     compiled: kernel IR -> normalized, typed -> adjoint IR.  ``full_groups``: the launch's
-    ndrange is a multiple of the groupsize (local-memory updates may then gather)."""
+    ndrange is a multiple of the groupsize (local-memory updates may then gather); ``fuse``:
+    the gathered sums add their products with ``tg.fma`` (the device has an FMA
+    instruction)."""
     ir = kernel_ir(kernel)                                          # parse, check, resolve
     flat = normalize(ir, kernel_ir, keep=lambda f: f.reverse_rule is not None)  # inline...
     typed = specialize(flat, argtypes, rank, groupsize, kernel_ir)  # infer types
     typed = zeroed_unassigned(typed)                                # a read before x = ...: 0
     adjoint = reverse_kernel(typed, activity, stack_depth, discard)  # generate the adjoint
     if full_groups:                                                 # tiles: no atomics
-        gathered = gather_local_updates(adjoint.ir, groupsize)
+        gathered = gather_local_updates(adjoint.ir, groupsize, fuse)
         if gathered is not adjoint.ir:
             adjoint.ir = gathered
             tidy(adjoint)                           # what the gathered loops read is dead

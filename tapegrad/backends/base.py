@@ -5,6 +5,8 @@ Everything else (parsing, types, differentiation, launching, the tape) is shared
 
 from __future__ import annotations
 
+import functools
+import platform
 from typing import Any
 
 from tapegrad.backends.registry import ArrayKind
@@ -19,6 +21,9 @@ class Backend:
     # float64 elements of the array an Active scalar's adjoint sums into (the runtime adds
     # them up): C backends spread the sum's atomics over slots (tapegrad.backends.c.helpers)
     scalar_sum_size = 1
+    # whether the device multiplies and adds in one instruction: the adjoint then sums the
+    # products it gathers for tiles with tg.fma (ad/localgather.py); GPUs all do
+    fast_fma = True
 
     # arrays: by default those of its kind of array (backends/registry.py)
     arrays: ArrayKind
@@ -78,3 +83,17 @@ class Backend:
 
     def key(self) -> tuple:
         return ()
+
+
+@functools.cache
+def host_fma() -> bool:
+    """Whether the CPU that Numba compiles for has fused multiply-add instructions (on x86-64:
+    the ``fma`` feature, which NUMBA_CPU_FEATURES may leave out; elsewhere, as on AArch64, part
+    of the base instruction set).  Without them ``tg.fma`` is a call into libm per element."""
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return True
+    from numba.core import config
+    from numba.core.codegen import get_host_cpu_features
+    features = config.CPU_FEATURES if config.CPU_FEATURES is not None else \
+        get_host_cpu_features()
+    return "+fma" in features.split(",")

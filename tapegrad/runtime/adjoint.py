@@ -52,7 +52,7 @@ def compile_adjoint(kernel: Any, backend: Any, argtypes: tuple[Type, ...],
     """The reverse-mode pipeline: kernel IR -> normalized, typed -> adjoint IR -> compiled."""
     check_barrier_rules(specialize(kernel_ir(kernel), argtypes, rank, groupsize, kernel_ir))
     adjoint = adjoint_ir(kernel, argtypes, activity, rank, groupsize, stack_depth, discard,
-                         full_groups)
+                         full_groups, backend.fast_fma)
     adjoint.contents_read = contents_read(kernel, adjoint, argtypes)
     adjoint.shadows_written = shadows_written(adjoint)
     full = argtypes + tuple(adjoint_extra_types(kernel, adjoint, argtypes))

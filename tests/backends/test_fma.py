@@ -235,3 +235,18 @@ def test_math_spells_only_its_own_functions():
     with pytest.raises(TapegradError, match=r"math.logaddexp does not exist; write "
                                             r"tg.logaddexp"):
         math_logaddexp(tg.CPU())(np.zeros(4), np.ones(4), ndrange=4)
+
+
+def test_the_fma_instruction_is_asked_of_the_cpu_numba_compiles_for():
+    """NUMBA_CPU_FEATURES without +fma: no FMA instruction on x86-64 (tiled adjoints then
+    multiply and add); AArch64 and the others always have one."""
+    import os
+    import platform
+    import subprocess
+    import sys
+    code = "from tapegrad.backends.base import host_fma; print(host_fma())"
+    env = dict(os.environ, NUMBA_CPU_FEATURES="+sse2")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    x86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+    assert out == str(not x86)

@@ -11,7 +11,7 @@ import numba.np.ufunc.parallel as _parallel
 import numpy as np
 from numba.core.errors import NumbaError
 
-from tapegrad.backends.base import Backend
+from tapegrad.backends.base import Backend, host_fma
 from tapegrad.backends.cache import load_source
 from tapegrad.backends.compiler_process import compile_elsewhere
 from tapegrad.backends.cpu.arrays import NUMPY
@@ -67,6 +67,10 @@ class CPU(Backend):
 
     def key(self) -> tuple:
         return (self.without,)
+
+    @property
+    def fast_fma(self) -> bool:
+        return host_fma()
 
     def __repr__(self) -> str:
         if not self.without:

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from tapegrad.backends.base import Backend
+from tapegrad.backends.base import Backend, host_fma
 from tapegrad.backends.c.arguments import packer
 from tapegrad.backends.c.items import (
     disjoint,
@@ -48,6 +48,12 @@ class OpenCL(Backend):
 
     def key(self) -> tuple:
         return (self.device,)
+
+    @property
+    def fast_fma(self) -> bool:
+        """A GPU's; a CPU device's (PoCL) as the host's."""
+        import pyopencl as cl
+        return bool(self.queue.device.type & cl.device_type.GPU) or host_fma()
 
     def __repr__(self) -> str:
         return f"OpenCL({self.device}: {self.queue.device.name.strip()})"
