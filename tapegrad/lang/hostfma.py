@@ -2,17 +2,19 @@
 device's fused multiply-add instruction round it, for scalars and NumPy arrays.
 
 NumPy has no fma, and Python's ``math.fma`` arrives with Python 3.13, so the host computes it
-here, exactly:
+here, exactly, with NumPy's rounded operations and rounding *to odd* (rounded to nearest, then,
+where that was inexact and the result's last bit is even, one ulp towards the exact value,
+which a TwoSum gives): a sum rounded to odd in a format two or more bits wider than the
+target, or added last to a larger number, rounds correctly (Boldo and Melquiond, "Emulation
+of FMA and correctly rounded sums: proved algorithms using rounding to odd", 2008).
 
-- float32 (every argument float32): the product of two float32 numbers is exact in float64; the
-  sum is rounded to float64 *to odd* (rounded to nearest, then, when that was inexact and the
-  result's last bit is even, moved one ulp towards the exact sum, which a TwoSum gives), and
-  that rounds to float32 correctly (Boldo and Melquiond, "Emulation of FMA and correctly
-  rounded sums: proved algorithms using rounding to odd", 2008: a format two or more bits wider
-  than the target).  Vectorised.
-- float64: Python's ``math.fma`` where it exists (for finite arguments and results: it raises
-  where IEEE gives inf or nan), else the exact sum of fractions, rounded once by Python's
-  correctly rounded integer division: one element at a time (slow, but exact).
+- float32: the product of two float32 numbers is exact in float64; the sum, rounded to
+  float64 to odd, then rounds to float32 correctly.
+- float64: the product as ``uh + ul`` (Dekker's exact product), ``z + uh`` as ``th + tl``
+  (TwoSum), ``tl + ul`` rounded to odd, added to ``th``.  Elements where a step would overflow
+  or underflow (huge or tiny products, zeros, inf and nan) go one at a time through Python's
+  ``math.fma`` (3.13 and later, finite values) or the exact sum of fractions, rounded once by
+  Python's correctly rounded integer division.
 
 >>> fma(0.1, 10.0, -1.0)     # 0.1 * 10.0 rounds to 1.0; the exact product does not
 5.551115123125783e-17
@@ -34,10 +36,10 @@ def fma(x: Any, y: Any, z: Any) -> Any:
     if _in_float32(x, y, z):
         result = _fma32(*(np.asarray(a, np.float32) for a in (x, y, z)))
     else:
-        with np.errstate(all="ignore"):      # (inf * 0 is nan, as in a kernel: no warning)
-            result = _FMA64(x, y, z)
-        result = result.astype(np.float64) if isinstance(result, np.ndarray) else float(result)
-    return result[()] if isinstance(result, np.ndarray) and result.ndim == 0 else result
+        result = _fma64(*(np.asarray(a, np.float64) for a in (x, y, z)))
+        if result.ndim == 0:
+            return float(result)
+    return result[()] if result.ndim == 0 else result
 
 
 def _in_float32(*args: Any) -> bool:
@@ -49,14 +51,57 @@ def _in_float32(*args: Any) -> bool:
 def _fma32(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
         p = x.astype(np.float64) * y.astype(np.float64)      # exact: 24 + 24 bits < 53
-        c = z.astype(np.float64)
-        s = p + c
-        b = s - p                                            # TwoSum: s + e == p + c exactly
-        e = (p - (s - b)) + (c - b)
-        even = (s.view(np.int64) & 1) == 0
-        to_odd = np.isfinite(s) & (e != 0.0) & even
-        s = np.where(to_odd, np.nextafter(s, np.copysign(np.inf, e)), s)
-        return s.astype(np.float32)
+        return _to_odd(*_two_sum(p, z.astype(np.float64))).astype(np.float32)
+
+
+def _fma64(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """Boldo and Melquiond's emulation where each step is exact (no overflow, no underflow):
+    the product as ``uh + ul`` (Dekker), ``z + uh`` as ``th + tl`` (TwoSum), ``tl + ul``
+    rounded to odd, and ``th`` plus that rounded to nearest.  The other elements (huge,
+    tiny, zero products, inf and nan) one at a time, exactly."""
+    x, y, z = np.broadcast_arrays(x, y, z)
+    with np.errstate(all="ignore"):
+        uh = x * y
+        ul = _product_error(x, y, uh)
+        th, tl = _two_sum(z, uh)
+        result = th + _to_odd(*_two_sum(tl, ul))
+        big, small = 2.0 ** 990, 2.0 ** -900
+        exact_steps = (np.abs(x) < big) & (np.abs(y) < big) & (np.abs(z) < big) \
+            & (np.abs(uh) < big) & (np.abs(uh) >= small) & ((th == 0) | (np.abs(th) >= small))
+    if not exact_steps.all():
+        result = np.array(result)            # (writable, where a broadcast view is not)
+        others = ~exact_steps
+        with np.errstate(all="ignore"):      # (inf * 0 is nan, as in a kernel: no warning)
+            result[others] = _FMA64(x[others], y[others], z[others])
+    return result
+
+
+def _two_sum(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``a + b`` rounded, and its error: their sum is ``a + b`` exactly (Knuth)."""
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _product_error(a: np.ndarray, b: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """``a * b - p`` exactly, for ``p = fl(a * b)`` (Dekker, halves split by Veltkamp)."""
+    ah, al = _halves(a)
+    bh, bl = _halves(b)
+    return ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _halves(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    c = 134217729.0 * a                      # 2**27 + 1
+    high = c - (c - a)
+    return high, a - high
+
+
+def _to_odd(s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """``s``, the sum rounded to nearest whose error is ``e``, rounded to odd instead: moved
+    one ulp towards the exact sum where it was inexact and its last bit is even."""
+    even = (s.view(np.int64) & 1) == 0
+    return np.where(np.isfinite(s) & (e != 0.0) & even, np.nextafter(s, np.copysign(np.inf, e)),
+                    s)
 
 
 def _fma64_scalar(x: Any, y: Any, z: Any) -> float:

@@ -60,6 +60,14 @@ DOUBLE_ROUNDING = [tuple(map(float.fromhex, t)) for t in [
     ("0x1.619636p+0", "0x1.50430ap+0", "-0x1.c00002p-44")]]
 
 
+# float64 triples whose fl(z + fl(x y)) plus the rounded sum of the product's and the sum's
+# errors is a tie the exact result is not on
+TIES_IN_THE_ERRORS = [tuple(map(float.fromhex, t)) for t in [
+    ("0x1.ffffffffffc6ep-1", "0x1.00000000001c9p-53", "0x1.00000001f3b29p+0"),
+    ("0x1.00000000002f4p+0", "0x1.ffffffffffa18p-54", "0x1.00000001473c5p+0"),
+    ("-0x1.0000000000223p+0", "0x1.ffffffffffbbap-54", "-0x1.000000014143fp+0")]]
+
+
 def _hard_cases(dtype, n, seed):
     """Triples whose exact result lies near a rounding boundary of ``dtype``: z cancels most
     of the product, or sits a tiny amount off it, or brings it just off a float32 midpoint
@@ -75,7 +83,8 @@ def _hard_cases(dtype, n, seed):
     tiny = dtype(eps) * dtype(eps) * rng.choice([-1.0, 1.0], quarter).astype(dtype)
     z[quarter:2 * quarter] = tiny * rng.uniform(0.5, 1.0, quarter).astype(dtype)
     z[2 * quarter:3 * quarter] = rng.uniform(-4.0, 4.0, quarter).astype(dtype)
-    for k, triple in enumerate(DOUBLE_ROUNDING):
+    hard = DOUBLE_ROUNDING + (TIES_IN_THE_ERRORS if dtype == np.float64 else [])
+    for k, triple in enumerate(hard):
         x[2 * quarter + k], y[2 * quarter + k], z[2 * quarter + k] = triple
     big = np.finfo(dtype).max
     x[3 * quarter:3 * quarter + 4] = dtype(2.0)
@@ -250,3 +259,27 @@ def test_the_fma_instruction_is_asked_of_the_cpu_numba_compiles_for():
                          check=True).stdout.strip()
     x86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
     assert out == str(not x86)
+
+
+def test_the_hosts_float64_fma_is_exact_in_bulk():
+    """The host's vectorised float64 path (an exact product and sum, a sum rounded to odd)
+    and its element-wise one (huge and tiny products), against exact rational arithmetic."""
+    rng = np.random.default_rng(17)
+    n = 3000
+    x = rng.standard_normal(n) * 2.0 ** rng.integers(-60, 60, n)
+    y = rng.standard_normal(n) * 2.0 ** rng.integers(-60, 60, n)
+    z = rng.standard_normal(n) * 2.0 ** rng.integers(-120, 120, n)
+    k = n // 6
+    z[:k] = -(x[:k] * y[:k])                                        # the product's error
+    z[k:2 * k] = -(x[k:2 * k] * y[k:2 * k]) * (1 + rng.choice([-1, 1], k) * 2.0 ** -52)
+    x[2 * k:3 * k] *= 2.0 ** 940                                    # huge products
+    y[3 * k:4 * k] *= 2.0 ** -990                                   # tiny ones
+    # where the sum of the two errors, rounded to nearest, lands on a tie of the last rounding
+    # that the exact sum misses: only that sum rounded to odd gives the right result
+    for at, triple in enumerate(TIES_IN_THE_ERRORS):
+        x[-1 - at], y[-1 - at], z[-1 - at] = triple
+    got = tg.fma(x, y, z)
+    expected = np.array([_rounded(_exact(*t), np.float64) for t in zip(x, y, z)])
+    np.testing.assert_array_equal(got, expected)
+    with np.errstate(over="ignore"):
+        assert (x * y + z != expected).sum() > k
