@@ -12,7 +12,7 @@ of FMA and correctly rounded sums: proved algorithms using rounding to odd", 200
   float64 to odd, then rounds to float32 correctly.
 - float64: the product as ``uh + ul`` (Dekker's exact product), ``z + uh`` as ``th + tl``
   (TwoSum), ``tl + ul`` rounded to odd, added to ``th``.  Elements where a step would overflow
-  or underflow (huge or tiny products, zeros, inf and nan) go one at a time through Python's
+  or underflow (huge or tiny nonzero products, inf and nan) go one at a time through Python's
   ``math.fma`` (3.13 and later, finite values) or the exact sum of fractions, rounded once by
   Python's correctly rounded integer division.
 
@@ -57,8 +57,8 @@ def _fma32(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
 def _fma64(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
     """Boldo and Melquiond's emulation where each step is exact (no overflow, no underflow):
     the product as ``uh + ul`` (Dekker), ``z + uh`` as ``th + tl`` (TwoSum), ``tl + ul``
-    rounded to odd, and ``th`` plus that rounded to nearest.  The other elements (huge,
-    tiny, zero products, inf and nan) one at a time, exactly."""
+    rounded to odd, and ``th`` plus that rounded to nearest; a zero product as ``x * y + z``.
+    The other elements (huge and tiny products, inf and nan) one at a time, exactly."""
     x, y, z = np.broadcast_arrays(x, y, z)
     with np.errstate(all="ignore"):
         uh = x * y
@@ -68,6 +68,10 @@ def _fma64(x: np.ndarray, y: np.ndarray, z: np.ndarray) -> np.ndarray:
         big, small = 2.0 ** 990, 2.0 ** -900
         exact_steps = (np.abs(x) < big) & (np.abs(y) < big) & (np.abs(z) < big) \
             & (np.abs(uh) < big) & (np.abs(uh) >= small) & ((th == 0) | (np.abs(th) >= small))
+        # a zero product: x * y + z is exact (and its zero's sign IEEE's)
+        zero_product = ((x == 0) | (y == 0)) & np.isfinite(x) & np.isfinite(y) & np.isfinite(z)
+        result = np.where(zero_product, uh + z, result)
+        exact_steps |= zero_product
     if not exact_steps.all():
         result = np.array(result)            # (writable, where a broadcast view is not)
         others = ~exact_steps
